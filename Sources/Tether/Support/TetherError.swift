@@ -1,0 +1,152 @@
+/// The one error type Tether throws.
+///
+/// Every error carries a ``Code`` you can branch on and a human-readable ``message``
+/// that names the host, the frame type and serial, or the limit involved, for example
+/// `connection refused by 127.0.0.1:9000` or
+/// `request 0x402 serial 17 timed out after 5 s`.
+///
+/// ```swift
+/// do {
+///     let reply = try await connection.request(request, timeout: .seconds(5))
+/// } catch let error as TetherError where error.code == .timedOut {
+///     print("slow server:", error.message)
+/// }
+/// ```
+public struct TetherError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure happened.
+    ///
+    /// A struct rather than an enum, so new codes can be added without breaking
+    /// exhaustive `switch` statements in your code.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        enum Value: Hashable, Sendable {
+            case connectFailed
+            case connectionRefused
+            case connectTimedOut
+            case resolutionFailed
+            case timedOut
+            case connectionClosed
+            case peerClosed
+            case connectionReset
+            case protocolError
+            case frameTooLarge
+            case truncatedFrame
+            case heartbeatTimeout
+            case outboundBufferFull
+            case tooManyPendingRequests
+            case notConnected
+            case remoteError
+            case invalidArgument
+            case bindFailed
+            case systemCall
+            case encodingFailed
+            case decodingFailed
+        }
+
+        let value: Value
+
+        /// Connecting failed for a reason other than a refusal or a timeout.
+        public static let connectFailed = Code(value: .connectFailed)
+        /// Every address of the endpoint refused the connection.
+        public static let connectionRefused = Code(value: .connectionRefused)
+        /// Connecting did not finish within the connect timeout.
+        public static let connectTimedOut = Code(value: .connectTimedOut)
+        /// The host name could not be resolved to an address.
+        public static let resolutionFailed = Code(value: .resolutionFailed)
+        /// A request got no response within its timeout.
+        public static let timedOut = Code(value: .timedOut)
+        /// The connection was closed by this side, with ``Connection/close()``.
+        public static let connectionClosed = Code(value: .connectionClosed)
+        /// The peer closed the connection.
+        public static let peerClosed = Code(value: .peerClosed)
+        /// The connection failed with a network error (reset, broken pipe, …).
+        public static let connectionReset = Code(value: .connectionReset)
+        /// The peer sent bytes that break the wire protocol.
+        public static let protocolError = Code(value: .protocolError)
+        /// A frame's declared length is above the configured maximum.
+        public static let frameTooLarge = Code(value: .frameTooLarge)
+        /// The stream ended in the middle of a frame.
+        public static let truncatedFrame = Code(value: .truncatedFrame)
+        /// The peer stopped answering heartbeats.
+        public static let heartbeatTimeout = Code(value: .heartbeatTimeout)
+        /// More bytes are waiting to be written than the outbound limit allows.
+        public static let outboundBufferFull = Code(value: .outboundBufferFull)
+        /// More requests are in flight than the configured limit allows.
+        public static let tooManyPendingRequests = Code(value: .tooManyPendingRequests)
+        /// The operation needs an open connection and there is none.
+        public static let notConnected = Code(value: .notConnected)
+        /// The peer answered the request with an error response.
+        public static let remoteError = Code(value: .remoteError)
+        /// An argument or configuration value is not usable.
+        public static let invalidArgument = Code(value: .invalidArgument)
+        /// A server could not bind or listen on its address.
+        public static let bindFailed = Code(value: .bindFailed)
+        /// An operating-system call failed unexpectedly.
+        public static let systemCall = Code(value: .systemCall)
+        /// A value could not be encoded (for example as JSON).
+        public static let encodingFailed = Code(value: .encodingFailed)
+        /// Content could not be decoded (for example as JSON).
+        public static let decodingFailed = Code(value: .decodingFailed)
+
+        public var description: String { String(describing: value) }
+    }
+
+    /// What kind of failure happened.
+    public var code: Code
+    /// A sentence that says what happened and where.
+    public var message: String
+    /// The error that caused this one, if any.
+    public var underlying: (any Error & Sendable)?
+
+    /// Creates an error.
+    ///
+    /// - Parameters:
+    ///   - code: What kind of failure happened.
+    ///   - message: A sentence that says what happened and where.
+    ///   - underlying: The error that caused this one, if any.
+    public init(code: Code, message: String, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.underlying = underlying
+    }
+
+    public var description: String {
+        if let underlying { return "\(message) (\(underlying))" }
+        return message
+    }
+}
+
+extension TetherError: Equatable {
+    /// Two errors are equal when their codes and messages are; the underlying error is ignored.
+    public static func == (lhs: TetherError, rhs: TetherError) -> Bool {
+        lhs.code == rhs.code && lhs.message == rhs.message
+    }
+}
+
+extension TetherError: Hashable {
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(code)
+        hasher.combine(message)
+    }
+}
+
+/// Formats durations the way error messages print them: `5 s`, `250 ms`, `1.5 s`.
+func describe(_ duration: Duration) -> String {
+    let (seconds, attoseconds) = duration.components
+    let millis = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    if millis % 1000 == 0 { return "\(millis / 1000) s" }
+    if millis < 1000 { return "\(millis) ms" }
+    let tenths = millis / 100
+    return "\(tenths / 10).\(tenths % 10) s"
+}
+
+/// Formats a byte count the way error messages print limits: `16 MiB`, `64 KiB`, `100 bytes`.
+func describeBytes(_ count: Int) -> String {
+    if count >= 1 << 20, count % (1 << 20) == 0 { return "\(count >> 20) MiB" }
+    if count >= 1 << 10, count % (1 << 10) == 0 { return "\(count >> 10) KiB" }
+    return "\(count) bytes"
+}
+
+/// Formats a frame type the way messages print it: `0x402`.
+func hex(_ value: UInt32) -> String {
+    "0x" + String(value, radix: 16)
+}

@@ -1,0 +1,280 @@
+import Synchronization
+
+/// Something registered with an event loop that reacts to readiness of its descriptor.
+///
+/// Called on the loop's thread only.
+protocol IOHandler: AnyObject {
+    func handleReadiness(_ event: ReadinessEvent)
+}
+
+/// Something that wants to write once, after the loop has run every job of the current turn.
+protocol Flushable: AnyObject {
+    func flushAfterTurn()
+}
+
+/// One thread running `epoll`/`kqueue`, a timer heap and a queue of jobs.
+///
+/// The loop is also a Swift executor: actors that set their `unownedExecutor` to
+/// ``serialExecutor`` run on this thread, so socket callbacks reach them with
+/// `assumeIsolated` instead of a thread hop. A turn of the loop is: wait for readiness
+/// (or the next timer, or a wake-up), handle I/O, fire due timers, run queued jobs, then
+/// flush every connection that wrote during the turn with one system call each.
+final class EventLoop: @unchecked Sendable {
+    // @unchecked Sendable: fields below `remote` are touched only on the loop thread
+    // (checked with `preconditionInLoop()` where it matters); `remote` is a Mutex.
+
+    /// A unit of work for the loop.
+    enum Job: Sendable {
+        case serial(UnownedJob)
+        case task(UnownedJob)
+        case closure(@Sendable () -> Void)
+    }
+
+    private struct Remote: ~Copyable {
+        var jobs: [Job] = []
+        var wakeupPending = false
+        var stopping = false
+    }
+
+    private let remote = Mutex(Remote())
+    private var selector: Selector
+    private var handlers: [(any IOHandler)?] = []
+    private var timers = TimerHeap()
+    private var local: [Job] = []
+    private var running: [Job] = []
+    private var flushQueue: [any Flushable] = []
+    private var thread: ThreadID?
+    private var joinable: BlockingThread?
+    private var stopped = false
+    let name: String
+
+    /// The executor that isolates actors to this loop.
+    let serialExecutor: LoopSerialExecutor
+    /// The executor a task can prefer, to run nonisolated code on this loop.
+    let taskExecutor: LoopTaskExecutor
+
+    init(name: String) {
+        self.name = name
+        do {
+            selector = try Selector()
+        } catch {
+            fatalError("cannot create the event loop's selector: \(error)")
+        }
+        serialExecutor = LoopSerialExecutor()
+        taskExecutor = LoopTaskExecutor()
+        serialExecutor.loop = self
+        taskExecutor.loop = self
+        Syscall.ignoreBrokenPipe
+        let started = Mutex<ThreadID?>(nil)
+        let ready = Semaphore()
+        joinable = BlockingThread(name: name) { [self] in
+            started.withLock { $0 = BlockingThread.current }
+            ready.signal()
+            run()
+        }
+        ready.wait()
+        thread = started.withLock { $0 }
+    }
+
+    /// Whether the caller runs on this loop's thread.
+    var inLoop: Bool {
+        guard let thread else { return false }
+        return BlockingThread.isCurrent(thread)
+    }
+
+    func preconditionInLoop(file: StaticString = #fileID, line: UInt = #line) {
+        precondition(inLoop, "must run on event loop \(name)", file: file, line: line)
+    }
+
+    // MARK: Jobs
+
+    func enqueue(_ job: Job) {
+        if inLoop {
+            local.append(job)
+            return
+        }
+        let wake = remote.withLock { state -> Bool in
+            state.jobs.append(job)
+            if state.wakeupPending { return false }
+            state.wakeupPending = true
+            return true
+        }
+        if wake { selector.wakeup() }
+    }
+
+    /// Runs `body` on the loop thread, soon.
+    func execute(_ body: @escaping @Sendable () -> Void) {
+        enqueue(.closure(body))
+    }
+
+    // MARK: Timers
+
+    /// Schedules `callback` to run on the loop at `deadline` (monotonic nanoseconds). Loop thread only.
+    @discardableResult
+    func schedule(at deadline: UInt64, _ callback: @escaping () -> Void) -> LoopTimer {
+        preconditionInLoop()
+        let timer = LoopTimer(deadline: deadline, callback: callback)
+        timers.insert(timer)
+        return timer
+    }
+
+    /// Schedules `callback` to run on the loop after `delay`. Loop thread only.
+    @discardableResult
+    func schedule(after delay: Duration, _ callback: @escaping () -> Void) -> LoopTimer {
+        schedule(at: MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: delay), callback)
+    }
+
+    /// Cancels a timer that has not fired yet. Loop thread only.
+    func cancel(_ timer: LoopTimer) {
+        preconditionInLoop()
+        timers.remove(timer)
+    }
+
+    // MARK: Descriptors
+
+    /// Registers `handler` for readiness of `fd`. Loop thread only.
+    func register(_ fd: Int32, interest: Interest, handler: any IOHandler) throws(Errno) {
+        preconditionInLoop()
+        try selector.register(fd, interest: interest)
+        let index = Int(fd)
+        if index >= handlers.count {
+            handlers.append(contentsOf: repeatElement(nil, count: index - handlers.count + 1))
+        }
+        handlers[index] = handler
+    }
+
+    /// Changes what `fd` is watched for. Loop thread only.
+    func reregister(_ fd: Int32, interest: Interest) throws(Errno) {
+        try selector.reregister(fd, interest: interest)
+    }
+
+    /// Stops watching `fd`. Call before closing it. Loop thread only.
+    func deregister(_ fd: Int32) {
+        preconditionInLoop()
+        selector.deregister(fd)
+        if Int(fd) < handlers.count { handlers[Int(fd)] = nil }
+    }
+
+    /// Asks for `target.flushAfterTurn()` once this turn's jobs have run. Loop thread only.
+    func flushAfterTurn(_ target: any Flushable) {
+        flushQueue.append(target)
+    }
+
+    // MARK: The loop
+
+    private func run() {
+        while true {
+            var timeout: Int64? = nil
+            if !local.isEmpty {
+                timeout = 0
+            } else if let earliest = timers.earliest {
+                let now = MonotonicTime.now()
+                timeout = earliest > now ? Int64(clamping: earliest - now) : 0
+            }
+            do {
+                _ = try selector.wait(timeoutNanoseconds: timeout) { event in
+                    let index = Int(event.fd)
+                    if index < handlers.count, let handler = handlers[index] {
+                        handler.handleReadiness(event)
+                    }
+                }
+            } catch {
+                fatalError("event loop \(name) cannot wait for events: \(error)")
+            }
+            if !timers.isEmpty {
+                let now = MonotonicTime.now()
+                while let timer = timers.popDue(now: now) {
+                    timer.callback()
+                }
+            }
+            let (incoming, stopping) = remote.withLock { state -> ([Job], Bool) in
+                state.wakeupPending = false
+                let jobs = state.jobs
+                state.jobs.removeAll(keepingCapacity: true)
+                return (jobs, state.stopping)
+            }
+            if !incoming.isEmpty { local.append(contentsOf: incoming) }
+            runJobs()
+            if stopping && local.isEmpty {
+                stopped = true
+                return
+            }
+        }
+    }
+
+    private func runJobs() {
+        // Jobs enqueued while running land in `local` and run in the same turn, up to a bound,
+        // so a chatty actor cannot starve I/O.
+        var rounds = 0
+        while !local.isEmpty && rounds < 16 {
+            rounds += 1
+            swap(&running, &local)
+            for job in running {
+                switch job {
+                case .serial(let job):
+                    job.runSynchronously(isolatedTo: serialExecutor.asUnownedSerialExecutor(),
+                                         taskExecutor: taskExecutor.asUnownedTaskExecutor())
+                case .task(let job):
+                    job.runSynchronously(on: taskExecutor.asUnownedTaskExecutor())
+                case .closure(let body):
+                    body()
+                }
+                drainFlushes()
+            }
+            running.removeAll(keepingCapacity: true)
+        }
+        drainFlushes()
+    }
+
+    private func drainFlushes() {
+        guard !flushQueue.isEmpty, local.isEmpty else { return }
+        let targets = flushQueue
+        flushQueue.removeAll(keepingCapacity: true)
+        for target in targets { target.flushAfterTurn() }
+    }
+
+    /// Stops the loop after its queued jobs have run and waits for its thread to end.
+    func shutdown() {
+        precondition(!inLoop, "an event loop cannot shut itself down")
+        remote.withLock { $0.stopping = true }
+        selector.wakeup()
+        if let thread = joinable.take() { thread.join() }
+    }
+}
+
+/// The `SerialExecutor` face of an ``EventLoop``.
+final class LoopSerialExecutor: SerialExecutor, @unchecked Sendable {
+    // @unchecked Sendable: `loop` is set once in the loop's init before the executor is shared.
+    unowned(unsafe) var loop: EventLoop!
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        loop.enqueue(.serial(UnownedJob(job)))
+    }
+
+    func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+        UnownedSerialExecutor(ordinary: self)
+    }
+
+    func isSameExclusiveExecutionContext(other: LoopSerialExecutor) -> Bool {
+        other === self
+    }
+
+    func checkIsolated() {
+        precondition(loop.inLoop, "expected to run on event loop \(loop.name)")
+    }
+}
+
+/// The `TaskExecutor` face of an ``EventLoop``.
+final class LoopTaskExecutor: TaskExecutor, @unchecked Sendable {
+    // @unchecked Sendable: `loop` is set once in the loop's init before the executor is shared.
+    unowned(unsafe) var loop: EventLoop!
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        loop.enqueue(.task(UnownedJob(job)))
+    }
+
+    func asUnownedTaskExecutor() -> UnownedTaskExecutor {
+        UnownedTaskExecutor(ordinary: self)
+    }
+}
+

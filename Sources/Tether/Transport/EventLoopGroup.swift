@@ -1,0 +1,33 @@
+import Synchronization
+
+/// A fixed set of event loops that connections and servers share.
+///
+/// Each loop is one thread running `epoll` (Linux) or `kqueue` (Darwin). Connections are
+/// spread across the loops round-robin. Most programs use ``shared``, which has one loop
+/// per processor core and lives as long as the process.
+public final class EventLoopGroup: Sendable {
+    let loops: [EventLoop]
+    private let cursor = Atomic<Int>(0)
+
+    /// The process-wide group: one loop per core, started on first use.
+    public static let shared = EventLoopGroup(loopCount: max(1, ProcessorCount.online))
+
+    /// Starts a group of loops.
+    ///
+    /// - Parameter loopCount: How many loop threads to start; at least one.
+    public init(loopCount: Int) {
+        precondition(loopCount >= 1, "an event loop group needs at least one loop")
+        loops = (0..<loopCount).map { EventLoop(name: "tether-loop-\($0)") }
+    }
+
+    /// The next loop, round-robin.
+    func next() -> EventLoop {
+        let index = cursor.wrappingAdd(1, ordering: .relaxed).oldValue
+        return loops[index % loops.count]
+    }
+
+    /// Stops every loop after its queued work has run. Do not use connections of the group afterwards.
+    public func shutdown() {
+        for loop in loops { loop.shutdown() }
+    }
+}

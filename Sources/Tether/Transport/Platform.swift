@@ -1,0 +1,198 @@
+// The one import ladder for the C library; every other file imports this module's
+// wrappers instead of the platform.
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#elseif canImport(Musl)
+@preconcurrency import Musl
+#elseif canImport(Darwin)
+@preconcurrency import Darwin
+#else
+#error("Tether supports Linux and Darwin.")
+#endif
+import CTetherShims
+
+/// An `errno` value captured right after a failed system call.
+struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
+    var rawValue: Int32
+
+    static var current: Errno { Errno(rawValue: ctether_errno()) }
+
+    static let interrupted = Errno(rawValue: EINTR)
+    static let wouldBlock = Errno(rawValue: EAGAIN)
+    static let inProgress = Errno(rawValue: EINPROGRESS)
+    static let connectionRefused = Errno(rawValue: ECONNREFUSED)
+    static let connectionReset = Errno(rawValue: ECONNRESET)
+    static let brokenPipe = Errno(rawValue: EPIPE)
+    static let timedOut = Errno(rawValue: ETIMEDOUT)
+
+    var isWouldBlock: Bool { rawValue == EAGAIN || rawValue == EWOULDBLOCK }
+
+    var description: String {
+        guard let text = strerror(rawValue) else { return "errno \(rawValue)" }
+        return String(cString: text).lowercased()
+    }
+}
+
+/// The outcome of a nonblocking I/O call: bytes processed, or "try again later".
+enum IOResult<Value: Sendable>: Sendable {
+    case processed(Value)
+    case wouldBlock
+}
+
+/// Thin wrappers over the system calls Tether makes. Each one captures `errno`
+/// immediately, retries `EINTR`, and reports `EAGAIN` as ``IOResult/wouldBlock``.
+enum Syscall {
+    /// Runs `body` until it stops failing with `EINTR`; throws any other `errno`.
+    @inline(__always)
+    static func retrying<T: BinaryInteger>(_ body: () -> T) throws(Errno) -> T {
+        while true {
+            let result = body()
+            if result >= 0 { return result }
+            let error = Errno.current
+            if error != .interrupted { throw error }
+        }
+    }
+
+    /// Like ``retrying(_:)`` but maps `EAGAIN`/`EWOULDBLOCK` to ``IOResult/wouldBlock``.
+    @inline(__always)
+    static func nonblocking<T: BinaryInteger & Sendable>(_ body: () -> T) throws(Errno) -> IOResult<T> {
+        while true {
+            let result = body()
+            if result >= 0 { return .processed(result) }
+            let error = Errno.current
+            if error == .interrupted { continue }
+            if error.isWouldBlock { return .wouldBlock }
+            throw error
+        }
+    }
+
+    /// `read(2)`.
+    static func readBytes(_ fd: Int32, _ pointer: UnsafeMutableRawPointer, _ count: Int) throws(Errno) -> IOResult<Int> {
+        try nonblocking { read(fd, pointer, count) }
+    }
+
+    /// `send(2)` with `MSG_NOSIGNAL` where the platform has it, so a closed peer never raises `SIGPIPE`.
+    static func sendBytes(_ fd: Int32, _ pointer: UnsafeRawPointer, _ count: Int) throws(Errno) -> IOResult<Int> {
+        try nonblocking { send(fd, pointer, count, noSignalFlag) }
+    }
+
+    /// `close(2)`. `EINTR` is not retried: on Linux the descriptor is gone either way.
+    static func closeDescriptor(_ fd: Int32) {
+        _ = close(fd)
+    }
+
+    /// `socket(2)`, nonblocking and close-on-exec.
+    static func makeSocket(family: Int32, type: Int32) throws(Errno) -> Int32 {
+        #if canImport(Darwin)
+        let fd = try retrying { socket(family, type, 0) }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+        var one: Int32 = 1
+        _ = setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, socklen_t(MemoryLayout<Int32>.size))
+        return fd
+        #else
+        return try retrying { socket(family, type | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        #endif
+    }
+
+    /// `setsockopt(2)` for an `Int32` option.
+    static func setOption(_ fd: Int32, level: Int32, name: Int32, value: Int32) throws(Errno) {
+        var value = value
+        _ = try retrying { setsockopt(fd, level, name, &value, socklen_t(MemoryLayout<Int32>.size)) }
+    }
+
+    /// `getsockopt(2)` for an `Int32` option.
+    static func getOption(_ fd: Int32, level: Int32, name: Int32) throws(Errno) -> Int32 {
+        var value: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        _ = try retrying { getsockopt(fd, level, name, &value, &length) }
+        return value
+    }
+
+    /// `connect(2)` on a nonblocking socket: `true` when connected at once, `false` when in progress.
+    static func startConnect(_ fd: Int32, _ address: SocketAddress) throws(Errno) -> Bool {
+        let result = address.withSockAddr { pointer, length in connect(fd, pointer, length) }
+        if result == 0 { return true }
+        let error = Errno.current
+        if error == .inProgress || error == .interrupted { return false }
+        throw error
+    }
+
+    /// `bind(2)`.
+    static func bindAddress(_ fd: Int32, _ address: SocketAddress) throws(Errno) {
+        let result = address.withSockAddr { pointer, length in bind(fd, pointer, length) }
+        if result != 0 { throw Errno.current }
+    }
+
+    /// `listen(2)`.
+    static func startListening(_ fd: Int32, backlog: Int32) throws(Errno) {
+        _ = try retrying { listen(fd, backlog) }
+    }
+
+    /// `accept4(2)` (or `accept` plus `fcntl` on Darwin): a nonblocking, close-on-exec descriptor.
+    static func acceptConnection(_ fd: Int32) throws(Errno) -> IOResult<Int32> {
+        #if canImport(Darwin)
+        let result = try nonblocking { accept(fd, nil, nil) }
+        if case .processed(let client) = result {
+            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
+            var one: Int32 = 1
+            _ = setsockopt(client, SOL_SOCKET, SO_NOSIGPIPE, &one, socklen_t(MemoryLayout<Int32>.size))
+        }
+        return result
+        #else
+        return try nonblocking { ctether_accept4(fd) }
+        #endif
+    }
+
+    /// `getsockname(2)`.
+    static func localAddress(_ fd: Int32) throws(Errno) -> SocketAddress {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        if result != 0 { throw Errno.current }
+        return SocketAddress(storage: storage)
+    }
+
+    /// `getpeername(2)`.
+    static func peerAddress(_ fd: Int32) throws(Errno) -> SocketAddress {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
+        }
+        if result != 0 { throw Errno.current }
+        return SocketAddress(storage: storage)
+    }
+
+    /// `shutdown(2)` of the write side.
+    static func shutdownWrite(_ fd: Int32) {
+        #if canImport(Darwin)
+        _ = shutdown(fd, SHUT_WR)
+        #else
+        _ = shutdown(fd, Int32(SHUT_WR))
+        #endif
+    }
+
+    /// Makes sure a write to a closed socket never kills the process with `SIGPIPE`.
+    static let ignoreBrokenPipe: Void = {
+        _ = signal(SIGPIPE, SIG_IGN)
+    }()
+
+    #if canImport(Darwin)
+    static let noSignalFlag: Int32 = 0
+    #else
+    static let noSignalFlag: Int32 = Int32(MSG_NOSIGNAL)
+    #endif
+}
+
+
+/// The number of processors online (`sysconf(_SC_NPROCESSORS_ONLN)`).
+enum ProcessorCount {
+    static var online: Int {
+        Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+    }
+}

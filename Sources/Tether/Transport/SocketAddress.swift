@@ -1,0 +1,213 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#elseif canImport(Musl)
+@preconcurrency import Musl
+#elseif canImport(Darwin)
+@preconcurrency import Darwin
+#endif
+import CTetherShims
+
+/// An IPv4 or IPv6 socket address: an IP and a port.
+public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
+    enum Storage: Sendable, Hashable {
+        case v4(host: [UInt8], port: UInt16)
+        case v6(host: [UInt8], port: UInt16, scope: UInt32)
+    }
+
+    let storage: Storage
+
+    /// The port number.
+    public var port: Int {
+        switch storage {
+        case .v4(_, let port), .v6(_, let port, _): Int(port)
+        }
+    }
+
+    /// Whether this is an IPv6 address.
+    public var isIPv6: Bool {
+        if case .v6 = storage { return true }
+        return false
+    }
+
+    /// The IP address as text, without the port: `127.0.0.1` or `::1`.
+    public var ipAddress: String {
+        switch storage {
+        case .v4(let host, _):
+            return host.map(String.init).joined(separator: ".")
+        case .v6(let host, _, _):
+            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+            var raw = in6_addr()
+            withUnsafeMutableBytes(of: &raw) { $0.copyBytes(from: host) }
+            _ = inet_ntop(AF_INET6, &raw, &text, socklen_t(text.count))
+            return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+    }
+
+    /// `127.0.0.1:9000` or `[::1]:9000`.
+    public var description: String {
+        isIPv6 ? "[\(ipAddress)]:\(port)" : "\(ipAddress):\(port)"
+    }
+
+    /// Parses a numeric IPv4 or IPv6 address.
+    ///
+    /// - Parameters:
+    ///   - ipAddress: A numeric address such as `127.0.0.1` or `::1`.
+    ///   - port: The port number.
+    /// - Returns: The address, or `nil` when `ipAddress` is not numeric.
+    public init?(ipAddress: String, port: Int) {
+        guard (0...65535).contains(port) else { return nil }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, ipAddress, &v4) == 1 {
+            storage = .v4(host: withUnsafeBytes(of: &v4) { Array($0) }, port: UInt16(port))
+            return
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, ipAddress, &v6) == 1 {
+            storage = .v6(host: withUnsafeBytes(of: &v6) { Array($0) }, port: UInt16(port), scope: 0)
+            return
+        }
+        return nil
+    }
+
+    init(storage: sockaddr_storage) {
+        var storage = storage
+        if Int32(storage.ss_family) == AF_INET6 {
+            let address = withUnsafeBytes(of: &storage) { $0.load(as: sockaddr_in6.self) }
+            var host = address.sin6_addr
+            self.storage = .v6(
+                host: withUnsafeBytes(of: &host) { Array($0) },
+                port: UInt16(bigEndian: address.sin6_port),
+                scope: address.sin6_scope_id
+            )
+        } else {
+            let address = withUnsafeBytes(of: &storage) { $0.load(as: sockaddr_in.self) }
+            var host = address.sin_addr
+            self.storage = .v4(host: withUnsafeBytes(of: &host) { Array($0) }, port: UInt16(bigEndian: address.sin_port))
+        }
+    }
+
+    var family: Int32 { isIPv6 ? AF_INET6 : AF_INET }
+
+    /// Calls `body` with this address as a `sockaddr` pointer and its length.
+    func withSockAddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+        switch storage {
+        case .v4(let host, let port):
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            withUnsafeMutableBytes(of: &address.sin_addr) { $0.copyBytes(from: host) }
+            return withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        case .v6(let host, let port, let scope):
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = port.bigEndian
+            address.sin6_scope_id = scope
+            withUnsafeMutableBytes(of: &address.sin6_addr) { $0.copyBytes(from: host) }
+            return withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
+            }
+        }
+    }
+}
+
+/// Where to connect: a host name or numeric address, and a port.
+public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
+    /// A host name (`chat.example.com`, `localhost`) or a numeric address (`127.0.0.1`, `::1`).
+    public var host: String
+    /// The TCP port.
+    public var port: Int
+
+    /// Creates an endpoint.
+    ///
+    /// - Parameters:
+    ///   - host: A host name or a numeric IPv4 or IPv6 address.
+    ///   - port: The TCP port.
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// Parses `HOST:PORT`, `[IPV6]:PORT` or `IPV6-ADDRESS:PORT` text.
+    ///
+    /// - Parameter text: The endpoint as text, such as `127.0.0.1:9000` or `[::1]:9000`.
+    /// - Returns: The endpoint, or `nil` when the text has no valid port.
+    public init?(parsing text: String) {
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            let host = String(text[text.index(after: text.startIndex)..<close])
+            let rest = text[text.index(after: close)...]
+            guard rest.hasPrefix(":"), let port = Int(rest.dropFirst()), (0...65535).contains(port) else { return nil }
+            self.init(host: host, port: port)
+            return
+        }
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+            (0...65535).contains(port)
+        else { return nil }
+        let host = String(text[..<colon])
+        guard !host.isEmpty else { return nil }
+        self.init(host: host, port: port)
+    }
+
+    /// `host:port`, with brackets around an IPv6 address.
+    public var description: String {
+        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+}
+
+/// Name resolution with `getaddrinfo(3)`.
+enum Resolver {
+    /// Every address `endpoint` resolves to for TCP, in the order the system prefers.
+    ///
+    /// Numeric addresses are parsed without a lookup. Names are resolved with
+    /// `getaddrinfo`, which blocks; it runs on a thread of its own so no event loop or
+    /// cooperative thread waits on DNS.
+    static func resolve(_ endpoint: Endpoint) async throws(TetherError) -> [SocketAddress] {
+        guard (0...65535).contains(endpoint.port) else {
+            throw TetherError(code: .invalidArgument, message: "port \(endpoint.port) of \(endpoint) is out of range")
+        }
+        if let numeric = SocketAddress(ipAddress: endpoint.host, port: endpoint.port) {
+            return [numeric]
+        }
+        let result: Result<[SocketAddress], TetherError> = await withCheckedContinuation { continuation in
+            BlockingThread.run {
+                continuation.resume(returning: lookup(endpoint))
+            }
+        }
+        return try result.get()
+    }
+
+    static func lookup(_ endpoint: Endpoint) -> Result<[SocketAddress], TetherError> {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        #if canImport(Darwin)
+        hints.ai_socktype = SOCK_STREAM
+        #else
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        #endif
+        var list: UnsafeMutablePointer<addrinfo>?
+        let status = getaddrinfo(endpoint.host, String(endpoint.port), &hints, &list)
+        guard status == 0, let first = list else {
+            let reason = status == 0 ? "no addresses" : String(cString: gai_strerror(status))
+            return .failure(TetherError(code: .resolutionFailed, message: "cannot resolve \(endpoint.host): \(reason)"))
+        }
+        defer { freeaddrinfo(first) }
+        var addresses: [SocketAddress] = []
+        var cursor: UnsafeMutablePointer<addrinfo>? = first
+        while let entry = cursor {
+            if let raw = entry.pointee.ai_addr, entry.pointee.ai_family == AF_INET || entry.pointee.ai_family == AF_INET6 {
+                var storage = sockaddr_storage()
+                withUnsafeMutableBytes(of: &storage) {
+                    $0.copyMemory(from: UnsafeRawBufferPointer(start: raw, count: Int(entry.pointee.ai_addrlen)))
+                }
+                let address = SocketAddress(storage: storage)
+                if !addresses.contains(address) { addresses.append(address) }
+            }
+            cursor = entry.pointee.ai_next
+        }
+        if addresses.isEmpty {
+            return .failure(TetherError(code: .resolutionFailed, message: "cannot resolve \(endpoint.host): no addresses"))
+        }
+        return .success(addresses)
+    }
+}
