@@ -196,3 +196,25 @@ enum ProcessorCount {
         Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
     }
 }
+
+/// Socket option numbers that differ in spelling between platforms.
+enum SocketOptions {
+    static let tcpLevel = Int32(IPPROTO_TCP)
+    static let noDelay = Int32(TCP_NODELAY)
+    static let socketLevel = SOL_SOCKET
+    static let error = SO_ERROR
+    static let reuseAddress = SO_REUSEADDR
+}
+
+extension SocketOptions {
+    #if canImport(Darwin)
+    static let streamType = SOCK_STREAM
+    #else
+    static let streamType = Int32(SOCK_STREAM.rawValue)
+    #endif
+}
+
+extension SocketOptions {
+    static let ipv6Level = Int32(IPPROTO_IPV6)
+    static let ipv6Only = IPV6_V6ONLY
+}

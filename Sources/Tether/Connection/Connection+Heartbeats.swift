@@ -1,0 +1,57 @@
+extension Connection {
+    func startHeartbeats() {
+        let settings = configuration.heartbeat
+        guard settings.isEnabled else { return }
+        heartbeatMachine = HeartbeatStateMachine(
+            interval: settings.interval,
+            timeout: settings.timeout,
+            maximumMissed: settings.maximumMissed
+        )
+        scheduleHeartbeat(at: MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: settings.interval))
+    }
+
+    private func scheduleHeartbeat(at deadline: UInt64) {
+        heartbeatTimer = loop.schedule(at: deadline) { [self] in
+            assumeIsolated { $0.heartbeatTick() }
+        }
+    }
+
+    private func heartbeatTick() {
+        heartbeatTimer = nil
+        guard let channel, var machine = heartbeatMachine else { return }
+        let now = MonotonicTime.now()
+        let actions = machine.tick(now: now)
+        heartbeatMachine = machine
+        for action in actions {
+            switch action {
+            case .send(let serial):
+                do {
+                    try write(Frame(type: configuration.profile.heartbeatType, serial: serial), on: channel)
+                    heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .sent))
+                } catch {
+                    finish(error, graceful: false)
+                    return
+                }
+            case .missed(let serial):
+                heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
+            case .missedAndGiveUp(let serial, let misses):
+                heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
+                finish(TetherError(
+                    code: .heartbeatTimeout,
+                    message: "no heartbeat ack from \(channel.remoteAddress) for \(misses) heartbeats in a row (\(describe(configuration.heartbeat.timeout)) each)"
+                ), graceful: false)
+                return
+            }
+        }
+        scheduleHeartbeat(at: machine.nextTick(after: now))
+    }
+
+    func heartbeatAcked(_ frame: Frame) {
+        guard var machine = heartbeatMachine else { return }
+        let rtt = machine.ack(serial: frame.serial, now: MonotonicTime.now())
+        heartbeatMachine = machine
+        if let rtt {
+            heartbeatFeed.publish(Heartbeat(serial: frame.serial, outcome: .acked, roundTripTime: MonotonicTime.duration(nanoseconds: rtt)))
+        }
+    }
+}

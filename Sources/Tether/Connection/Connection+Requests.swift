@@ -1,0 +1,102 @@
+extension Connection {
+    /// Sends a request and waits for its response.
+    ///
+    /// The request gets a fresh serial (never 0, never one in use); the response with the
+    /// same serial resumes this call. The call ends exactly once: with the response, with
+    /// ``TetherError/Code/timedOut`` when `timeout` passes, with `CancellationError` when the
+    /// calling task is cancelled, or with the error that closed the connection. A response
+    /// that arrives after its request ended is dropped and counted in
+    /// ``ConnectionStatistics/lateResponses``.
+    ///
+    /// An error answer from the server (`{"error": …}`) is still a response: check
+    /// ``Response/errorMessage``.
+    ///
+    /// - Parameters:
+    ///   - request: The type and content to send.
+    ///   - timeout: How long to wait; `nil` uses ``ConnectionConfiguration/requestTimeout``.
+    /// - Returns: The response.
+    /// - Throws: ``TetherError`` or `CancellationError`.
+    public func request(_ request: Request, timeout: Duration? = nil) async throws -> Response {
+        try Task.checkCancellation()
+        guard let channel else { throw notConnected() }
+        guard table.count < configuration.limits.maximumPendingRequests else {
+            throw TetherError(
+                code: .tooManyPendingRequests,
+                message: "\(table.count) requests are already waiting on \(channel.remoteAddress), the limit"
+            )
+        }
+        let (serial, id) = table.allocate()
+        let frame = Frame(type: request.type, serial: serial, payload: request.payload)
+        try write(frame, on: channel)
+        counters.requestsSent += 1
+        let limit = timeout ?? configuration.requestTimeout
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: Waiter) in
+                var timer: LoopTimer?
+                if let limit {
+                    timer = loop.schedule(after: limit) { [self] in
+                        assumeIsolated { $0.expire(serial: serial, id: id, after: limit) }
+                    }
+                }
+                table.insert(serial: serial, entry: .init(waiter: continuation, id: id, type: request.type, timer: timer))
+            }
+        } onCancel: {
+            loop.execute { [self] in
+                assumeIsolated { $0.cancelRequest(serial: serial, id: id) }
+            }
+        }
+    }
+
+    /// Sends a frame that expects no reply.
+    ///
+    /// The frame is queued and written at the end of the current loop turn, together with
+    /// everything else written in that turn.
+    ///
+    /// - Parameter frame: The frame, sent as is (its serial too).
+    /// - Throws: ``TetherError`` when the connection is closed or the outbound buffer is full.
+    public func send(_ frame: Frame) throws(TetherError) {
+        guard let channel else { throw notConnected() }
+        try write(frame, on: channel)
+    }
+
+    func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
+        try channel.checkOutboundSpace(for: frame)
+        try codec.encode(frame, into: &channel.outbound)
+        channel.scheduleFlush()
+    }
+
+    func notConnected() -> TetherError {
+        if let reason = state.closeReason {
+            return TetherError(code: reason.code == .connectionClosed ? .connectionClosed : .notConnected,
+                               message: "not connected to \(endpoint): \(reason.message)", underlying: reason)
+        }
+        return TetherError(code: .notConnected, message: "not connected to \(endpoint)")
+    }
+
+    /// Number of requests waiting for a response.
+    public var pendingRequestCount: Int { table.count }
+
+    private func expire(serial: UInt32, id: UInt64, after limit: Duration) {
+        guard let entry = table.remove(serial: serial, id: id) else { return }
+        entry.waiter.resume(throwing: TetherError(
+            code: .timedOut,
+            message: "request \(hex(entry.type)) serial \(serial) timed out after \(describe(limit))"
+        ))
+    }
+
+    private func cancelRequest(serial: UInt32, id: UInt64) {
+        guard let entry = table.remove(serial: serial, id: id) else { return }
+        if let timer = entry.timer { loop.cancel(timer) }
+        entry.waiter.resume(throwing: CancellationError())
+    }
+
+    func completeRequest(with frame: Frame) {
+        guard let entry = table.remove(serial: frame.serial) else {
+            counters.lateResponses += 1
+            return
+        }
+        if let timer = entry.timer { loop.cancel(timer) }
+        counters.responsesReceived += 1
+        entry.waiter.resume(returning: Response(frame: frame))
+    }
+}

@@ -1,0 +1,154 @@
+/// A request: a type and content, sent with ``Connection/request(_:timeout:)``.
+///
+/// The connection gives it a fresh serial; the response comes back with the same type and
+/// serial. On a server, handlers receive the request with its ``serial`` set.
+public struct Request: Sendable, Hashable {
+    /// The request type; above `0x400` in the seed profile.
+    public var type: UInt32
+    /// The content bytes.
+    public var payload: [UInt8]
+    /// The serial the request travelled with. Set on a server; ignored when sending.
+    public var serial: UInt32
+
+    /// Creates a request with raw content.
+    ///
+    /// - Parameters:
+    ///   - type: The request type.
+    ///   - payload: The content bytes.
+    public init(type: UInt32, payload: [UInt8] = []) {
+        self.type = type
+        self.payload = payload
+        self.serial = 0
+    }
+
+    /// Creates a request whose content is a JSON value.
+    ///
+    /// - Parameters:
+    ///   - type: The request type.
+    ///   - json: The content, written with literals: `["hello": "world"]`.
+    public init(type: UInt32, json: JSONValue) {
+        self.init(type: type, payload: json.encoded)
+    }
+
+    /// Creates a request whose content is an `Encodable` value as JSON.
+    ///
+    /// - Parameters:
+    ///   - type: The request type.
+    ///   - value: The value to encode.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/encodingFailed``.
+    public init<T: Encodable>(type: UInt32, encoding value: T) throws(TetherError) {
+        self.init(type: type, payload: try JSONCoding.encode(value))
+    }
+
+    /// Creates a request whose content is a plain dictionary as JSON.
+    ///
+    /// - Parameters:
+    ///   - type: The request type.
+    ///   - jsonObject: A dictionary of JSON-compatible values (`String`, numbers, `Bool`, arrays, dictionaries, `NSNull`).
+    /// - Throws: ``TetherError`` with ``TetherError/Code/encodingFailed`` when it is not valid JSON.
+    public init(type: UInt32, jsonObject: [String: Any]) throws(TetherError) {
+        self.init(type: type, payload: try JSONCoding.serialize(jsonObject))
+    }
+
+    init(frame: Frame) {
+        self.type = frame.type
+        self.payload = frame.payload
+        self.serial = frame.serial
+    }
+
+    /// The content parsed as JSON, or `nil` when it is empty or not JSON.
+    public var json: JSONValue? { payload.isEmpty ? nil : try? JSONValue(parsing: payload) }
+
+    /// The content decoded from JSON.
+    ///
+    /// - Parameter type: The type to decode.
+    /// - Returns: The decoded value.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed``.
+    public func decode<T: Decodable>(_ type: T.Type) throws(TetherError) -> T {
+        try JSONCoding.decode(T.self, from: payload, what: "request \(hex(self.type)) content")
+    }
+}
+
+/// A response: the type and serial of its request, and content.
+///
+/// An error answer is still a response, carrying JSON such as `{"error": "unknown type 0x999"}`;
+/// ``errorMessage`` reads it.
+public struct Response: Sendable, Hashable {
+    /// The type of the request this answers.
+    public var type: UInt32
+    /// The serial of the request this answers.
+    public var serial: UInt32
+    /// The content bytes.
+    public var payload: [UInt8]
+
+    /// Creates a response with raw content. On a server, leave `type` and `serial` at 0
+    /// and they are copied from the request.
+    ///
+    /// - Parameters:
+    ///   - type: The request's type, or 0 to copy it.
+    ///   - serial: The request's serial, or 0 to copy it.
+    ///   - payload: The content bytes.
+    public init(type: UInt32 = 0, serial: UInt32 = 0, payload: [UInt8] = []) {
+        self.type = type
+        self.serial = serial
+        self.payload = payload
+    }
+
+    /// Creates a response whose content is a JSON value.
+    ///
+    /// - Parameter json: The content, written with literals: `["ok": true]`.
+    public init(json: JSONValue) {
+        self.init(payload: json.encoded)
+    }
+
+    /// Creates a response whose content is an `Encodable` value as JSON.
+    ///
+    /// - Parameter value: The value to encode.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/encodingFailed``.
+    public init<T: Encodable>(encoding value: T) throws(TetherError) {
+        self.init(payload: try JSONCoding.encode(value))
+    }
+
+    /// Creates an error response: `{"error": message}`.
+    ///
+    /// - Parameter message: What went wrong.
+    /// - Returns: The response.
+    public static func error(_ message: String) -> Response {
+        Response(json: ["error": .string(message)])
+    }
+
+    init(frame: Frame) {
+        self.type = frame.type
+        self.serial = frame.serial
+        self.payload = frame.payload
+    }
+
+    /// The content parsed as JSON, or `nil` when it is empty or not JSON.
+    public var json: JSONValue? { payload.isEmpty ? nil : try? JSONValue(parsing: payload) }
+
+    /// The content as a plain dictionary.
+    ///
+    /// - Returns: The JSON object.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed`` when it is not a JSON object.
+    public func jsonObject() throws(TetherError) -> [String: Any] {
+        try JSONCoding.deserialize(payload, what: "response \(hex(type)) serial \(serial) content")
+    }
+
+    /// The content decoded from JSON.
+    ///
+    /// - Parameter type: The type to decode.
+    /// - Returns: The decoded value.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed``.
+    public func decode<T: Decodable>(_ type: T.Type) throws(TetherError) -> T {
+        try JSONCoding.decode(T.self, from: payload, what: "response \(hex(self.type)) serial \(serial) content")
+    }
+
+    /// The text of an error answer (`{"error": "…"}`), or `nil` for a normal response.
+    public var errorMessage: String? {
+        guard payload.first == UInt8(ascii: "{") else { return nil }
+        return json?["error"]?.stringValue
+    }
+
+    /// The content as UTF-8 text.
+    public var text: String { String(decoding: payload, as: UTF8.self) }
+}

@@ -1,0 +1,197 @@
+/// One accepted connection of a ``Server``.
+///
+/// Handlers receive the peer so they can push to it or close it. The actor runs on an
+/// event loop, like ``Connection``: frames are decoded and heartbeats acked on the loop
+/// thread, and handlers run as child tasks that prefer the same loop.
+public actor Peer {
+    /// Identifies the peer within its server.
+    public nonisolated let id: PeerID
+    /// Where the peer connects from.
+    public nonisolated let remoteAddress: SocketAddress
+    nonisolated let loop: EventLoop
+    private weak var server: Server?
+    private let configuration: ServerConfiguration
+    private let handlers: HandlerTable
+    private var pendingFD: Int32
+    private var channel: SocketChannel?
+    private var codec: any FrameCodec
+    private var closeReason: TetherError?
+    private let requests: AsyncStream<Frame>
+    private let requestFeed: AsyncStream<Frame>.Continuation
+    private var drainTimer: LoopTimer?
+
+    /// Runs the actor on its event loop.
+    public nonisolated var unownedExecutor: UnownedSerialExecutor {
+        loop.serialExecutor.asUnownedSerialExecutor()
+    }
+
+    init(id: PeerID, fd: Int32, remoteAddress: SocketAddress, loop: EventLoop, server: Server) {
+        self.id = id
+        self.remoteAddress = remoteAddress
+        self.loop = loop
+        self.server = server
+        self.configuration = server.configuration
+        self.handlers = server.handlers
+        self.pendingFD = fd
+        self.codec = server.configuration.profile.makeCodec(server.configuration.limits.maximumPayloadLength)
+        (requests, requestFeed) = AsyncStream<Frame>.makeStream()
+    }
+
+    deinit {
+        if pendingFD >= 0 { Syscall.closeDescriptor(pendingFD) }
+    }
+
+    /// Serves the peer until its connection closes or the task is cancelled.
+    func run() async {
+        let fd = pendingFD
+        pendingFD = -1
+        do {
+            let channel = try SocketChannel(
+                fd: fd,
+                remoteAddress: remoteAddress,
+                loop: loop,
+                noDelay: configuration.noDelay,
+                maximumOutboundBytes: configuration.limits.maximumOutboundBytes
+            )
+            channel.delegate = self
+            self.channel = channel
+        } catch {
+            end(error, graceful: false)
+            server?.peerDisconnected(self, reason: error)
+            return
+        }
+        server?.peerConnected(self)
+        let executor = loop.taskExecutor
+        await withTaskCancellationHandler {
+            await withDiscardingTaskGroup { tasks in
+                for await frame in requests {
+                    guard let handler = handlers.handler(for: frame.type) else { continue }
+                    tasks.addTask(executorPreference: executor) { [self] in
+                        let response = await Self.invoke(handler, Request(frame: frame), self)
+                        await respond(response, to: frame)
+                    }
+                }
+            }
+        } onCancel: {
+            loop.execute { [self] in assumeIsolated { $0.shutdown() } }
+        }
+        server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"))
+    }
+
+    private static func invoke(_ handler: Server.Handler, _ request: Request, _ peer: Peer) async -> Response {
+        do {
+            return try await handler(request, peer)
+        } catch let error as TetherError {
+            return .error(error.message)
+        } catch {
+            return .error(String(describing: error))
+        }
+    }
+
+    private func respond(_ response: Response, to request: Frame) {
+        guard let channel else { return }
+        let frame = Frame(
+            type: response.type == 0 ? request.type : response.type,
+            serial: response.serial == 0 ? request.serial : response.serial,
+            payload: response.payload
+        )
+        do {
+            try write(frame, on: channel)
+        } catch {
+            end(error, graceful: false)
+        }
+    }
+
+    /// Sends a frame to this peer: a push, usually.
+    ///
+    /// - Parameter frame: The frame, sent as is.
+    /// - Throws: ``TetherError`` when the peer is gone or its outbound buffer is full.
+    public func push(_ frame: Frame) throws(TetherError) {
+        guard let channel else {
+            throw TetherError(code: .notConnected, message: "\(id) at \(remoteAddress) is not connected")
+        }
+        try write(frame, on: channel)
+    }
+
+    /// Closes the connection with this peer after flushing what is queued.
+    public func close() {
+        end(TetherError(code: .connectionClosed, message: "server closed the connection with \(remoteAddress)"), graceful: true)
+    }
+
+    /// Server shutdown: flush and close.
+    func shutdown() {
+        end(TetherError(code: .connectionClosed, message: "server shut down"), graceful: true)
+    }
+
+    private func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
+        try channel.checkOutboundSpace(for: frame)
+        try codec.encode(frame, into: &channel.outbound)
+        channel.scheduleFlush()
+    }
+
+    private func end(_ reason: TetherError, graceful: Bool) {
+        guard closeReason == nil else { return }
+        closeReason = reason
+        requestFeed.finish()
+        guard let channel else { return }
+        self.channel = nil
+        channel.delegate = nil
+        if graceful {
+            channel.closeAfterFlush()
+            let timeout = configuration.drainTimeout
+            loop.schedule(after: timeout) { channel.close() }
+        } else {
+            channel.close()
+        }
+    }
+}
+
+extension Peer: ChannelDelegate {
+    nonisolated func channelRead(_ channel: SocketChannel) {
+        assumeIsolated { $0.decodeFrames(from: channel) }
+    }
+
+    nonisolated func channelClosed(_ channel: SocketChannel, error: TetherError) {
+        assumeIsolated { peer in
+            guard peer.channel === channel else { return }
+            var reason = error
+            if error.code == .peerClosed, channel.inbound.readableBytes > 0 {
+                reason = TetherError(
+                    code: .truncatedFrame,
+                    message: "stream from \(channel.remoteAddress) ended inside a frame: \(channel.inbound.readableBytes) bytes of an incomplete frame"
+                )
+            }
+            peer.end(reason, graceful: false)
+        }
+    }
+
+    private func decodeFrames(from channel: SocketChannel) {
+        do {
+            while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
+                dispatch(frame, on: channel)
+            }
+        } catch {
+            fail(error, on: channel)
+        }
+    }
+
+    private func fail(_ error: TetherError, on channel: SocketChannel) {
+        end(TetherError(code: error.code, message: "\(error.message) from \(channel.remoteAddress)", underlying: error), graceful: false)
+    }
+
+    private func dispatch(_ frame: Frame, on channel: SocketChannel) {
+        let kind = configuration.profile.classify(frame.type)
+        switch kind {
+        case .heartbeat:
+            try? write(frame, on: channel)
+        case .message, .notification:
+            if handlers.handler(for: frame.type) != nil {
+                requestFeed.yield(frame)
+            } else {
+                respond(.error("unknown type \(hex(frame.type))"), to: frame)
+            }
+        default:
+            fail(TetherError(code: .protocolError, message: "frame type \(hex(frame.type)) is not valid in the \(configuration.profile.name) profile"), on: channel)
+        }
+    }
+}

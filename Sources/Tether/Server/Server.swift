@@ -1,0 +1,253 @@
+import Synchronization
+
+/// A server for a Tether protocol: accepts connections, answers requests with handlers,
+/// acks heartbeats, and pushes to one peer or to all.
+///
+/// ```swift
+/// let server = Server(configuration: .init(port: 9000))
+/// server.handle(type: 0x402) { request, peer in
+///     Response(json: ["echo": request.json ?? nil])
+/// }
+/// try await server.run()   // until the task is cancelled
+/// ```
+///
+/// Each accepted connection is a ``Peer`` actor on one of the event loops. Requests of a
+/// type with no handler are answered with an error response (`{"error": "unknown type 0x…"}`),
+/// never dropped.
+public final class Server: Sendable {
+    /// Answers one request. Runs on the peer's event loop; may suspend.
+    public typealias Handler = @Sendable (_ request: Request, _ peer: Peer) async throws -> Response
+
+    /// How the server listens and what it allows.
+    public let configuration: ServerConfiguration
+
+    struct State {
+        var peers: [PeerID: Peer] = [:]
+        var nextPeer: UInt64 = 1
+        var listening: SocketAddress?
+        var listenWaiters: [CheckedContinuation<SocketAddress, any Error>] = []
+        var failure: TetherError?
+        var running = false
+        var stopped = false
+    }
+
+    let handlers = HandlerTable()
+    let state = Mutex(State())
+    let eventFeed: Broadcaster<ServerEvent>
+
+    /// Creates a server; nothing listens until ``run()``.
+    ///
+    /// - Parameter configuration: Address, profile and limits.
+    public init(configuration: ServerConfiguration = .init()) {
+        self.configuration = configuration
+        eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
+    }
+
+    /// Registers the handler for requests of `type`, replacing any earlier one.
+    ///
+    /// - Parameters:
+    ///   - type: The request type.
+    ///   - handler: Answers a request; a thrown error is sent back as `{"error": "…"}`.
+    public func handle(type: UInt32, _ handler: @escaping Handler) {
+        handlers.set(type, handler)
+    }
+
+    /// Listening, peer connected and peer disconnected events, from now on.
+    public var events: Subscription<ServerEvent> { eventFeed.subscribe() }
+
+    /// The peers connected now.
+    public var peers: [Peer] {
+        state.withLock { $0.peers.sorted { $0.key < $1.key }.map(\.value) }
+    }
+
+    /// Number of peers connected now.
+    public var peerCount: Int { state.withLock { $0.peers.count } }
+
+    /// Waits until the server listens and returns its address (with the real port when
+    /// the configuration asked for port 0).
+    ///
+    /// - Returns: The listening address.
+    /// - Throws: ``TetherError`` when ``run()`` failed to listen.
+    public func listeningAddress() async throws -> SocketAddress {
+        try await withCheckedThrowingContinuation { continuation in
+            let ready = state.withLock { state -> Result<SocketAddress, TetherError>? in
+                if let address = state.listening { return .success(address) }
+                if let failure = state.failure { return .failure(failure) }
+                state.listenWaiters.append(continuation)
+                return nil
+            }
+            if let ready { continuation.resume(with: ready) }
+        }
+    }
+
+    /// Pushes a frame to one peer.
+    ///
+    /// - Parameters:
+    ///   - frame: The notification (or any frame) to send.
+    ///   - peer: Which peer.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/notConnected`` when that peer is gone.
+    public func push(_ frame: Frame, to peer: PeerID) async throws(TetherError) {
+        guard let target = state.withLock({ $0.peers[peer] }) else {
+            throw TetherError(code: .notConnected, message: "\(peer) is not connected")
+        }
+        try await target.push(frame)
+    }
+
+    /// Pushes a frame to every connected peer.
+    ///
+    /// - Parameter frame: The notification to send.
+    /// - Returns: How many peers it was queued for.
+    @discardableResult
+    public func broadcast(_ frame: Frame) async -> Int {
+        var delivered = 0
+        for peer in peers {
+            do {
+                try await peer.push(frame)
+                delivered += 1
+            } catch {
+                continue
+            }
+        }
+        return delivered
+    }
+
+    // MARK: Running
+
+    /// Listens and serves until the calling task is cancelled, then closes every peer
+    /// gracefully (queued responses are flushed) and returns.
+    ///
+    /// - Throws: ``TetherError`` with ``TetherError/Code/bindFailed`` when the address
+    ///   cannot be used.
+    public func run() async throws {
+        let alreadyRunning = state.withLock { state -> Bool in
+            defer { state.running = true }
+            return state.running
+        }
+        precondition(!alreadyRunning, "Server.run() may be called only once")
+        let address: SocketAddress
+        do {
+            address = try await bindAddress()
+        } catch {
+            fail(error)
+            throw error
+        }
+        let group = configuration.eventLoopGroup
+        let acceptLoop = group.next()
+        let (accepted, acceptor) = AsyncStream<(Int32, SocketAddress)>.makeStream()
+        let listener: Listener
+        do throws(TetherError) {
+            listener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: acceptLoop) { fd, peer in
+                if case .terminated = acceptor.yield((fd, peer)) { Syscall.closeDescriptor(fd) }
+            }
+            try await acceptLoop.submit { () throws(TetherError) in try listener.start() }
+        } catch {
+            fail(error)
+            throw error
+        }
+        let bound = listener.address
+        let waiters = state.withLock { state in
+            state.listening = bound
+            defer { state.listenWaiters.removeAll() }
+            return state.listenWaiters
+        }
+        for waiter in waiters { waiter.resume(returning: bound) }
+        eventFeed.publish(ServerEvent(kind: .listening, address: bound))
+
+        await withTaskCancellationHandler {
+            await withDiscardingTaskGroup { tasks in
+                for await (fd, remote) in accepted {
+                    guard let peer = admit(fd: fd, remote: remote, loop: group.next()) else { continue }
+                    tasks.addTask { await peer.run() }
+                }
+                for peer in peers { await peer.shutdown() }
+            }
+        } onCancel: {
+            acceptLoop.execute {
+                listener.close()
+                acceptor.finish()
+            }
+        }
+        state.withLock { $0.stopped = true }
+        eventFeed.finish()
+    }
+
+    private func bindAddress() async throws(TetherError) -> SocketAddress {
+        let endpoint = Endpoint(host: configuration.host, port: configuration.port)
+        do throws(TetherError) {
+            guard let first = try await Resolver.resolve(endpoint).first else {
+                throw TetherError(code: .bindFailed, message: "cannot listen on \(endpoint): no address")
+            }
+            return first
+        } catch {
+            throw TetherError(code: .bindFailed, message: "cannot listen on \(endpoint): \(error.message)", underlying: error)
+        }
+    }
+
+    private func fail(_ error: TetherError) {
+        let waiters = state.withLock { state in
+            state.failure = error
+            defer { state.listenWaiters.removeAll() }
+            return state.listenWaiters
+        }
+        for waiter in waiters { waiter.resume(throwing: error) }
+        eventFeed.finish()
+    }
+
+    private func admit(fd: Int32, remote: SocketAddress, loop: EventLoop) -> Peer? {
+        let id = state.withLock { state -> PeerID? in
+            guard state.peers.count < configuration.maximumConnections else { return nil }
+            defer { state.nextPeer += 1 }
+            return PeerID(rawValue: state.nextPeer)
+        }
+        guard let id else {
+            Syscall.closeDescriptor(fd)
+            eventFeed.publish(ServerEvent(
+                kind: .peerRejected,
+                address: remote,
+                reason: TetherError(code: .tooManyPendingRequests, message: "the server is at its limit of \(configuration.maximumConnections) connections")
+            ))
+            return nil
+        }
+        let peer = Peer(id: id, fd: fd, remoteAddress: remote, loop: loop, server: self)
+        state.withLock { $0.peers[id] = peer }
+        return peer
+    }
+
+    func peerConnected(_ peer: Peer) {
+        eventFeed.publish(ServerEvent(kind: .peerConnected, address: peer.remoteAddress, peer: peer.id))
+    }
+
+    func peerDisconnected(_ peer: Peer, reason: TetherError) {
+        state.withLock { _ = $0.peers.removeValue(forKey: peer.id) }
+        eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason))
+    }
+}
+
+/// The handlers of a server by request type; read by every peer, written by ``Server/handle(type:_:)``.
+final class HandlerTable: Sendable {
+    private let table = Mutex<[UInt32: Server.Handler]>([:])
+
+    func set(_ type: UInt32, _ handler: @escaping Server.Handler) {
+        table.withLock { $0[type] = handler }
+    }
+
+    func handler(for type: UInt32) -> Server.Handler? {
+        table.withLock { $0[type] }
+    }
+}
+
+extension EventLoop {
+    /// Runs `body` on the loop and returns its result.
+    func submit<T: Sendable>(_ body: @escaping @Sendable () throws(TetherError) -> T) async throws(TetherError) -> T {
+        let result: Result<T, TetherError> = await withCheckedContinuation { continuation in
+            execute {
+                do throws(TetherError) {
+                    continuation.resume(returning: .success(try body()))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        return try result.get()
+    }
+}

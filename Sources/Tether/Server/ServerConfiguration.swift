@@ -1,0 +1,88 @@
+/// How a ``Server`` listens and what it allows. A value: copy it, change fields, pass it in.
+public struct ServerConfiguration: Sendable {
+    /// The address to listen on: a numeric IPv4 or IPv6 address, or a name such as `localhost`.
+    /// Default `127.0.0.1`: only this machine can connect until you choose otherwise.
+    public var host: String = "127.0.0.1"
+    /// The port; 0 lets the system choose one (read it from ``Server/listeningAddress()``). Default 9000.
+    public var port: Int = 9000
+    /// The wire protocol. Default ``Profile/seed``.
+    public var profile: Profile = .seed
+    /// Size limits per peer connection.
+    public var limits = Limits()
+    /// How many peers may be connected at once; connections beyond it are closed at once. Default 10,000.
+    public var maximumConnections: Int = 10_000
+    /// The `listen(2)` backlog. Default 1,024.
+    public var backlog: Int = 1_024
+    /// Whether to set `TCP_NODELAY` on accepted sockets. Default `true`.
+    public var noDelay: Bool = true
+    /// How long a closing peer may take to flush what it has queued. Default 5 s.
+    public var drainTimeout: Duration = .seconds(5)
+    /// The event loops to run on. Default ``EventLoopGroup/shared``.
+    public var eventLoopGroup: EventLoopGroup = .shared
+
+    /// The defaults.
+    public init() {}
+
+    /// The defaults with another address and profile.
+    ///
+    /// - Parameters:
+    ///   - host: The address to listen on.
+    ///   - port: The port; 0 lets the system choose.
+    ///   - profile: The wire protocol.
+    public init(host: String = "127.0.0.1", port: Int, profile: Profile = .seed) {
+        self.host = host
+        self.port = port
+        self.profile = profile
+    }
+}
+
+/// Identifies one peer connection of a server.
+public struct PeerID: Hashable, Sendable, CustomStringConvertible, Comparable {
+    /// A number unique within the server.
+    public let rawValue: UInt64
+
+    /// Wraps a number.
+    ///
+    /// - Parameter rawValue: The number.
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+    public var description: String { "peer#\(rawValue)" }
+
+    public static func < (lhs: PeerID, rhs: PeerID) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// Something that happened on a server: it started listening, or a peer came or went.
+public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
+    /// What happened.
+    public struct Kind: Hashable, Sendable, CustomStringConvertible {
+        enum Value: Hashable, Sendable { case listening, peerConnected, peerDisconnected, peerRejected }
+        let value: Value
+
+        /// The server is accepting connections on ``ServerEvent/address``.
+        public static let listening = Kind(value: .listening)
+        /// A peer connected from ``ServerEvent/address``.
+        public static let peerConnected = Kind(value: .peerConnected)
+        /// A peer disconnected; ``ServerEvent/reason`` says why.
+        public static let peerDisconnected = Kind(value: .peerDisconnected)
+        /// A connection was refused because the server is at its connection limit.
+        public static let peerRejected = Kind(value: .peerRejected)
+
+        public var description: String { String(describing: value) }
+    }
+
+    /// What happened.
+    public var kind: Kind
+    /// The listening address, or the peer's address.
+    public var address: SocketAddress
+    /// The peer, for peer events.
+    public var peer: PeerID?
+    /// Why a peer disconnected.
+    public var reason: TetherError?
+
+    public var description: String {
+        var text = "\(kind) \(address)"
+        if let peer { text += " \(peer)" }
+        if let reason { text += ": \(reason.message)" }
+        return text
+    }
+}

@@ -1,0 +1,121 @@
+import Synchronization
+
+/// An async sequence of events from a connection or server: frames, notifications,
+/// heartbeats, states.
+///
+/// Every `for await` loop over a subscription gets every element delivered after it
+/// subscribed. Each subscriber has its own bounded buffer (see
+/// ``Limits/subscriberBufferSize``): when a slow subscriber falls that far behind, its
+/// oldest element is dropped and counted. The sequence ends when the connection or server
+/// it came from closes.
+public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
+    public typealias Failure = Never
+
+    let stream: AsyncStream<Element>
+
+    /// The iterator of a subscription.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: AsyncStream<Element>.Iterator
+
+        /// The next element, or `nil` once the source has closed.
+        public mutating func next() async -> Element? {
+            await base.next()
+        }
+
+        /// The next element, or `nil` once the source has closed.
+        public mutating func next(isolation actor: isolated (any Actor)?) async -> Element? {
+            await base.next(isolation: actor)
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(base: stream.makeAsyncIterator())
+    }
+}
+
+/// Fans elements out to any number of subscribers, each with a bounded buffer.
+///
+/// Thread-safe: subscribe from anywhere; publish from the owner's executor.
+final class Broadcaster<Element: Sendable>: Sendable {
+    private struct Subscriber {
+        var continuation: AsyncStream<Element>.Continuation
+        var filter: (@Sendable (Element) -> Bool)?
+    }
+
+    private struct State {
+        var subscribers: [UInt64: Subscriber] = [:]
+        var nextID: UInt64 = 0
+        var finished = false
+        /// Elements replayed to each new subscriber (the current state, for `states`).
+        var replay: Element?
+        var dropped = 0
+    }
+
+    private let state = Mutex(State())
+    private let bufferSize: Int
+    private let keepsLatest: Bool
+
+    /// - Parameters:
+    ///   - bufferSize: Elements each subscriber may have waiting.
+    ///   - keepsLatest: Whether a new subscriber first gets the latest published element.
+    init(bufferSize: Int, keepsLatest: Bool = false) {
+        self.bufferSize = max(1, bufferSize)
+        self.keepsLatest = keepsLatest
+    }
+
+    func subscribe(where filter: (@Sendable (Element) -> Bool)? = nil) -> Subscription<Element> {
+        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(bufferSize))
+        let finished = state.withLock { state -> Bool in
+            if let replay = state.replay, filter?(replay) ?? true {
+                continuation.yield(replay)
+            }
+            if state.finished { return true }
+            let id = state.nextID
+            state.nextID += 1
+            state.subscribers[id] = Subscriber(continuation: continuation, filter: filter)
+            continuation.onTermination = { [weak self] _ in
+                _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) }
+            }
+            return false
+        }
+        if finished { continuation.finish() }
+        return Subscription(stream: stream)
+    }
+
+    /// Delivers `element` to every subscriber whose filter accepts it.
+    func publish(_ element: Element) {
+        state.withLock { state in
+            if keepsLatest { state.replay = element }
+            for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
+                if case .dropped = subscriber.continuation.yield(element) {
+                    state.dropped += 1
+                }
+            }
+        }
+    }
+
+    /// Whether anyone listens; lets the hot path skip building elements nobody reads.
+    var hasSubscribers: Bool {
+        state.withLock { !$0.subscribers.isEmpty }
+    }
+
+    /// Elements dropped because a subscriber's buffer was full.
+    var droppedCount: Int { state.withLock { $0.dropped } }
+
+    /// Ends every subscription; later subscribers get the replayed element, then the end.
+    func finish(last: Element? = nil) {
+        let subscribers = state.withLock { state -> [Subscriber] in
+            if let last {
+                if keepsLatest { state.replay = last }
+                for subscriber in state.subscribers.values where subscriber.filter?(last) ?? true {
+                    subscriber.continuation.yield(last)
+                }
+            }
+            state.finished = true
+            let all = Array(state.subscribers.values)
+            state.subscribers.removeAll()
+            return all
+        }
+        for subscriber in subscribers { subscriber.continuation.finish() }
+    }
+}

@@ -1,0 +1,97 @@
+/// Connects a nonblocking TCP socket to one address, with a deadline. Loop thread only.
+final class ConnectAttempt: IOHandler, @unchecked Sendable {
+    // @unchecked Sendable: touched only on `loop`'s thread; Sendable so the cancellation
+    // handler can send it to the loop.
+
+    private let loop: EventLoop
+    private let address: SocketAddress
+    private var fd: Int32
+    private var timer: LoopTimer?
+    private var continuation: CheckedContinuation<Result<Int32, TetherError>, Never>?
+    private let timeout: Duration
+
+    private init(loop: EventLoop, address: SocketAddress, fd: Int32, timeout: Duration) {
+        self.loop = loop
+        self.address = address
+        self.fd = fd
+        self.timeout = timeout
+    }
+
+    /// Opens a socket and connects it to `address` within `timeout`.
+    ///
+    /// Must be called on `loop`'s executor. Returns the connected descriptor, which the
+    /// caller then owns, or an error that names the address.
+    static func connect(to address: SocketAddress, timeout: Duration, on loop: EventLoop) async -> Result<Int32, TetherError> {
+        loop.preconditionInLoop()
+        let fd: Int32
+        do {
+            fd = try Syscall.makeSocket(family: address.family, type: SocketOptions.streamType)
+        } catch {
+            return .failure(TetherError(code: .systemCall, message: "cannot open a socket for \(address): \(error)", underlying: error))
+        }
+        let connected: Bool
+        do {
+            connected = try Syscall.startConnect(fd, address)
+        } catch {
+            Syscall.closeDescriptor(fd)
+            return .failure(Self.error(error, address: address))
+        }
+        if connected { return .success(fd) }
+        let attempt = ConnectAttempt(loop: loop, address: address, fd: fd, timeout: timeout)
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                attempt.start(continuation)
+            }
+        } onCancel: {
+            loop.execute { attempt.finish(.failure(TetherError(code: .connectFailed, message: "connecting to \(address) was cancelled", underlying: CancellationError()))) }
+        }
+    }
+
+    private func start(_ continuation: CheckedContinuation<Result<Int32, TetherError>, Never>) {
+        self.continuation = continuation
+        do {
+            try loop.register(fd, interest: .write, handler: self)
+        } catch {
+            finish(.failure(TetherError(code: .systemCall, message: "cannot watch the socket for \(address): \(error)")))
+            return
+        }
+        timer = loop.schedule(after: timeout) { [self] in
+            timer = nil
+            finish(.failure(TetherError(code: .connectTimedOut, message: "connecting to \(address) timed out after \(describe(timeout))")))
+        }
+    }
+
+    func handleReadiness(_ event: ReadinessEvent) {
+        guard event.writable || event.hangup else { return }
+        let status = (try? Syscall.getOption(fd, level: SocketOptions.socketLevel, name: SocketOptions.error)) ?? 0
+        if status == 0 {
+            finish(.success(fd))
+        } else {
+            finish(.failure(Self.error(Errno(rawValue: status), address: address)))
+        }
+    }
+
+    /// Ends the attempt exactly once; later calls do nothing.
+    private func finish(_ result: Result<Int32, TetherError>) {
+        guard let continuation else { return }
+        self.continuation = nil
+        if let timer { loop.cancel(timer) }
+        timer = nil
+        loop.deregister(fd)
+        if case .failure = result {
+            Syscall.closeDescriptor(fd)
+        }
+        fd = -1
+        continuation.resume(returning: result)
+    }
+
+    static func error(_ errno: Errno, address: SocketAddress) -> TetherError {
+        if errno == .connectionRefused {
+            return TetherError(code: .connectionRefused, message: "connection refused by \(address)", underlying: errno)
+        }
+        if errno == .timedOut {
+            return TetherError(code: .connectTimedOut, message: "connecting to \(address) timed out", underlying: errno)
+        }
+        return TetherError(code: .connectFailed, message: "cannot connect to \(address): \(errno)", underlying: errno)
+    }
+}

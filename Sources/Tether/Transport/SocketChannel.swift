@@ -1,0 +1,212 @@
+/// Receives what happens on a ``SocketChannel``. Called on the channel's loop thread.
+protocol ChannelDelegate: AnyObject {
+    /// New bytes are in `channel.inbound`.
+    func channelRead(_ channel: SocketChannel)
+    /// The channel closed by itself: the peer closed (`peerClosed`) or the socket failed.
+    /// Bytes already in `channel.inbound` have been offered to ``channelRead(_:)`` first.
+    func channelClosed(_ channel: SocketChannel, error: TetherError)
+}
+
+/// A connected, nonblocking TCP socket registered with an event loop.
+///
+/// Reads land in one reusable ``inbound`` buffer; writes are encoded straight into one
+/// ``outbound`` buffer and flushed once per loop turn, so many frames written in a turn go
+/// out in one `send`. Partial writes keep the rest and wait for writability.
+/// Loop thread only.
+final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
+    // @unchecked Sendable: every member is touched only on `loop`'s thread; the type is
+    // Sendable only so it can be captured by closures that `loop.execute` runs there.
+
+    let loop: EventLoop
+    let remoteAddress: SocketAddress
+    let localAddress: SocketAddress?
+    private(set) var fd: Int32
+    var inbound = FrameBuffer(capacity: 64 << 10)
+    var outbound = FrameBuffer(capacity: 0)
+    var delegate: (any ChannelDelegate)?
+    let maximumOutboundBytes: Int
+    private var flushScheduled = false
+    private var wantsWrite = false
+    private var closeWhenFlushed = false
+    private var draining: [() -> Void] = []
+
+    var isOpen: Bool { fd >= 0 }
+
+    /// Takes ownership of a connected descriptor and registers it for reading.
+    init(fd: Int32, remoteAddress: SocketAddress, loop: EventLoop, noDelay: Bool, maximumOutboundBytes: Int) throws(TetherError) {
+        loop.preconditionInLoop()
+        self.fd = fd
+        self.loop = loop
+        self.remoteAddress = remoteAddress
+        self.localAddress = try? Syscall.localAddress(fd)
+        self.maximumOutboundBytes = maximumOutboundBytes
+        if noDelay {
+            try? Syscall.setOption(fd, level: SocketOptions.tcpLevel, name: SocketOptions.noDelay, value: 1)
+        }
+        do {
+            try loop.register(fd, interest: .read, handler: self)
+        } catch {
+            Syscall.closeDescriptor(fd)
+            self.fd = -1
+            throw TetherError(code: .systemCall, message: "cannot watch the socket of \(remoteAddress): \(error)")
+        }
+    }
+
+    deinit {
+        if fd >= 0 { Syscall.closeDescriptor(fd) }
+    }
+
+    // MARK: Reading
+
+    func handleReadiness(_ event: ReadinessEvent) {
+        if event.writable && wantsWrite { flushNow() }
+        if event.readable && fd >= 0 { readNow() }
+    }
+
+    private func readNow() {
+        var gotBytes = false
+        var closeError: TetherError?
+        for _ in 0..<4 {
+            var full = false
+            var endOfStream = false
+            do {
+                let count = try inbound.withWritableSpace(minimum: 16 << 10) { (space) throws(Errno) -> Int in
+                    switch try Syscall.readBytes(fd, space.baseAddress!, space.count) {
+                    case .processed(let count):
+                        full = count == space.count
+                        endOfStream = count == 0
+                        return count
+                    case .wouldBlock:
+                        return 0
+                    }
+                }
+                if endOfStream {
+                    closeError = TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection")
+                    break
+                }
+                if count == 0 { break }
+                gotBytes = true
+                if !full { break }
+            } catch {
+                closeError = socketError(error, doing: "reading from")
+                break
+            }
+        }
+        if gotBytes { delegate?.channelRead(self) }
+        if let closeError, fd >= 0 { fail(closeError) }
+    }
+
+    private func socketError(_ error: Errno, doing action: String) -> TetherError {
+        switch error {
+        case .connectionReset, .brokenPipe:
+            TetherError(code: .connectionReset, message: "connection with \(remoteAddress) was reset while \(action) it", underlying: error)
+        default:
+            TetherError(code: .connectionReset, message: "\(action) \(remoteAddress) failed: \(error)", underlying: error)
+        }
+    }
+
+    // MARK: Writing
+
+    /// Throws when the outbound buffer is over its limit; call before encoding a frame.
+    func checkOutboundSpace(for frame: Frame) throws(TetherError) {
+        guard fd >= 0 else {
+            throw TetherError(code: .notConnected, message: "the connection with \(remoteAddress) is closed")
+        }
+        if outbound.readableBytes + frame.payload.count > maximumOutboundBytes && outbound.readableBytes > 0 {
+            throw TetherError(
+                code: .outboundBufferFull,
+                message: "\(outbound.readableBytes) bytes are waiting to be written to \(remoteAddress), over the \(describeBytes(maximumOutboundBytes)) limit"
+            )
+        }
+    }
+
+    /// Arranges a flush after the current loop turn.
+    func scheduleFlush() {
+        guard !flushScheduled, fd >= 0 else { return }
+        flushScheduled = true
+        loop.flushAfterTurn(self)
+    }
+
+    func flushAfterTurn() {
+        flushScheduled = false
+        if !wantsWrite { flushNow() }
+    }
+
+    private func flushNow() {
+        guard fd >= 0 else { return }
+        while outbound.readableBytes > 0 {
+            let result: IOResult<Int>
+            do {
+                result = try outbound.withReadableBytes { (bytes) throws(Errno) -> IOResult<Int> in
+                    try Syscall.sendBytes(fd, bytes.baseAddress!, bytes.count)
+                }
+            } catch {
+                fail(socketError(error, doing: "writing to"))
+                return
+            }
+            switch result {
+            case .processed(let count):
+                outbound.moveReaderIndex(forwardBy: count)
+            case .wouldBlock:
+                setWriteInterest(true)
+                return
+            }
+        }
+        outbound.shrinkIfIdle(keeping: 1 << 20)
+        setWriteInterest(false)
+        if !draining.isEmpty {
+            let waiters = draining
+            draining.removeAll()
+            for waiter in waiters { waiter() }
+        }
+        if closeWhenFlushed { close() }
+    }
+
+    private func setWriteInterest(_ enabled: Bool) {
+        guard enabled != wantsWrite, fd >= 0 else { return }
+        wantsWrite = enabled
+        try? loop.reregister(fd, interest: enabled ? [.read, .write] : .read)
+    }
+
+    /// Calls `body` once everything written so far has left the buffer (or the channel closed).
+    func whenFlushed(_ body: @escaping () -> Void) {
+        if outbound.readableBytes == 0 || fd < 0 {
+            body()
+        } else {
+            draining.append(body)
+            scheduleFlush()
+        }
+    }
+
+    // MARK: Closing
+
+    /// Closes at once; pending outbound bytes are discarded. Does not call the delegate.
+    func close() {
+        guard fd >= 0 else { return }
+        loop.deregister(fd)
+        Syscall.closeDescriptor(fd)
+        fd = -1
+        delegate = nil
+        let waiters = draining
+        draining.removeAll()
+        for waiter in waiters { waiter() }
+    }
+
+    /// Writes what is pending, then closes. Does not call the delegate.
+    func closeAfterFlush() {
+        guard fd >= 0 else { return }
+        if outbound.readableBytes == 0 {
+            close()
+        } else {
+            closeWhenFlushed = true
+            scheduleFlush()
+        }
+    }
+
+    private func fail(_ error: TetherError) {
+        let delegate = self.delegate
+        close()
+        delegate?.channelClosed(self, error: error)
+    }
+}
+
