@@ -122,7 +122,7 @@ public actor Connection {
                 break
             }
             let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
-            switch await ConnectAttempt.connect(to: address, timeout: remaining, on: loop) {
+            switch await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self) {
             case .success(let fd):
                 do {
                     try attach(fd: fd, address: address)

@@ -21,7 +21,12 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
     ///
     /// Must be called on `loop`'s executor. Returns the connected descriptor, which the
     /// caller then owns, or an error that names the address.
-    static func connect(to address: SocketAddress, timeout: Duration, on loop: EventLoop) async -> Result<Int32, TetherError> {
+    static func connect(
+        to address: SocketAddress,
+        timeout: Duration,
+        on loop: EventLoop,
+        isolation: isolated any Actor
+    ) async -> Result<Int32, TetherError> {
         loop.preconditionInLoop()
         let fd: Int32
         do {
@@ -39,7 +44,9 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
         if connected { return .success(fd) }
         let attempt = ConnectAttempt(loop: loop, address: address, fd: fd, timeout: timeout)
         return await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
+            // Capturing `isolation` keeps this closure on the caller's actor, i.e. the loop.
+            _ = isolation
+            return await withCheckedContinuation { continuation in
                 attempt.start(continuation)
             }
         } onCancel: {
