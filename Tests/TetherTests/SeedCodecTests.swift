@@ -1,0 +1,237 @@
+import Testing
+@testable import Tether
+
+@Suite("Seed codec")
+struct SeedCodecTests {
+    static let frames: [Frame] = [
+        Frame(type: 0x402, serial: 1, payload: Array(#"{"hello":"world"}"#.utf8)),
+        Frame(type: 0x1, serial: 7),
+        Frame(type: 0x2, serial: 0, payload: [0, 1, 2, 3, 255]),
+        Frame(type: 0xFFFF_FFFF, serial: 0xFFFF_FFFF, payload: Array(repeating: 0xAB, count: 300)),
+        Frame(type: 0x403, serial: 2, payload: Array("x".utf8)),
+    ]
+
+    static var stream: [UInt8] {
+        frames.flatMap { seedBytes(type: $0.type, serial: $0.serial, payload: $0.payload) }
+    }
+
+    /// Feeds `chunks` one after the other, decoding everything after each, like reads from a socket.
+    static func decode(chunks: [ArraySlice<UInt8>], maximum: Int = 16 << 20) throws -> [Frame] {
+        var codec = SeedCodec(maximumPayloadLength: maximum)
+        var buffer = FrameBuffer()
+        var decoded: [Frame] = []
+        for chunk in chunks {
+            buffer.writeBytes(chunk)
+            while let frame = try codec.decode(&buffer) { decoded.append(frame) }
+        }
+        if let last = try codec.decodeLast(&buffer) { decoded.append(last) }
+        return decoded
+    }
+
+    @Test("encodes the 12-byte big-endian header then the payload")
+    func encodesHeader() throws {
+        var buffer = FrameBuffer()
+        try SeedCodec().encode(Frame(type: 0x402, serial: 17, payload: [0x7B, 0x7D]), into: &buffer)
+        #expect(Array(buffer.readableBytesView) == [0, 0, 0x04, 0x02, 0, 0, 0, 17, 0, 0, 0, 2, 0x7B, 0x7D])
+    }
+
+    @Test("round trips every frame")
+    func roundTrip() throws {
+        #expect(try Self.decode(chunks: [Self.stream[...]]) == Self.frames)
+    }
+
+    @Test("one byte at a time yields the same frames")
+    func dripFeed() throws {
+        let stream = Self.stream
+        let chunks = stream.indices.map { stream[$0...$0] }
+        #expect(try Self.decode(chunks: chunks) == Self.frames)
+    }
+
+    @Test("every single split point of the stream yields the same frames")
+    func everySplit() throws {
+        let stream = Self.stream
+        for cut in 0...stream.count {
+            let decoded = try Self.decode(chunks: [stream[..<cut], stream[cut...]])
+            #expect(decoded == Self.frames, "split at \(cut)")
+        }
+    }
+
+    @Test("every pair of split points yields the same frames", arguments: [1, 5, 11, 12, 13, 40])
+    func everyPairOfSplits(step: Int) throws {
+        let stream = Self.stream
+        for first in stride(from: 0, through: stream.count, by: step) {
+            for second in stride(from: first, through: stream.count, by: 7) {
+                let decoded = try Self.decode(chunks: [stream[..<first], stream[first..<second], stream[second...]])
+                #expect(decoded == Self.frames, "splits at \(first) and \(second)")
+            }
+        }
+    }
+
+    @Test("an incomplete frame waits without consuming bytes")
+    func waitsForMore() throws {
+        var codec = SeedCodec()
+        var buffer = FrameBuffer(bytes: seedBytes(type: 0x402, serial: 3, payload: [1, 2, 3]).dropLast())
+        #expect(try codec.decode(&buffer) == nil)
+        #expect(buffer.readableBytes == 14)
+    }
+
+    @Test("a length above the limit is rejected from the header alone, before allocating")
+    func oversizeRejectedEarly() throws {
+        var codec = SeedCodec()
+        // Only the 12-byte header: no payload bytes at all, so the error cannot depend on them.
+        var buffer = FrameBuffer(bytes: [0, 0, 0x04, 0x02, 0, 0, 0, 1, 0xFF, 0xFF, 0xFF, 0xFF])
+        let capacityBefore = buffer.capacity
+        let error = try #require(throws: TetherError.self) { try codec.decode(&buffer) }
+        #expect(error.code == .frameTooLarge)
+        #expect(error.message == "frame length 4294967295 exceeds the 16 MiB limit")
+        #expect(buffer.capacity == capacityBefore)
+    }
+
+    @Test("a configured limit is enforced exactly")
+    func exactLimit() throws {
+        let atLimit = seedBytes(type: 0x402, serial: 1, payload: Array(repeating: 1, count: 1024))
+        #expect(try Self.decode(chunks: [atLimit[...]], maximum: 1024).count == 1)
+        let over = seedBytes(type: 0x402, serial: 1, payload: Array(repeating: 1, count: 1025))
+        let error = try #require(throws: TetherError.self) { try Self.decode(chunks: [over[...]], maximum: 1024) }
+        #expect(error.message == "frame length 1025 exceeds the 1 KiB limit")
+    }
+
+    @Test("a stream that ends inside a frame is reported as truncated")
+    func truncated() throws {
+        let stream = Self.stream
+        let error = try #require(throws: TetherError.self) {
+            try Self.decode(chunks: [stream.dropLast(3)])
+        }
+        #expect(error.code == .truncatedFrame)
+        #expect(error.message == "stream ended inside a frame: 10 bytes of an incomplete frame")
+    }
+
+    @Test("encoding refuses a payload above the limit")
+    func encodeLimit() throws {
+        var buffer = FrameBuffer()
+        let error = try #require(throws: TetherError.self) {
+            try SeedCodec(maximumPayloadLength: 4).encode(Frame(type: 0x402, payload: [1, 2, 3, 4, 5]), into: &buffer)
+        }
+        #expect(error.code == .frameTooLarge)
+        #expect(buffer.readableBytes == 0)
+    }
+
+    @Test("the seed profile classifies types by range")
+    func profileRanges() {
+        let classify = Profile.seed.classify
+        #expect(classify(0x1) == .heartbeat)
+        #expect(classify(0x2) == .notification)
+        #expect(classify(0x400) == .notification)
+        #expect(classify(0x401) == .message)
+        #expect(classify(0x402) == .message)
+        #expect(classify(0) == .invalid)
+    }
+}
+
+@Suite("Frame buffer")
+struct FrameBufferTests {
+    @Test("integers round trip in both byte orders")
+    func integers() {
+        var buffer = FrameBuffer()
+        buffer.writeInteger(UInt16(0x0102))
+        buffer.writeInteger(UInt32(0x0304_0506), endianness: .little)
+        buffer.writeInteger(UInt64.max)
+        #expect(Array(buffer.readableBytesView.prefix(6)) == [1, 2, 6, 5, 4, 3])
+        #expect(buffer.readInteger(as: UInt16.self) == 0x0102)
+        #expect(buffer.readInteger(as: UInt32.self, endianness: .little) == 0x0304_0506)
+        #expect(buffer.readInteger(as: UInt64.self) == .max)
+        #expect(buffer.readInteger(as: UInt8.self) == nil)
+    }
+
+    @Test("reading past the end consumes nothing")
+    func shortRead() {
+        var buffer = FrameBuffer(bytes: [1, 2, 3])
+        #expect(buffer.readBytes(4) == nil)
+        #expect(buffer.readInteger(as: UInt32.self) == nil)
+        #expect(buffer.readableBytes == 3)
+        #expect(buffer.readBytes(3) == [1, 2, 3])
+    }
+
+    @Test("writes after reads compact instead of growing without bound")
+    func compacts() {
+        var buffer = FrameBuffer(capacity: 64)
+        for round in 0..<1000 {
+            buffer.writeBytes(Array(repeating: UInt8(round % 256), count: 40))
+            #expect(buffer.readBytes(40) == Array(repeating: UInt8(round % 256), count: 40))
+        }
+        #expect(buffer.capacity <= 128)
+    }
+}
+
+@Suite("Request table")
+struct RequestTableTests {
+    @Test("serials wrap past UInt32.max and skip 0")
+    func wraps() {
+        var table = RequestTable<Int>(firstSerial: UInt32.max - 1)
+        #expect(table.allocate().serial == UInt32.max - 1)
+        #expect(table.allocate().serial == UInt32.max)
+        #expect(table.allocate().serial == 1)
+    }
+
+    @Test("serials still in use are skipped, also across the wrap")
+    func skipsInUse() {
+        var table = RequestTable<Int>(firstSerial: UInt32.max)
+        table.insert(serial: 1, entry: .init(waiter: 0, id: 100, type: 0x402))
+        table.insert(serial: 2, entry: .init(waiter: 0, id: 101, type: 0x402))
+        #expect(table.allocate().serial == UInt32.max)
+        #expect(table.allocate().serial == 3)
+    }
+
+    @Test("ids are unique, so a late timeout or cancellation cannot end a newer request on the same serial")
+    func idsGuardReuse() {
+        var table = RequestTable<String>()
+        let old = table.allocate()
+        table.insert(serial: old.serial, entry: .init(waiter: "old", id: old.id, type: 0x402))
+        #expect(table.remove(serial: old.serial)?.waiter == "old")
+        let newer = table.allocate()
+        #expect(newer.id != old.id)
+        table.insert(serial: old.serial, entry: .init(waiter: "new", id: newer.id, type: 0x402))
+        #expect(table.remove(serial: old.serial, id: old.id) == nil)
+        #expect(table.count == 1)
+        #expect(table.remove(serial: old.serial, id: newer.id)?.waiter == "new")
+        #expect(table.isEmpty)
+    }
+}
+
+@Suite("Heartbeat state machine")
+struct HeartbeatStateMachineTests {
+    let ms: UInt64 = 1_000_000
+
+    @Test("sends at the interval and reports round-trip times")
+    func acks() {
+        var machine = HeartbeatStateMachine(interval: .milliseconds(100), timeout: .milliseconds(50), maximumMissed: 3)
+        #expect(machine.tick(now: 0) == [.send(serial: 1)])
+        #expect(machine.nextTick(after: 0) == 50 * ms)
+        #expect(machine.ack(serial: 1, now: 7 * ms) == 7 * ms)
+        #expect(machine.nextTick(after: 7 * ms) == 100 * ms)
+        #expect(machine.tick(now: 50 * ms) == [])
+        #expect(machine.tick(now: 100 * ms) == [.send(serial: 2)])
+        #expect(machine.ack(serial: 1, now: 101 * ms) == nil, "an old serial is not an ack")
+    }
+
+    @Test("misses in a row give up; an ack resets the count")
+    func misses() {
+        var machine = HeartbeatStateMachine(interval: .milliseconds(100), timeout: .milliseconds(50), maximumMissed: 2)
+        #expect(machine.tick(now: 0) == [.send(serial: 1)])
+        #expect(machine.tick(now: 50 * ms) == [.missed(serial: 1)])
+        #expect(machine.tick(now: 100 * ms) == [.send(serial: 2)])
+        #expect(machine.ack(serial: 2, now: 110 * ms) == 10 * ms)
+        #expect(machine.tick(now: 200 * ms) == [.send(serial: 3)])
+        #expect(machine.tick(now: 250 * ms) == [.missed(serial: 3)])
+        #expect(machine.tick(now: 300 * ms) == [.send(serial: 4)])
+        #expect(machine.tick(now: 350 * ms) == [.missedAndGiveUp(serial: 4, misses: 2)])
+    }
+
+    @Test("a timeout longer than the interval delays the next heartbeat until the miss")
+    func longTimeout() {
+        var machine = HeartbeatStateMachine(interval: .milliseconds(10), timeout: .milliseconds(30), maximumMissed: 5)
+        #expect(machine.tick(now: 0) == [.send(serial: 1)])
+        #expect(machine.tick(now: 10 * ms) == [])
+        #expect(machine.tick(now: 30 * ms) == [.missed(serial: 1), .send(serial: 2)])
+    }
+}

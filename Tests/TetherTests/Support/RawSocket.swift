@@ -1,0 +1,104 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+@testable import Tether
+
+/// A plain TCP socket for playing a misbehaving peer in tests. Every wait is bounded by
+/// `poll(2)` with a timeout, so a test using it can never block forever.
+final class RawSocket: @unchecked Sendable {
+    // @unchecked Sendable: used by one test task at a time.
+    private(set) var fd: Int32
+
+    init(fd: Int32) { self.fd = fd }
+
+    deinit { close() }
+
+    /// Connects to `address` (blocking connect on loopback, which completes at once).
+    static func connect(to endpoint: Endpoint) throws -> RawSocket {
+        let address = SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!
+        let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        precondition(fd >= 0)
+        let result = address.withSockAddr { Glibc.connect(fd, $0, $1) }
+        guard result == 0 else { Glibc.close(fd); throw Errno.current }
+        return RawSocket(fd: fd)
+    }
+
+    /// Opens a listening socket on 127.0.0.1 with a free port.
+    static func listen(host: String = "127.0.0.1") throws -> (RawSocket, Endpoint) {
+        let address = SocketAddress(ipAddress: host, port: 0)!
+        let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))
+        guard address.withSockAddr({ bind(fd, $0, $1) }) == 0, Glibc.listen(fd, 16) == 0 else {
+            Glibc.close(fd)
+            throw Errno.current
+        }
+        let bound = try Syscall.localAddress(fd)
+        return (RawSocket(fd: fd), Endpoint(host: host, port: bound.port))
+    }
+
+    private func poll(_ events: Int16, timeout: Duration) -> Bool {
+        var descriptor = pollfd(fd: fd, events: events, revents: 0)
+        let millis = Int32(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        return Glibc.poll(&descriptor, 1, millis) > 0
+    }
+
+    /// Accepts one connection within `timeout`.
+    func accept(timeout: Duration = eventBound) throws -> RawSocket {
+        guard poll(Int16(POLLIN), timeout: timeout) else { throw TimedOut(what: "a connection to accept") }
+        let client = Glibc.accept(fd, nil, nil)
+        guard client >= 0 else { throw Errno.current }
+        return RawSocket(fd: client)
+    }
+
+    func write(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard written >= 0 else { throw Errno.current }
+            offset += written
+        }
+    }
+
+    /// Reads exactly `count` bytes, or fewer if the peer closes; bounded by `timeout`.
+    func read(_ count: Int, timeout: Duration = eventBound) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        while bytes.count < count {
+            guard poll(Int16(POLLIN), timeout: timeout) else { throw TimedOut(what: "\(count) bytes") }
+            var chunk = [UInt8](repeating: 0, count: count - bytes.count)
+            let got = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if got <= 0 { break }
+            bytes += chunk.prefix(got)
+        }
+        return bytes
+    }
+
+    /// Reads one seed frame.
+    func readFrame(timeout: Duration = eventBound) throws -> Frame? {
+        let header = try read(12, timeout: timeout)
+        guard header.count == 12 else { return nil }
+        var buffer = FrameBuffer(bytes: header)
+        let length = Int(buffer.peekInteger(at: 8, as: UInt32.self)!)
+        let payload = try read(length, timeout: timeout)
+        buffer.writeBytes(payload)
+        var codec = SeedCodec()
+        return try codec.decode(&buffer)
+    }
+
+    /// Waits for the peer to close: returns true on EOF (or reset) within `timeout`.
+    func waitForClose(timeout: Duration = eventBound) throws -> Bool {
+        while true {
+            guard poll(Int16(POLLIN), timeout: timeout) else { throw TimedOut(what: "the peer to close") }
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let got = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if got <= 0 { return true }
+        }
+    }
+
+    func close() {
+        if fd >= 0 { Glibc.close(fd) }
+        fd = -1
+    }
+}

@@ -1,0 +1,114 @@
+import Testing
+@testable import Tether
+
+/// A bound on how long any awaited event may take in a test.
+let eventBound: Duration = .seconds(10)
+
+struct TimedOut: Error, CustomStringConvertible {
+    var what: String
+    var description: String { "timed out waiting for \(what)" }
+}
+
+/// Runs `operation`, failing with ``TimedOut`` if it takes longer than `limit`.
+/// The operation is cancelled on timeout, so every await in a test is bounded.
+func bounded<T: Sendable>(
+    _ what: String,
+    _ limit: Duration = eventBound,
+    _ operation: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await operation() }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else {
+            throw TimedOut(what: what)
+        }
+        return value
+    }
+}
+
+/// Collects the first `count` elements of a sequence, within the bound.
+func collect<S: AsyncSequence & Sendable>(
+    _ count: Int,
+    from sequence: S,
+    _ what: String = "elements"
+) async throws -> [S.Element] where S.Element: Sendable {
+    try await bounded(what) {
+        var elements: [S.Element] = []
+        var iterator = sequence.makeAsyncIterator()
+        while elements.count < count, let element = try await iterator.next() {
+            elements.append(element)
+        }
+        return elements
+    }
+}
+
+/// Runs a server on 127.0.0.1 (or `host`) on a free port for the duration of `body`.
+func withServer<T: Sendable>(
+    host: String = "127.0.0.1",
+    configure: (inout ServerConfiguration) -> Void = { _ in },
+    handlers: (Server) -> Void = { _ in },
+    _ body: @escaping @Sendable (Server, Endpoint) async throws -> T
+) async throws -> T {
+    var configuration = ServerConfiguration(host: host, port: 0)
+    configure(&configuration)
+    let server = Server(configuration: configuration)
+    handlers(server)
+    return try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask {
+            try await server.run()
+            return nil
+        }
+        let address = try await bounded("server to listen") { try await server.listeningAddress() }
+        let endpoint = Endpoint(host: address.ipAddress, port: address.port)
+        do {
+            let result = try await body(server, endpoint)
+            group.cancelAll()
+            try await group.waitForAll()
+            return result
+        } catch {
+            group.cancelAll()
+            throw error
+        }
+    }
+}
+
+/// The standard test server handlers: 0x402 echo, 0x404 echo after `delay_ms`.
+func echoHandlers(_ server: Server) {
+    server.handle(type: 0x402) { request, _ in
+        Response(json: ["echo": request.json ?? nil])
+    }
+    server.handle(type: 0x404) { request, _ in
+        let delay = request.json?["delay_ms"]?.intValue ?? 0
+        try await Task.sleep(for: .milliseconds(delay))
+        return Response(json: ["echo": request.json ?? nil])
+    }
+}
+
+/// A configuration for tests: heartbeats off unless a test turns them on.
+func testConfiguration(_ change: (inout ConnectionConfiguration) -> Void = { _ in }) -> ConnectionConfiguration {
+    var configuration = ConnectionConfiguration()
+    configuration.heartbeat = .disabled
+    configuration.connectTimeout = .seconds(5)
+    change(&configuration)
+    return configuration
+}
+
+/// Awaits the final state of a connection.
+func finalState(of connection: Connection) async throws -> ConnectionState {
+    try await bounded("the connection to close") {
+        var last: ConnectionState?
+        for await state in connection.states { last = state }
+        return last!
+    }
+}
+
+/// Bytes of one seed frame.
+func seedBytes(type: UInt32, serial: UInt32, payload: [UInt8] = []) -> [UInt8] {
+    var buffer = FrameBuffer()
+    try! SeedCodec().encode(Frame(type: type, serial: serial, payload: payload), into: &buffer)
+    return Array(buffer.readableBytesView)
+}
