@@ -77,15 +77,15 @@ struct StreamTests {
             to: endpoint,
             configuration: testConfiguration { $0.heartbeat = .every(.milliseconds(30), timeout: .milliseconds(20), maximumMissed: 2) }
         )
-        let peer = try listener.accept()
         let beats = connection.heartbeats
+        let peer = try await listener.accept()
         let state = try await finalState(of: connection)
         #expect(state.closeReason?.code == .heartbeatTimeout)
         #expect(state.closeReason?.message == "no heartbeat ack from \(endpoint.host):\(endpoint.port) for 2 heartbeats in a row (20 ms each)")
         let seen = try await collect(10, from: beats).map(\.outcome)
         #expect(seen.filter { $0 == .missed }.count == 2)
         // The raw peer really received the heartbeats, as seed frames of type 0x1.
-        let first = try peer.readFrame()
+        let first = try await peer.readFrame()
         #expect(first?.type == 0x1)
         #expect(first?.serial == 1)
     }

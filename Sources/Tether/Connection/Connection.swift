@@ -225,7 +225,7 @@ public actor Connection {
         heartbeatTimer = nil
         if let channel {
             channel.delegate = nil
-            if graceful { channel.closeAfterFlush() } else { channel.close() }
+            if graceful { channel.closeAfterFlush(timeout: configuration.drainTimeout) } else { channel.close() }
             self.channel = nil
         }
         for (serial, entry) in table.removeAll() {

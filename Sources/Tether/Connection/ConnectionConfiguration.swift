@@ -68,6 +68,9 @@ public struct ConnectionConfiguration: Sendable {
     public var limits = Limits()
     /// Whether to set `TCP_NODELAY` so small frames go out at once. Default `true`.
     public var noDelay: Bool = true
+    /// How long ``Connection/close()`` lets queued bytes drain before the socket is closed
+    /// regardless. Default 5 s.
+    public var drainTimeout: Duration = .seconds(5)
     /// The event loops to run on. Default ``EventLoopGroup/shared``.
     public var eventLoopGroup: EventLoopGroup = .shared
 

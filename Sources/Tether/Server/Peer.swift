@@ -137,9 +137,7 @@ public actor Peer {
         self.channel = nil
         channel.delegate = nil
         if graceful {
-            channel.closeAfterFlush()
-            let timeout = configuration.drainTimeout
-            loop.schedule(after: timeout) { channel.close() }
+            channel.closeAfterFlush(timeout: configuration.drainTimeout)
         } else {
             channel.close()
         }

@@ -153,13 +153,18 @@ public final class Server: Sendable {
         for waiter in waiters { waiter.resume(returning: bound) }
         eventFeed.publish(ServerEvent(kind: .listening, address: bound))
 
+        // The accept loop and every peer task prefer the event loops' executors, so serving
+        // never waits for a cooperative thread that application code may be holding.
         await withTaskCancellationHandler {
-            await withDiscardingTaskGroup { tasks in
-                for await (fd, remote) in accepted {
-                    guard let peer = admit(fd: fd, remote: remote, loop: group.next()) else { continue }
-                    tasks.addTask { await peer.run() }
+            await withTaskExecutorPreference(acceptLoop.taskExecutor) {
+                await withDiscardingTaskGroup { tasks in
+                    for await (fd, remote) in accepted {
+                        let loop = group.next()
+                        guard let peer = admit(fd: fd, remote: remote, loop: loop) else { continue }
+                        tasks.addTask(executorPreference: loop.taskExecutor) { await peer.run() }
+                    }
+                    for peer in peers { await peer.shutdown() }
                 }
-                for peer in peers { await peer.shutdown() }
             }
         } onCancel: {
             acceptLoop.execute {

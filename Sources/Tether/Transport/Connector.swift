@@ -72,6 +72,9 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
         guard event.writable || event.hangup else { return }
         let status = (try? Syscall.getOption(fd, level: SocketOptions.socketLevel, name: SocketOptions.error)) ?? 0
         if status == 0 {
+            // A stale readiness event (the descriptor number reused within one epoll batch)
+            // must not pass for a finished connect: only a socket with a peer is connected.
+            guard (try? Syscall.peerAddress(fd)) != nil else { return }
             finish(.success(fd))
         } else {
             finish(.failure(Self.error(Errno(rawValue: status), address: address)))

@@ -65,15 +65,15 @@ final class EventLoop: @unchecked Sendable {
         serialExecutor.loop = self
         taskExecutor.loop = self
         Syscall.ignoreBrokenPipe
-        let started = Mutex<ThreadID?>(nil)
         let ready = Semaphore()
         joinable = BlockingThread(name: name) { [self] in
-            started.withLock { $0 = BlockingThread.current }
+            // The loop thread records itself; the semaphore orders this write before any
+            // use of the loop by the thread that created it.
+            thread = BlockingThread.current
             ready.signal()
             run()
         }
         ready.wait()
-        thread = started.withLock { $0 }
     }
 
     /// Whether the caller runs on this loop's thread.
@@ -165,7 +165,7 @@ final class EventLoop: @unchecked Sendable {
     private func run() {
         while true {
             var timeout: Int64? = nil
-            if !local.isEmpty {
+            if !local.isEmpty || !flushQueue.isEmpty {
                 timeout = 0
             } else if let earliest = timers.earliest {
                 let now = MonotonicTime.now()
@@ -212,8 +212,7 @@ final class EventLoop: @unchecked Sendable {
             for job in running {
                 switch job {
                 case .serial(let job):
-                    job.runSynchronously(isolatedTo: serialExecutor.asUnownedSerialExecutor(),
-                                         taskExecutor: taskExecutor.asUnownedTaskExecutor())
+                    job.runSynchronously(on: serialExecutor.asUnownedSerialExecutor())
                 case .task(let job):
                     job.runSynchronously(on: taskExecutor.asUnownedTaskExecutor())
                 case .closure(let body):

@@ -29,6 +29,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     private var wantsWrite = false
     private var closeWhenFlushed = false
     private var draining: [() -> Void] = []
+    private var drainTimer: LoopTimer?
 
     var isOpen: Bool { fd >= 0 }
 
@@ -183,6 +184,8 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     /// Closes at once; pending outbound bytes are discarded. Does not call the delegate.
     func close() {
         guard fd >= 0 else { return }
+        if let drainTimer { loop.cancel(drainTimer) }
+        drainTimer = nil
         loop.deregister(fd)
         Syscall.closeDescriptor(fd)
         fd = -1
@@ -192,14 +195,20 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         for waiter in waiters { waiter() }
     }
 
-    /// Writes what is pending, then closes. Does not call the delegate.
-    func closeAfterFlush() {
+    /// Writes what is pending, then closes; closes anyway after `timeout` if the peer does not
+    /// read. Does not call the delegate.
+    func closeAfterFlush(timeout: Duration) {
         guard fd >= 0 else { return }
+        delegate = nil
         if outbound.readableBytes == 0 {
             close()
         } else {
             closeWhenFlushed = true
             scheduleFlush()
+            drainTimer = loop.schedule(after: timeout) { [self] in
+                drainTimer = nil
+                close()
+            }
         }
     }
 

@@ -6,7 +6,9 @@ import Darwin
 @testable import Tether
 
 /// A plain TCP socket for playing a misbehaving peer in tests. Every wait is bounded by
-/// `poll(2)` with a timeout, so a test using it can never block forever.
+/// `poll(2)` with a timeout, so a test using it can never block forever, and runs on a
+/// thread of its own, so it never holds one of the few cooperative threads that the
+/// server and connection under test need.
 final class RawSocket: @unchecked Sendable {
     // @unchecked Sendable: used by one test task at a time.
     private(set) var fd: Int32
@@ -46,7 +48,11 @@ final class RawSocket: @unchecked Sendable {
     }
 
     /// Accepts one connection within `timeout`.
-    func accept(timeout: Duration = eventBound) throws -> RawSocket {
+    func accept(timeout: Duration = eventBound) async throws -> RawSocket {
+        try await offThread { try self.acceptBlocking(timeout: timeout) }
+    }
+
+    private func acceptBlocking(timeout: Duration) throws -> RawSocket {
         guard poll(Int16(POLLIN), timeout: timeout) else { throw TimedOut(what: "a connection to accept") }
         let client = Glibc.accept(fd, nil, nil)
         guard client >= 0 else { throw Errno.current }
@@ -64,6 +70,10 @@ final class RawSocket: @unchecked Sendable {
 
     /// Reads exactly `count` bytes, or fewer if the peer closes; bounded by `timeout`.
     func read(_ count: Int, timeout: Duration = eventBound) throws -> [UInt8] {
+        try readBlocking(count, timeout: timeout)
+    }
+
+    private func readBlocking(_ count: Int, timeout: Duration) throws -> [UInt8] {
         var bytes: [UInt8] = []
         while bytes.count < count {
             guard poll(Int16(POLLIN), timeout: timeout) else { throw TimedOut(what: "\(count) bytes") }
@@ -76,7 +86,11 @@ final class RawSocket: @unchecked Sendable {
     }
 
     /// Reads one seed frame.
-    func readFrame(timeout: Duration = eventBound) throws -> Frame? {
+    func readFrame(timeout: Duration = eventBound) async throws -> Frame? {
+        try await offThread { try self.readFrameBlocking(timeout: timeout) }
+    }
+
+    private func readFrameBlocking(timeout: Duration) throws -> Frame? {
         let header = try read(12, timeout: timeout)
         guard header.count == 12 else { return nil }
         var buffer = FrameBuffer(bytes: header)
@@ -88,12 +102,22 @@ final class RawSocket: @unchecked Sendable {
     }
 
     /// Waits for the peer to close: returns true on EOF (or reset) within `timeout`.
-    func waitForClose(timeout: Duration = eventBound) throws -> Bool {
+    func waitForClose(timeout: Duration = eventBound) async throws -> Bool {
+        try await offThread { try self.waitForCloseBlocking(timeout: timeout) }
+    }
+
+    private func waitForCloseBlocking(timeout: Duration) throws -> Bool {
         while true {
             guard poll(Int16(POLLIN), timeout: timeout) else { throw TimedOut(what: "the peer to close") }
             var chunk = [UInt8](repeating: 0, count: 4096)
             let got = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if got <= 0 { return true }
+        }
+    }
+
+    private func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            BlockingThread.run { continuation.resume(with: Result { try body() }) }
         }
     }
 
