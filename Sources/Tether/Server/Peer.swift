@@ -18,7 +18,6 @@ public actor Peer {
     private var closeReason: TetherError?
     private let requests: AsyncStream<Frame>
     private let requestFeed: AsyncStream<Frame>.Continuation
-    private var drainTimer: LoopTimer?
 
     /// Runs the actor on its event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {

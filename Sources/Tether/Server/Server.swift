@@ -22,7 +22,10 @@ public final class Server: Sendable {
     public let configuration: ServerConfiguration
 
     struct State {
+        /// Peers whose socket is attached: the ones pushes and broadcasts reach.
         var peers: [PeerID: Peer] = [:]
+        /// Connections accepted and not yet ended, attached or not: what the limit counts.
+        var admitted = 0
         var nextPeer: UInt64 = 1
         var listening: SocketAddress?
         var listenWaiters: [CheckedContinuation<SocketAddress, any Error>] = []
@@ -200,7 +203,8 @@ public final class Server: Sendable {
 
     private func admit(fd: Int32, remote: SocketAddress, loop: EventLoop) -> Peer? {
         let id = state.withLock { state -> PeerID? in
-            guard state.peers.count < configuration.maximumConnections else { return nil }
+            guard state.admitted < configuration.maximumConnections else { return nil }
+            state.admitted += 1
             defer { state.nextPeer += 1 }
             return PeerID(rawValue: state.nextPeer)
         }
@@ -213,17 +217,19 @@ public final class Server: Sendable {
             ))
             return nil
         }
-        let peer = Peer(id: id, fd: fd, remoteAddress: remote, loop: loop, server: self)
-        state.withLock { $0.peers[id] = peer }
-        return peer
+        return Peer(id: id, fd: fd, remoteAddress: remote, loop: loop, server: self)
     }
 
     func peerConnected(_ peer: Peer) {
+        state.withLock { $0.peers[peer.id] = peer }
         eventFeed.publish(ServerEvent(kind: .peerConnected, address: peer.remoteAddress, peer: peer.id))
     }
 
     func peerDisconnected(_ peer: Peer, reason: TetherError) {
-        state.withLock { _ = $0.peers.removeValue(forKey: peer.id) }
+        state.withLock { state in
+            state.peers.removeValue(forKey: peer.id)
+            state.admitted -= 1
+        }
         eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason))
     }
 }
