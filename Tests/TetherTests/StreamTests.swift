@@ -79,7 +79,7 @@ struct StreamTests {
         let (listener, endpoint) = try RawSocket.listen()
         let connection = try await Connection.connect(
             to: endpoint,
-            configuration: testConfiguration { $0.heartbeat = .every(.milliseconds(30), timeout: .milliseconds(20), maximumMissed: 2) }
+            configuration: testConfiguration { $0.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(20), maximumMissed: 2) }
         )
         let beats = connection.heartbeats
         let peer = try await listener.accept()

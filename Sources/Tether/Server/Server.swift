@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A server for a Tether protocol: accepts connections, answers requests with handlers,
 /// acks heartbeats, and pushes to one peer or to all.
 ///
@@ -35,7 +33,7 @@ public final class Server: Sendable {
     }
 
     let handlers = HandlerTable()
-    let state = Mutex(State())
+    let state = Lock(State())
     let eventFeed: Broadcaster<ServerEvent>
 
     /// Creates a server; nothing listens until ``run()``.
@@ -236,7 +234,7 @@ public final class Server: Sendable {
 
 /// The handlers of a server by request type; read by every peer, written by ``Server/handle(type:_:)``.
 final class HandlerTable: Sendable {
-    private let table = Mutex<[UInt32: Server.Handler]>([:])
+    private let table = Lock<[UInt32: Server.Handler]>([:])
 
     func set(_ type: UInt32, _ handler: @escaping Server.Handler) {
         table.withLock { $0[type] = handler }

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// An async sequence of events from a connection or server: frames, notifications,
 /// heartbeats, states.
 ///
@@ -51,7 +49,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
         var dropped = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
     private let bufferSize: Int
     private let keepsLatest: Bool
 

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// Something registered with an event loop that reacts to readiness of its descriptor.
 ///
 /// Called on the loop's thread only.
@@ -21,7 +19,7 @@ protocol Flushable: AnyObject {
 /// flush every connection that wrote during the turn with one system call each.
 final class EventLoop: @unchecked Sendable {
     // @unchecked Sendable: fields below `remote` are touched only on the loop thread
-    // (checked with `preconditionInLoop()` where it matters); `remote` is a Mutex.
+    // (checked with `preconditionInLoop()` where it matters); `remote` is behind a lock.
 
     /// A unit of work for the loop.
     enum Job: Sendable {
@@ -30,13 +28,13 @@ final class EventLoop: @unchecked Sendable {
         case closure(@Sendable () -> Void)
     }
 
-    private struct Remote: ~Copyable {
+    private struct Remote {
         var jobs: [Job] = []
         var wakeupPending = false
         var stopping = false
     }
 
-    private let remote = Mutex(Remote())
+    private let remote = Lock(Remote())
     private var selector: Selector
     private var handlers: [(any IOHandler)?] = []
     private var timers = TimerHeap()
