@@ -103,12 +103,9 @@ struct FaultTests {
 
     @Test("connecting to a closed port fails with connection refused naming the address")
     func refused() async throws {
-        let port: Int
-        do {
-            let (listener, endpoint) = try RawSocket.listen()
-            port = endpoint.port
-            listener.close()
-        }
+        let (reserved, endpoint) = try RawSocket.bindOnly()
+        defer { reserved.close() }
+        let port = endpoint.port
         let error = await #expect(throws: TetherError.self) {
             _ = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: testConfiguration())
         }

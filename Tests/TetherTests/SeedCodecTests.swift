@@ -202,6 +202,18 @@ struct RequestTableTests {
 struct HeartbeatStateMachineTests {
     let ms: UInt64 = 1_000_000
 
+    @Test("while an ack is awaited the next tick is the miss, never a time already past")
+    func nextTickWhileWaiting() {
+        var machine = HeartbeatStateMachine(interval: .milliseconds(20), timeout: .seconds(3), maximumMissed: 3)
+        #expect(machine.tick(now: 0) == [.send(serial: 1)])
+        #expect(machine.nextTick(after: 0) == 3000 * ms)
+        #expect(machine.tick(now: 20 * ms) == [])
+        #expect(machine.nextTick(after: 20 * ms) == 3000 * ms)
+        #expect(machine.ack(serial: 1, now: 25 * ms) == 25 * ms)
+        #expect(machine.nextTick(after: 25 * ms) == 25 * ms, "the next send is already due")
+        #expect(machine.tick(now: 25 * ms) == [.send(serial: 2)])
+    }
+
     @Test("sends at the interval and reports round-trip times")
     func acks() {
         var machine = HeartbeatStateMachine(interval: .milliseconds(100), timeout: .milliseconds(50), maximumMissed: 3)

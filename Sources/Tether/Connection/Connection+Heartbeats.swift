@@ -48,9 +48,13 @@ extension Connection {
 
     func heartbeatAcked(_ frame: Frame) {
         guard var machine = heartbeatMachine else { return }
-        let rtt = machine.ack(serial: frame.serial, now: MonotonicTime.now())
+        let now = MonotonicTime.now()
+        let rtt = machine.ack(serial: frame.serial, now: now)
         heartbeatMachine = machine
         if let rtt {
+            // The timer was set for this heartbeat's miss; re-arm it for the next send.
+            if let heartbeatTimer { loop.cancel(heartbeatTimer) }
+            scheduleHeartbeat(at: machine.nextTick(after: now))
             heartbeatFeed.publish(Heartbeat(serial: frame.serial, outcome: .acked, roundTripTime: MonotonicTime.duration(nanoseconds: rtt)))
         }
     }

@@ -73,14 +73,15 @@ struct HeartbeatStateMachine {
         self.maximumMissed = max(1, maximumMissed)
     }
 
-    /// When the next ``tick(now:)`` is due.
+    /// When the next ``tick(now:)`` is due: the miss of the outstanding heartbeat, or else
+    /// the next send. Never before `now`. After an ``ack(serial:now:)`` ask again, since
+    /// the next send may then come before the miss would have.
     func nextTick(after now: UInt64) -> UInt64 {
         guard let lastSentAt else { return now }
-        let nextSend = lastSentAt &+ interval
         if let outstanding {
-            return min(outstanding.sentAt &+ timeout, nextSend)
+            return max(now, outstanding.sentAt &+ timeout)
         }
-        return max(now, nextSend)
+        return max(now, lastSentAt &+ interval)
     }
 
     /// Time passes: report a heartbeat whose timeout has passed, and send a new one when due.

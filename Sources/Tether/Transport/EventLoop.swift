@@ -180,10 +180,12 @@ final class EventLoop: @unchecked Sendable {
                 fatalError("event loop \(name) cannot wait for events: \(error)")
             }
             if !timers.isEmpty {
+                // Fire only what was due when this phase began: a callback that schedules
+                // another due timer waits for the next turn, so timers cannot starve I/O.
                 let now = MonotonicTime.now()
-                while let timer = timers.popDue(now: now) {
-                    timer.callback()
-                }
+                var due: [LoopTimer] = []
+                while let timer = timers.popDue(now: now) { due.append(timer) }
+                for timer in due { timer.callback() }
             }
             let (incoming, stopping) = remote.withLock { state -> ([Job], Bool) in
                 state.wakeupPending = false

@@ -94,6 +94,9 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         case .v4(let host, let port):
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
+            #if canImport(Darwin)
+            address.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
+            #endif
             address.sin_port = port.bigEndian
             withUnsafeMutableBytes(of: &address.sin_addr) { $0.copyBytes(from: host) }
             return withUnsafePointer(to: &address) {
@@ -102,6 +105,9 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         case .v6(let host, let port, let scope):
             var address = sockaddr_in6()
             address.sin6_family = sa_family_t(AF_INET6)
+            #if canImport(Darwin)
+            address.sin6_len = UInt8(MemoryLayout<sockaddr_in6>.size)
+            #endif
             address.sin6_port = port.bigEndian
             address.sin6_scope_id = scope
             withUnsafeMutableBytes(of: &address.sin6_addr) { $0.copyBytes(from: host) }

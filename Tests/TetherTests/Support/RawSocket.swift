@@ -27,6 +27,19 @@ final class RawSocket: @unchecked Sendable {
         return RawSocket(fd: fd)
     }
 
+    /// Binds a socket to a free port on 127.0.0.1 without listening: connections to it are
+    /// refused, and the port stays reserved (no parallel test can take it) while it lives.
+    static func bindOnly() throws -> (RawSocket, Endpoint) {
+        let address = SocketAddress(ipAddress: "127.0.0.1", port: 0)!
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard address.withSockAddr({ bind(fd, $0, $1) }) == 0 else {
+            Glibc.close(fd)
+            throw Errno.current
+        }
+        let bound = try Syscall.localAddress(fd)
+        return (RawSocket(fd: fd), Endpoint(host: "127.0.0.1", port: bound.port))
+    }
+
     /// Opens a listening socket on 127.0.0.1 with a free port.
     static func listen(host: String = "127.0.0.1") throws -> (RawSocket, Endpoint) {
         let address = SocketAddress(ipAddress: host, port: 0)!
