@@ -11,6 +11,11 @@
 /// Requests are matched to responses by serial. ``frames``, ``notifications``,
 /// ``heartbeats`` and ``states`` are independent async sequences; each `for await` loop
 /// gets every element and ends when the connection closes.
+///
+/// A connection owns its socket until it closes: call ``close()`` when you are done with
+/// one opened by ``connect(to:configuration:)``, or use
+/// ``withConnection(to:configuration:isolation:_:)``, which closes it for you. Dropping the
+/// last reference does not close an open connection.
 public actor Connection {
     /// Where this connection goes.
     public nonisolated let endpoint: Endpoint

@@ -15,6 +15,7 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
         /// Closed for good; ``ConnectionState/closeReason`` says why.
         public static let closed = Phase(value: .closed)
 
+        /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
     }
 

@@ -12,6 +12,7 @@ public struct Heartbeat: Sendable, Hashable, CustomStringConvertible {
         /// No ack arrived within the heartbeat timeout.
         public static let missed = Outcome(value: .missed)
 
+        /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
     }
 

@@ -55,7 +55,6 @@ public struct FrameBuffer: Sendable {
     ///   - type: The integer type to read.
     ///   - endianness: Byte order on the wire.
     /// - Returns: The integer, or `nil` if the buffer does not hold enough bytes.
-
     public func peekInteger<T: FixedWidthInteger>(at offset: Int, as type: T.Type = T.self, endianness: Endianness = .big) -> T? {
         let start = readerIndex + offset
         guard offset >= 0, start + MemoryLayout<T>.size <= writerIndex else { return nil }
@@ -69,7 +68,6 @@ public struct FrameBuffer: Sendable {
     ///   - type: The integer type to read.
     ///   - endianness: Byte order on the wire.
     /// - Returns: The integer, or `nil` (consuming nothing) if the buffer does not hold enough bytes.
-
     public mutating func readInteger<T: FixedWidthInteger>(as type: T.Type = T.self, endianness: Endianness = .big) -> T? {
         guard let value = peekInteger(at: 0, as: T.self, endianness: endianness) else { return nil }
         readerIndex += MemoryLayout<T>.size
@@ -126,7 +124,6 @@ public struct FrameBuffer: Sendable {
     /// - Parameters:
     ///   - value: The integer.
     ///   - endianness: Byte order on the wire.
-
     public mutating func writeInteger<T: FixedWidthInteger>(_ value: T, endianness: Endianness = .big) {
         let size = MemoryLayout<T>.size
         reserveWritable(size)

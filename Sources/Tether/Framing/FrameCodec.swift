@@ -64,6 +64,13 @@ public struct SeedCodec: FrameCodec {
         self.maximumPayloadLength = maximumPayloadLength
     }
 
+    /// Decodes one seed frame from the front of `buffer`, or returns `nil` until a whole frame is there.
+    ///
+    /// The declared length is checked against ``maximumPayloadLength`` from the header alone.
+    ///
+    /// - Parameter buffer: Received bytes; the frame's bytes are consumed on success.
+    /// - Returns: A frame, or `nil` when more bytes are needed.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/frameTooLarge``.
     public mutating func decode(_ buffer: inout FrameBuffer) throws(TetherError) -> Frame? {
         guard let length = buffer.peekInteger(at: 8, as: UInt32.self) else { return nil }
         guard UInt64(length) <= UInt64(maximumPayloadLength) else {
@@ -81,6 +88,12 @@ public struct SeedCodec: FrameCodec {
         return Frame(type: type, serial: serial, payload: payload)
     }
 
+    /// Appends the 12-byte header and the payload of `frame` to `buffer`.
+    ///
+    /// - Parameters:
+    ///   - frame: The frame to encode.
+    ///   - buffer: The outbound buffer.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/frameTooLarge`` when the payload is over the limit.
     public func encode(_ frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) {
         guard frame.payload.count <= maximumPayloadLength else {
             throw TetherError(

@@ -18,6 +18,7 @@ public struct Profile: Sendable {
         /// A frame type the profile does not allow; the connection ends with a protocol error.
         public static let invalid = FrameKind(value: .invalid)
 
+        /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
     }
 

@@ -46,8 +46,10 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible, Comparable {
     /// - Parameter rawValue: The number.
     public init(rawValue: UInt64) { self.rawValue = rawValue }
 
+    /// A short textual form, for logs and messages.
     public var description: String { "peer#\(rawValue)" }
 
+    /// Orders peers by the order in which they connected.
     public static func < (lhs: PeerID, rhs: PeerID) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
@@ -67,6 +69,7 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
         /// A connection was refused because the server is at its connection limit.
         public static let peerRejected = Kind(value: .peerRejected)
 
+        /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
     }
 
@@ -79,6 +82,7 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
     /// Why a peer disconnected.
     public var reason: TetherError?
 
+    /// A short textual form, for logs and messages.
     public var description: String {
         var text = "\(kind) \(address)"
         if let peer { text += " \(peer)" }

@@ -32,6 +32,7 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
         (try? Array(JSONValue.encoder.encode(self))) ?? Array("null".utf8)
     }
 
+    /// A short textual form, for logs and messages.
     public var description: String { String(decoding: encoded, as: UTF8.self) }
 
     static let encoder: JSONEncoder = {
@@ -59,6 +60,7 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
         }
     }
 
+    /// Encodes the value as the JSON it stands for.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {

@@ -7,6 +7,7 @@
 /// oldest element is dropped and counted. The sequence ends when the connection or server
 /// it came from closes.
 public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
+    /// Subscriptions never throw; they end when their source closes.
     public typealias Failure = Never
 
     let stream: AsyncStream<Element>
@@ -26,6 +27,7 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
         }
     }
 
+    /// Makes the iterator that a `for await` loop uses.
     public func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(base: stream.makeAsyncIterator())
     }

@@ -87,6 +87,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// Content could not be decoded (for example as JSON).
         public static let decodingFailed = Code(value: .decodingFailed)
 
+        /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
     }
 
@@ -109,6 +110,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         self.underlying = underlying
     }
 
+    /// A short textual form, for logs and messages.
     public var description: String {
         if let underlying { return "\(message) (\(underlying))" }
         return message
@@ -123,6 +125,7 @@ extension TetherError: Equatable {
 }
 
 extension TetherError: Hashable {
+    /// Hashes the code and the message.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(code)
         hasher.combine(message)
