@@ -1,1 +1,91 @@
-print("tether")
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Tether
+
+/// The subcommands, in the order the help lists them.
+let commands: [any Command.Type] = [
+    DemoCommand.self,
+    ServeCommand.self,
+    RequestCommand.self,
+    ListenCommand.self,
+    PingCommand.self,
+]
+
+func topLevelHelp() -> String {
+    let width = commands.map { $0.name.count }.max() ?? 0
+    let lines = commands.map { command in
+        "  " + command.name + String(repeating: " ", count: width - command.name.count + 2) + command.summary
+    }
+    return """
+        usage: tether <command> [options]
+
+        Try a Tether server by hand, or watch the SDK work end to end with `tether demo`.
+
+        commands:
+        \(lines.joined(separator: "\n"))
+
+        Run `tether <command> --help` for the options of one command.
+        Frame types are decimal (1026) or hex (0x402); durations are seconds (0.5).
+        """
+}
+
+func usageFailure(_ message: String, command: (any Command.Type)?) -> ExitStatus {
+    Console.fail(message)
+    if let command {
+        Console.err("usage: \(command.synopsis)")
+        Console.err("Run `tether \(command.name) --help` for more.")
+    } else {
+        Console.err("usage: tether <command> [options]")
+        Console.err("Run `tether --help` for the list of commands.")
+    }
+    return .usage
+}
+
+func runTether(_ argv: [String]) async -> ExitStatus {
+    guard let word = argv.first else {
+        return usageFailure("missing command", command: nil)
+    }
+    if word == "-h" || word == "--help" || word == "help" {
+        if word == "help", let name = argv.dropFirst().first {
+            guard let command = commands.first(where: { $0.name == name }) else {
+                return usageFailure("unknown command '\(name)'", command: nil)
+            }
+            Console.out("usage: \(command.synopsis)\n\n\(command.help)")
+        } else {
+            Console.out(topLevelHelp())
+        }
+        return .success
+    }
+    guard let command = commands.first(where: { $0.name == word }) else {
+        return usageFailure("unknown command '\(word)'", command: nil)
+    }
+    var arguments = Arguments(argv.dropFirst())
+    if arguments.wantsHelp {
+        Console.out("usage: \(command.synopsis)\n\n\(command.help)")
+        return .success
+    }
+    let parsed: any Command
+    do {
+        parsed = try command.init(parsing: &arguments)
+        try arguments.finish()
+    } catch {
+        return usageFailure(error.message, command: command)
+    }
+    do {
+        return try await parsed.run()
+    } catch let error as TetherError {
+        Console.fail(error.message)
+        return .failure
+    } catch {
+        Console.fail(String(describing: error))
+        return .failure
+    }
+}
+
+let status = await runTether(Array(CommandLine.arguments.dropFirst()))
+exit(status.code)

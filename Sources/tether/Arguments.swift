@@ -1,0 +1,132 @@
+import Tether
+
+/// A mistake on the command line: printed as `tether: <message>` with a usage hint, exit status 2.
+struct ArgumentError: Error {
+    var message: String
+
+    init(_ message: String) {
+        self.message = message
+    }
+}
+
+/// The arguments of one subcommand, consumed as they are parsed.
+///
+/// Options are taken first (`--name value` or `--name=value`), then positionals in order;
+/// ``finish()`` rejects whatever is left, so a misspelt option is an error rather than a
+/// silently ignored word.
+struct Arguments {
+    private var items: [String]
+
+    init<S: Sequence<String>>(_ items: S) {
+        self.items = Array(items)
+    }
+
+    /// Whether `-h` or `--help` appears anywhere.
+    var wantsHelp: Bool {
+        items.contains { $0 == "-h" || $0 == "--help" }
+    }
+
+    /// Removes and returns the value of option `name` (`--port 9000` or `--port=9000`),
+    /// or `nil` when it is absent. The last occurrence wins.
+    mutating func option(_ name: String) throws(ArgumentError) -> String? {
+        var value: String?
+        var index = items.startIndex
+        while index < items.endIndex {
+            let item = items[index]
+            if item == name {
+                guard index + 1 < items.endIndex else {
+                    throw ArgumentError("\(name) needs a value")
+                }
+                value = items[index + 1]
+                items.removeSubrange(index...(index + 1))
+            } else if item.hasPrefix(name + "=") {
+                value = String(item.dropFirst(name.count + 1))
+                items.remove(at: index)
+            } else {
+                index += 1
+            }
+        }
+        return value
+    }
+
+    /// Removes and returns the next positional argument, or `nil` when there is none.
+    mutating func positional() -> String? {
+        guard let index = items.firstIndex(where: { !$0.hasPrefix("-") || $0 == "-" }) else { return nil }
+        return items.remove(at: index)
+    }
+
+    /// Removes and returns the next positional argument.
+    ///
+    /// - Parameter what: Its name in the error message, such as `HOST:PORT`.
+    mutating func positional(_ what: String) throws(ArgumentError) -> String {
+        guard let value = positional() else { throw ArgumentError("missing \(what)") }
+        return value
+    }
+
+    /// Fails on anything not consumed: an unknown option or an extra argument.
+    func finish() throws(ArgumentError) {
+        guard let first = items.first else { return }
+        if first.hasPrefix("-") && first != "-" {
+            throw ArgumentError("unknown option '\(first)'")
+        }
+        throw ArgumentError("unexpected argument '\(first)'")
+    }
+}
+
+// MARK: Values
+
+enum Parse {
+    /// A frame type in decimal (`1026`) or hex (`0x402`).
+    static func frameType(_ text: String, option: String) throws(ArgumentError) -> UInt32 {
+        let lower = text.lowercased()
+        let value: UInt32? =
+            lower.hasPrefix("0x") ? UInt32(lower.dropFirst(2), radix: 16) : UInt32(lower, radix: 10)
+        guard let value else {
+            throw ArgumentError("\(option) '\(text)' is not a frame type (decimal, or hex with 0x, up to 0xffffffff)")
+        }
+        return value
+    }
+
+    /// A positive number of seconds, possibly fractional (`0.5`).
+    static func seconds(_ text: String, option: String) throws(ArgumentError) -> Duration {
+        guard let value = Double(text), value.isFinite, value > 0, value <= 86_400 else {
+            throw ArgumentError("\(option) '\(text)' is not a number of seconds between 0 and 86400")
+        }
+        return .nanoseconds(Int64((value * 1e9).rounded()))
+    }
+
+    /// A positive whole number.
+    static func count(_ text: String, option: String) throws(ArgumentError) -> Int {
+        guard let value = Int(text), value > 0 else {
+            throw ArgumentError("\(option) '\(text)' is not a positive whole number")
+        }
+        return value
+    }
+
+    /// A TCP port, 0 to 65535.
+    static func port(_ text: String, option: String) throws(ArgumentError) -> Int {
+        guard let value = Int(text), (0...65535).contains(value) else {
+            throw ArgumentError("\(option) '\(text)' is not a port number (0 to 65535)")
+        }
+        return value
+    }
+
+    /// `HOST:PORT`, `[IPV6]:PORT`.
+    static func endpoint(_ text: String) throws(ArgumentError) -> Endpoint {
+        guard let endpoint = Endpoint(parsing: text), endpoint.port != 0 else {
+            throw ArgumentError("'\(text)' is not HOST:PORT (for example 127.0.0.1:9000 or [::1]:9000)")
+        }
+        return endpoint
+    }
+
+    /// JSON text, checked before it is sent.
+    static func json(_ text: String, option: String) throws(ArgumentError) -> [UInt8] {
+        let bytes = Array(text.utf8)
+        do {
+            _ = try JSONValue(parsing: bytes)
+        } catch {
+            throw ArgumentError("\(option) is not valid JSON: \(text)")
+        }
+        return bytes
+    }
+}

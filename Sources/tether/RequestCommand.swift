@@ -1,0 +1,58 @@
+import Tether
+
+/// `tether request`: one request, its response on stdout.
+struct RequestCommand: Command {
+    static let name = "request"
+    static let summary = "send one request and print the response content"
+    static let synopsis = "tether request HOST:PORT --type TYPE [--json JSON] [--timeout SECONDS]"
+    static let help = """
+        Connects, sends one request, prints the response content (UTF-8) on stdout and
+        exits 0. An error response ({"error": "…"}) prints its message on stderr and exits 1.
+
+          tether request 127.0.0.1:9000 --type 0x402 --json '{"hello": "world"}'
+
+        arguments:
+          HOST:PORT            the server: 127.0.0.1:9000, localhost:9000, [::1]:9000
+          --type TYPE          the request type, above 0x400 in the seed profile
+          --json JSON          the content, checked to be JSON (default: no content)
+          --timeout SECONDS    limit for connecting and for the response (default 10)
+          -h, --help           show this help
+        """
+
+    var endpoint: Endpoint
+    var type: UInt32
+    var payload: [UInt8] = []
+    var timeout: Duration = .seconds(10)
+
+    init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        guard let type = try arguments.option("--type") else { throw ArgumentError("missing --type") }
+        self.type = try Parse.frameType(type, option: "--type")
+        guard Profile.seed.classify(self.type) == .message else {
+            throw ArgumentError("--type \(hex(self.type)) is not a request type (above 0x400)")
+        }
+        if let json = try arguments.option("--json") {
+            payload = try Parse.json(json, option: "--json")
+        }
+        if let timeout = try arguments.option("--timeout") {
+            self.timeout = try Parse.seconds(timeout, option: "--timeout")
+        }
+        endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+    }
+
+    func run() async throws -> ExitStatus {
+        var configuration = ConnectionConfiguration()
+        configuration.connectTimeout = timeout
+        configuration.heartbeat = .disabled
+        let request = Request(type: type, payload: payload)
+        let timeout = timeout
+        let response = try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
+            try await connection.request(request, timeout: timeout)
+        }
+        if let message = response.errorMessage {
+            Console.fail(message)
+            return .failure
+        }
+        Console.out(response.text)
+        return .success
+    }
+}

@@ -1,0 +1,45 @@
+import Tether
+
+/// The seed demo service that `tether serve` and `tether demo` run.
+///
+/// - `0x402` echo: answers `{"echo": <request content>}`.
+/// - `0x404` delayed echo: `{"delay_ms": n}` waits `n` ms (at most 10 s), then answers
+///   like `0x402`. Lets several requests be answered out of order.
+/// - Heartbeats (`0x1`) are acked by the library; a type with no handler is answered with
+///   `{"error": "unknown type 0x…"}` by the library.
+enum SeedService {
+    /// The echo request type.
+    static let echoType: UInt32 = 0x402
+    /// The delayed echo request type.
+    static let delayedEchoType: UInt32 = 0x404
+    /// The notification type pushed by default.
+    static let pushType: UInt32 = 0x2
+    /// The longest delay a `0x404` request may ask for.
+    static let maximumDelay = 10_000
+
+    /// Registers the handlers on `server`.
+    static func install(on server: Server) {
+        server.handle(type: echoType) { request, _ in
+            Response(json: ["echo": content(of: request)])
+        }
+        server.handle(type: delayedEchoType) { request, _ in
+            guard let delay = request.json?["delay_ms"]?.intValue, (0...maximumDelay).contains(delay) else {
+                return .error("0x404 needs {\"delay_ms\": 0…\(maximumDelay)}")
+            }
+            try await Task.sleep(for: .milliseconds(delay))
+            return Response(json: ["echo": content(of: request)])
+        }
+    }
+
+    /// The request content as JSON: itself when it parses, a string otherwise, `null` when empty.
+    static func content(of request: Request) -> JSONValue {
+        if request.payload.isEmpty { return .null }
+        return request.json ?? .string(String(decoding: request.payload, as: UTF8.self))
+    }
+
+    /// Push number `sequence`: serial `sequence`, content `{"seq": n, "time": "…"}`.
+    static func push(type: UInt32, sequence: UInt32, time: String) -> Frame {
+        let content: JSONValue = ["seq": .int(Int(sequence)), "time": .string(time)]
+        return Frame(type: type, serial: sequence, payload: content.encoded)
+    }
+}

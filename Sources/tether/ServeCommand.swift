@@ -1,0 +1,152 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import Tether
+
+/// `tether serve`: the seed demo server, until SIGINT or SIGTERM.
+struct ServeCommand: Command {
+    static let name = "serve"
+    static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
+    static let synopsis = "tether serve [--host HOST] [--port PORT] [--push-every SECONDS [--push-type TYPE]]"
+    static let help = """
+        Runs the seed demo server until SIGINT or SIGTERM, then closes every connection
+        gracefully and exits 0.
+
+          0x402  answers {"echo": <request content>}
+          0x404  {"delay_ms": N}: waits N ms, then answers like 0x402
+          0x1    heartbeats are acked with the same serial
+          other  answered with {"error": "unknown type 0x…"}
+
+        Prints `listening on HOST:PORT` on stdout once it accepts connections; logs peers
+        on stderr.
+
+        options:
+          --host HOST            address to listen on (default 127.0.0.1)
+          --port PORT            port; 0 picks a free one (default 9000)
+          --push-every SECONDS   broadcast a notification to every peer this often:
+                                 serial n, content {"seq": n, "time": "<ISO 8601>"}
+          --push-type TYPE       its type, 0x2…0x400 (default 0x2)
+          -h, --help             show this help
+        """
+
+    var host = "127.0.0.1"
+    var port = 9000
+    var pushInterval: Duration?
+    var pushType = SeedService.pushType
+
+    init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        if let host = try arguments.option("--host") {
+            guard !host.isEmpty else { throw ArgumentError("--host needs an address") }
+            self.host = host
+        }
+        if let port = try arguments.option("--port") {
+            self.port = try Parse.port(port, option: "--port")
+        }
+        if let every = try arguments.option("--push-every") {
+            pushInterval = try Parse.seconds(every, option: "--push-every")
+        }
+        if let type = try arguments.option("--push-type") {
+            guard pushInterval != nil else { throw ArgumentError("--push-type needs --push-every") }
+            pushType = try Parse.frameType(type, option: "--push-type")
+            guard Profile.seed.classify(pushType) == .notification else {
+                throw ArgumentError("--push-type \(hex(pushType)) is not a notification type (0x2…0x400)")
+            }
+        }
+    }
+
+    /// What ended one of the serve tasks.
+    private enum Outcome: Sendable {
+        case signal(Int32)
+        case serverStopped
+        case idle
+    }
+
+    func run() async throws -> ExitStatus {
+        let server = Server(configuration: ServerConfiguration(host: host, port: port))
+        SeedService.install(on: server)
+        let watcher = SignalWatcher([SIGINT, SIGTERM])
+        defer { watcher.cancel() }
+        let signals = watcher.signals
+        let pushInterval = pushInterval
+        let pushType = pushType
+
+        try await withThrowingTaskGroup(of: Outcome.self) { group in
+            group.addTask {
+                try await server.run()
+                return .serverStopped
+            }
+            group.addTask {
+                let address = try await server.listeningAddress()
+                Console.out("listening on \(address)")
+                return .idle
+            }
+            group.addTask {
+                for await event in server.events {
+                    if let line = Self.logLine(for: event) { Console.err(line) }
+                }
+                return .idle
+            }
+            if let pushInterval {
+                group.addTask {
+                    try await Self.broadcast(on: server, every: pushInterval, type: pushType)
+                    return .idle
+                }
+            }
+            group.addTask {
+                for await number in signals { return .signal(number) }
+                return .idle
+            }
+            var stopping = false
+            while true {
+                let outcome: Outcome?
+                do {
+                    outcome = try await group.next()
+                } catch is CancellationError where stopping {
+                    continue
+                }
+                guard let outcome else { break }
+                switch outcome {
+                case .signal(let number):
+                    Console.err("\(SignalWatcher.name(of: number)): shutting down")
+                    stopping = true
+                    group.cancelAll()
+                case .serverStopped:
+                    stopping = true
+                    group.cancelAll()
+                case .idle:
+                    continue
+                }
+            }
+        }
+        return .success
+    }
+
+    /// `peer#3 connected from 127.0.0.1:53422`, or `nil` for events not worth a line.
+    private static func logLine(for event: ServerEvent) -> String? {
+        let peer = event.peer.map(String.init(describing:)) ?? "peer"
+        let reason = event.reason.map { ": \($0.message)" } ?? ""
+        switch event.kind {
+        case .peerConnected: return "\(peer) connected from \(event.address)"
+        case .peerDisconnected: return "\(peer) disconnected\(reason)"
+        case .peerRejected: return "rejected a connection from \(event.address)\(reason)"
+        default: return nil
+        }
+    }
+
+    /// Broadcasts numbered pushes until cancelled.
+    private static func broadcast(on server: Server, every interval: Duration, type: UInt32) async throws {
+        _ = try await server.listeningAddress()
+        var sequence: UInt32 = 0
+        while true {
+            try await Task.sleep(for: interval)
+            sequence = sequence == .max ? 1 : sequence + 1
+            let time = Date().ISO8601Format()
+            await server.broadcast(SeedService.push(type: type, sequence: sequence, time: time))
+        }
+    }
+}
