@@ -161,6 +161,7 @@ struct RequestTests {
             #expect(state.closeReason?.code == .connectionClosed)
             let after = await #expect(throws: TetherError.self) { _ = try await connection.request(Request(type: 0x402)) }
             #expect(after?.code == .connectionClosed)
+            #expect(after?.message == "the connection to \(endpoint) was closed by close()")
         }
     }
 

@@ -67,8 +67,10 @@ extension Connection {
 
     func notConnected() -> TetherError {
         if let reason = state.closeReason {
-            return TetherError(code: reason.code == .connectionClosed ? .connectionClosed : .notConnected,
-                               message: "not connected to \(endpoint): \(reason.message)", underlying: reason)
+            if reason.code == .connectionClosed {
+                return TetherError(code: .connectionClosed, message: "the connection to \(endpoint) was closed by close()")
+            }
+            return TetherError(code: .notConnected, message: "the connection to \(endpoint) has closed: \(reason.message)", underlying: reason)
         }
         return TetherError(code: .notConnected, message: "not connected to \(endpoint)")
     }

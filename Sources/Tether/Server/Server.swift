@@ -96,6 +96,11 @@ public final class Server: Sendable {
 
     /// Pushes a frame to every connected peer.
     ///
+    /// A peer counts as connected once the server has accepted it and attached its socket,
+    /// which can be a moment after the client's ``Connection/connect(to:configuration:)``
+    /// returns. To push to a client as soon as it arrives, wait for its
+    /// ``ServerEvent/Kind/peerConnected`` event in ``events``.
+    ///
     /// - Parameter frame: The notification to send.
     /// - Returns: How many peers it was queued for.
     @discardableResult

@@ -84,9 +84,12 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
 
     /// A short textual form, for logs and messages.
     public var description: String {
-        var text = "\(kind) \(address)"
-        if let peer { text += " \(peer)" }
-        if let reason { text += ": \(reason.message)" }
-        return text
+        let who = peer.map { "\($0) " } ?? ""
+        switch kind.value {
+        case .listening: return "listening on \(address)"
+        case .peerConnected: return "\(who)connected from \(address)"
+        case .peerDisconnected: return "\(who)at \(address) disconnected: \(reason?.message ?? "closed")"
+        case .peerRejected: return "refused \(address): \(reason?.message ?? "over the limit")"
+        }
     }
 }
