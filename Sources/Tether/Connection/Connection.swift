@@ -135,6 +135,12 @@ public actor Connection {
                 } catch {
                     failures.append(error)
                 }
+            case .failure(let error) where error.code == .connectTimedOut:
+                // The attempt only knew the time left; report the timeout the caller configured.
+                failures.append(TetherError(
+                    code: .connectTimedOut,
+                    message: "connecting to \(address) timed out after \(describe(configuration.connectTimeout))"
+                ))
             case .failure(let error):
                 failures.append(error)
             }

@@ -23,7 +23,7 @@ public struct FrameBuffer: Sendable {
     ///
     /// - Parameter capacity: Bytes to reserve up front.
     public init(capacity: Int = 0) {
-        storage = [UInt8](repeating: 0, count: capacity)
+        storage = Memory.zeroedBytes(capacity)
         readerIndex = 0
         writerIndex = 0
     }
@@ -169,16 +169,30 @@ public struct FrameBuffer: Sendable {
     }
 
     /// Makes room for at least `count` more bytes after the writer index, compacting or growing.
-
+    ///
+    /// Growing allocates the new storage once and copies only the readable bytes to its front,
+    /// so it also compacts.
     mutating func reserveWritable(_ count: Int) {
         if storage.count - writerIndex >= count { return }
-        if readerIndex > 0 {
+        let readable = readableBytes
+        if readerIndex > 0 && storage.count - readable >= count {
             compact()
-            if storage.count - writerIndex >= count { return }
+            return
         }
         var capacity = Swift.max(storage.count, 64)
-        while capacity - writerIndex < count { capacity *= 2 }
-        storage.append(contentsOf: repeatElement(0, count: capacity - storage.count))
+        while capacity - readable < count { capacity *= 2 }
+        var grown = Memory.zeroedBytes(capacity)
+        if readable > 0 {
+            let from = readerIndex
+            grown.withUnsafeMutableBytes { target in
+                storage.withUnsafeBytes { source in
+                    target.baseAddress!.copyMemory(from: source.baseAddress! + from, byteCount: readable)
+                }
+            }
+        }
+        storage = grown
+        readerIndex = 0
+        writerIndex = readable
     }
 
     /// Moves the readable bytes to the front of the storage.
@@ -231,7 +245,7 @@ public struct FrameBuffer: Sendable {
     /// Drops oversized storage once drained, so one huge frame does not pin memory forever.
     mutating func shrinkIfIdle(keeping limit: Int) {
         if readerIndex == writerIndex && storage.count > limit {
-            storage = [UInt8](repeating: 0, count: limit)
+            storage = Memory.zeroedBytes(limit)
             readerIndex = 0
             writerIndex = 0
         }

@@ -218,3 +218,14 @@ extension SocketOptions {
     static let ipv6Level = Int32(IPPROTO_IPV6)
     static let ipv6Only = IPV6_V6ONLY
 }
+
+/// Byte-level memory helpers that stay fast without optimization (`memset(3)`).
+enum Memory {
+    /// A byte array of `count` zeros, filled with `memset` rather than element by element.
+    static func zeroedBytes(_ count: Int) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            if count > 0 { memset(buffer.baseAddress!, 0, count) }
+            initialized = count
+        }
+    }
+}

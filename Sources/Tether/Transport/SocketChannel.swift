@@ -33,6 +33,10 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
 
     var isOpen: Bool { fd >= 0 }
 
+    /// Storage a drained buffer keeps; above it, the buffer is replaced by a smaller one, so a
+    /// burst of large frames does not pin memory for the life of the connection.
+    static let idleBufferLimit = 4 << 20
+
     /// Takes ownership of a connected descriptor and registers it for reading.
     init(fd: Int32, remoteAddress: SocketAddress, loop: EventLoop, noDelay: Bool, maximumOutboundBytes: Int) throws(TetherError) {
         loop.preconditionInLoop()
@@ -93,7 +97,10 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                 break
             }
         }
-        if gotBytes { delegate?.channelRead(self) }
+        if gotBytes {
+            delegate?.channelRead(self)
+            inbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
+        }
         if let closeError, fd >= 0 { fail(closeError) }
     }
 
@@ -153,7 +160,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                 return
             }
         }
-        outbound.shrinkIfIdle(keeping: 1 << 20)
+        outbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
         setWriteInterest(false)
         if !draining.isEmpty {
             let waiters = draining

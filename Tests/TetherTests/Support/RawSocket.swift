@@ -17,14 +17,20 @@ final class RawSocket: @unchecked Sendable {
 
     deinit { close() }
 
-    /// Connects to `address` (blocking connect on loopback, which completes at once).
-    static func connect(to endpoint: Endpoint) throws -> RawSocket {
+    /// Connects to `endpoint`, waiting at most `timeout` for the handshake.
+    static func connect(to endpoint: Endpoint, timeout: Duration = eventBound) throws -> RawSocket {
         let address = SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!
-        let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         precondition(fd >= 0)
+        let socket = RawSocket(fd: fd)
         let result = address.withSockAddr { Glibc.connect(fd, $0, $1) }
-        guard result == 0 else { Glibc.close(fd); throw Errno.current }
-        return RawSocket(fd: fd)
+        if result != 0 {
+            guard Errno.current == .inProgress, socket.poll(Int16(POLLOUT), timeout: timeout),
+                (try? Syscall.getOption(fd, level: SOL_SOCKET, name: SO_ERROR)) == 0
+            else { throw TimedOut(what: "connecting to \(endpoint)") }
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return socket
     }
 
     /// Binds a socket to a free port on 127.0.0.1 without listening: connections to it are
@@ -41,12 +47,12 @@ final class RawSocket: @unchecked Sendable {
     }
 
     /// Opens a listening socket on 127.0.0.1 with a free port.
-    static func listen(host: String = "127.0.0.1") throws -> (RawSocket, Endpoint) {
+    static func listen(host: String = "127.0.0.1", backlog: Int32 = 16) throws -> (RawSocket, Endpoint) {
         let address = SocketAddress(ipAddress: host, port: 0)!
         let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))
-        guard address.withSockAddr({ bind(fd, $0, $1) }) == 0, Glibc.listen(fd, 16) == 0 else {
+        guard address.withSockAddr({ bind(fd, $0, $1) }) == 0, Glibc.listen(fd, backlog) == 0 else {
             Glibc.close(fd)
             throw Errno.current
         }
