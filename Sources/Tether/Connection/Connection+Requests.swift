@@ -60,9 +60,7 @@ extension Connection {
     }
 
     func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
-        try channel.checkOutboundSpace(for: frame)
-        try codec.encode(frame, into: &channel.outbound)
-        channel.scheduleFlush()
+        try channel.write(frame, with: codec)
     }
 
     func notConnected() -> TetherError {

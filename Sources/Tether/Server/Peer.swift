@@ -123,9 +123,7 @@ public actor Peer {
     }
 
     private func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
-        try channel.checkOutboundSpace(for: frame)
-        try codec.encode(frame, into: &channel.outbound)
-        channel.scheduleFlush()
+        try channel.write(frame, with: codec)
     }
 
     private func end(_ reason: TetherError, graceful: Bool) {

@@ -115,8 +115,18 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
 
     // MARK: Writing
 
+    /// Encodes `frame` into the outbound buffer and arranges a flush at the end of this loop turn.
+    ///
+    /// - Throws: ``TetherError`` when the channel is closed, the outbound buffer is over its
+    ///   limit, or the codec cannot encode the frame.
+    func write(_ frame: Frame, with codec: any FrameCodec) throws(TetherError) {
+        try checkOutboundSpace(for: frame)
+        try codec.encode(frame, into: &outbound)
+        scheduleFlush()
+    }
+
     /// Throws when the outbound buffer is over its limit; call before encoding a frame.
-    func checkOutboundSpace(for frame: Frame) throws(TetherError) {
+    private func checkOutboundSpace(for frame: Frame) throws(TetherError) {
         guard fd >= 0 else {
             throw TetherError(code: .notConnected, message: "the connection with \(remoteAddress) is closed")
         }

@@ -1,11 +1,3 @@
-#if canImport(Glibc)
-@preconcurrency import Glibc
-#elseif canImport(Musl)
-@preconcurrency import Musl
-#elseif canImport(Darwin)
-@preconcurrency import Darwin
-#endif
-
 /// A scheduled callback on an event loop. Cancel it with ``EventLoop/cancel(_:)``.
 final class LoopTimer {
     let deadline: UInt64
@@ -84,24 +76,5 @@ struct TimerHeap {
             items[parent].index = parent
             parent = smallest
         }
-    }
-}
-
-/// Monotonic time in nanoseconds (`clock_gettime(CLOCK_MONOTONIC)`), the loop's clock for deadlines.
-enum MonotonicTime {
-    static func now() -> UInt64 {
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        return UInt64(spec.tv_sec) &* 1_000_000_000 &+ UInt64(spec.tv_nsec)
-    }
-
-    static func nanoseconds(of duration: Duration) -> UInt64 {
-        let (seconds, attoseconds) = duration.components
-        if seconds < 0 { return 0 }
-        return UInt64(seconds) &* 1_000_000_000 &+ UInt64(max(0, attoseconds) / 1_000_000_000)
-    }
-
-    static func duration(nanoseconds: UInt64) -> Duration {
-        .nanoseconds(Int64(clamping: nanoseconds))
     }
 }
