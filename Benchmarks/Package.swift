@@ -1,0 +1,55 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+// The benchmark suite: its own package, so the SDK keeps `dependencies: []`.
+//
+//   bench-server  an echo server for the seed protocol: Tether's `Server` or SwiftNIO
+//   bench-client  a closed-loop load generator: Tether's `Connection`, a NIO
+//                 ChannelHandler client or a NIOAsyncChannel client with continuations
+//   bench-report  turns the RESULT lines of a run into the markdown tables
+//   TetherBenchmarks  package-benchmark: allocations per request round trip
+//
+// `scripts/bench.sh` builds all of it (and the C baseline in `c/`) and runs the matrix.
+
+let package = Package(
+    name: "TetherBenchmarks",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(name: "Tether", path: ".."),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/ordo-one/package-benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
+    ],
+    targets: [
+        .target(name: "BenchCore"),
+        .target(
+            name: "SeedNIO",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .executableTarget(
+            name: "bench-server",
+            dependencies: [
+                "BenchCore",
+                "SeedNIO",
+                .product(name: "Tether", package: "Tether"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "bench-client",
+            dependencies: [
+                "BenchCore",
+                "SeedNIO",
+                .product(name: "Tether", package: "Tether"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "bench-report",
+            dependencies: ["BenchCore"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

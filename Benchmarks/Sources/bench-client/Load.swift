@@ -1,0 +1,40 @@
+import BenchCore
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What to run: the closed loop's shape and how long to measure it.
+struct Load: Sendable {
+    var host: String
+    var port: Int
+    var connections: Int
+    var inFlight: Int
+    var size: Int
+    var duration: Double
+    var warmup: Double
+}
+
+/// Ends the process if the run has not finished 10 s after its window closed: a server
+/// that stalls must not hang the whole matrix.
+final class Watchdog {
+    private let timer: any DispatchSourceTimer
+
+    init(window: Window) {
+        let seconds = Double(window.end - monotonicNanoseconds()) / 1e9 + 10
+        timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now() + seconds)
+        timer.setEventHandler {
+            printError("bench-client: stalled: the run did not finish 10 s after its window closed")
+            exit(3)
+        }
+        timer.resume()
+    }
+
+    func disarm() {
+        timer.cancel()
+    }
+}

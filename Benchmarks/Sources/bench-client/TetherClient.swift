@@ -1,0 +1,56 @@
+import BenchCore
+import Tether
+
+/// Tether's client as an application writes it: one `Connection` per connection, and K
+/// tasks per connection each looping `try await connection.request(…)`.
+enum TetherClient {
+    static func run(_ load: Load) async throws -> (Stats, Window) {
+        var configuration = ConnectionConfiguration()
+        configuration.heartbeat = .disabled
+        let endpoint = Endpoint(host: load.host, port: load.port)
+        var connections: [Connection] = []
+        for _ in 0..<load.connections {
+            connections.append(try await Connection.connect(to: endpoint, configuration: configuration))
+        }
+        let window = Window(warmup: load.warmup, duration: load.duration)
+        let watchdog = Watchdog(window: window)
+        let payload = [UInt8](repeating: 0x61, count: load.size)
+        let stats = await withTaskGroup(of: Stats.self) { group in
+            for connection in connections {
+                for _ in 0..<load.inFlight {
+                    group.addTask { await worker(connection, payload: payload, window: window) }
+                }
+            }
+            var total = Stats()
+            for await stats in group {
+                total.merge(stats)
+            }
+            return total
+        }
+        watchdog.disarm()
+        for connection in connections {
+            await connection.close()
+        }
+        return (stats, window)
+    }
+
+    static func worker(_ connection: Connection, payload: [UInt8], window: Window) async -> Stats {
+        var stats = Stats()
+        let request = Request(type: 0x402, payload: payload)
+        while true {
+            let sent = monotonicNanoseconds()
+            do {
+                let response = try await connection.request(request)
+                let received = monotonicNanoseconds()
+                if response.payload.count != payload.count {
+                    stats.fail("response serial \(response.serial) has \(response.payload.count) payload bytes, not \(payload.count)")
+                }
+                stats.record(sent: sent, received: received, in: window)
+                if received >= window.end { return stats }
+            } catch {
+                stats.fail("\(error)")
+                return stats
+            }
+        }
+    }
+}

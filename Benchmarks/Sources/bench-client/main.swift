@@ -1,0 +1,54 @@
+import BenchCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+let usage = """
+    usage: bench-client --impl tether|nio-handler|nio-async --port P [--host 127.0.0.1]
+                        [--connections C] [--in-flight K] [--size BYTES]
+                        [--duration S] [--warmup S]
+      A closed-loop load generator for the seed echo protocol: each of C connections keeps
+      K requests (type 0x402, BYTES of payload) in flight; each response issues the next.
+      Load runs for --warmup seconds unmeasured, then --duration seconds measured, and one
+      line is printed at the end:
+      RESULT impl=… conns=… inflight=… size=… requests=… seconds=… rps=… mbps=… p50_us=… …
+      (mbps: megabytes of payload per second, one direction). Exit status: 0 done, 1 errors,
+      2 bad arguments, 3 stalled.
+    """
+
+let options = Options(
+    Array(CommandLine.arguments.dropFirst()),
+    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup"],
+    usage: usage
+)
+let impl = options.string("impl", allowed: ["tether", "nio-handler", "nio-async"])
+let load = Load(
+    host: options.string("host", default: "127.0.0.1"),
+    port: options.int("port"),
+    connections: max(1, options.int("connections", default: 1)),
+    inFlight: max(1, options.int("in-flight", default: 1)),
+    size: options.int("size", default: 64),
+    duration: options.double("duration", default: 5),
+    warmup: options.double("warmup", default: 1)
+)
+
+let stats: Stats
+let window: Window
+do {
+    switch impl {
+    case "nio-handler": (stats, window) = try await NIOHandlerClient.run(load)
+    case "nio-async": (stats, window) = try await NIOAsyncClient.run(load)
+    default: (stats, window) = try await TetherClient.run(load)
+    }
+} catch {
+    printError("bench-client: \(error)")
+    exit(1)
+}
+if let firstError = stats.firstError {
+    printError("bench-client: \(stats.errors) errors; first: \(firstError)")
+}
+printNow(stats.resultLine(impl: impl, connections: load.connections, inFlight: load.inFlight, size: load.size, window: window))
+exit(stats.errors == 0 ? 0 : 1)
