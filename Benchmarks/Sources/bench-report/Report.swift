@@ -1,0 +1,232 @@
+import BenchCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// One client run: where it ran and what it printed.
+struct Run {
+    var scenario: String
+    var server: String
+    var client: String
+    var ok: Bool
+    var values: [String: Double]
+
+    /// Parses `RUN key=value … [RESULT key=value …]`; `nil` for any other line.
+    init?(line: Substring) {
+        guard line.hasPrefix("RUN ") else { return nil }
+        var fields: [String: String] = [:]
+        for token in line.split(separator: " ") {
+            guard let equals = token.firstIndex(of: "=") else { continue }
+            fields[String(token[..<equals])] = String(token[token.index(after: equals)...])
+        }
+        guard let scenario = fields["scenario"], let server = fields["server"], let client = fields["client"] else { return nil }
+        self.scenario = scenario
+        self.server = server
+        self.client = client
+        ok = fields["status"] == "ok"
+        values = fields.compactMapValues { Double($0) }
+    }
+}
+
+/// A metric of a scenario: what is compared and which way is better.
+struct Metric {
+    var key: String
+    var title: String
+    var higherIsBetter: Bool
+    var decimals: Int
+
+    static let rps = Metric(key: "rps", title: "req/s", higherIsBetter: true, decimals: 0)
+    static let p50 = Metric(key: "p50_us", title: "p50 µs", higherIsBetter: false, decimals: 1)
+    static let p99 = Metric(key: "p99_us", title: "p99 µs", higherIsBetter: false, decimals: 1)
+    static let mbps = Metric(key: "mbps", title: "MB/s", higherIsBetter: true, decimals: 0)
+}
+
+struct Scenario {
+    var id: String
+    var title: String
+    var metrics: [Metric]
+
+    static let all = [
+        Scenario(id: "a", title: "a. 1 conn, 1 in flight, 64 B", metrics: [.p50, .rps]),
+        Scenario(id: "b", title: "b. 1 conn, 100 in flight, 64 B", metrics: [.rps, .p99]),
+        Scenario(id: "c", title: "c. 100 conns × 10 in flight, 64 B", metrics: [.rps, .p99]),
+        Scenario(id: "d", title: "d. 1 conn, 4 in flight, 1 MiB", metrics: [.mbps, .p50]),
+    ]
+}
+
+/// The median and spread of one metric over the repetitions of one cell.
+struct Summary {
+    var median: Double
+    var minimum: Double
+    var maximum: Double
+    var runs: Int
+    var failures: Int
+
+    init?(_ values: [Double], failures: Int) {
+        guard !values.isEmpty else { return nil }
+        let sorted = values.sorted()
+        let middle = sorted.count / 2
+        median = sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+        minimum = sorted[0]
+        maximum = sorted[sorted.count - 1]
+        runs = sorted.count
+        self.failures = failures
+    }
+
+    func text(_ metric: Metric) -> String {
+        var text = number(median, metric.decimals)
+        if runs > 1 { text += " (\(number(minimum, metric.decimals))–\(number(maximum, metric.decimals)))" }
+        if failures > 0 { text += " ⚠\(failures) failed" }
+        return text
+    }
+}
+
+/// Groups numbers by thousands: 1234567 → 1,234,567.
+func number(_ value: Double, _ decimals: Int) -> String {
+    let text = format(value, decimals: decimals)
+    let parts = text.split(separator: ".", maxSplits: 1)
+    var whole = String(parts[0])
+    let negative = whole.hasPrefix("-")
+    if negative { whole.removeFirst() }
+    var grouped = ""
+    for (index, character) in whole.reversed().enumerated() {
+        if index > 0 && index % 3 == 0 { grouped.append(",") }
+        grouped.append(character)
+    }
+    let result = (negative ? "-" : "") + String(grouped.reversed())
+    return parts.count > 1 ? result + "." + parts[1] : result
+}
+
+struct Report {
+    var runs: [Run]
+
+    /// A side of a comparison: a server and a client.
+    struct Pair {
+        var server: String
+        var client: String
+        var title: String
+    }
+
+    func summary(_ scenario: String, _ pair: Pair, _ metric: Metric) -> Summary? {
+        let cell = runs.filter { $0.scenario == scenario && $0.server == pair.server && $0.client == pair.client }
+        let values = cell.filter(\.ok).compactMap { $0.values[metric.key] }
+        if values.isEmpty && !cell.isEmpty { return Summary([.nan], failures: cell.count) }
+        return Summary(values, failures: cell.count - values.count)
+    }
+
+    /// A table of `tether` against `peers` per scenario and metric, with Tether's ratios.
+    func comparison(heading: String, note: String, tether: Pair, peers: [Pair]) -> String? {
+        let present = peers.filter { peer in runs.contains { $0.server == peer.server && $0.client == peer.client } }
+        guard runs.contains(where: { $0.server == tether.server && $0.client == tether.client }), !present.isEmpty else { return nil }
+        var lines = ["### \(heading)", "", note, ""]
+        var header = "| scenario | metric | \(tether.title) |"
+        var rule = "|---|---|---:|"
+        for peer in present {
+            header += " \(peer.title) |"
+            rule += "---:|"
+        }
+        for peer in present {
+            header += " Tether ÷ \(peer.title) |"
+            rule += "---:|"
+        }
+        lines += [header, rule]
+        for scenario in Scenario.all where runs.contains(where: { $0.scenario == scenario.id }) {
+            for metric in scenario.metrics {
+                let mine = summary(scenario.id, tether, metric)
+                var row = "| \(scenario.title) | \(metric.title) | \(mine?.text(metric) ?? "–") |"
+                for peer in present {
+                    row += " \(summary(scenario.id, peer, metric)?.text(metric) ?? "–") |"
+                }
+                for peer in present {
+                    row += " \(ratio(mine, summary(scenario.id, peer, metric), metric)) |"
+                }
+                lines.append(row)
+            }
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    func ratio(_ mine: Summary?, _ theirs: Summary?, _ metric: Metric) -> String {
+        guard let mine, let theirs, mine.median.isFinite, theirs.median.isFinite, theirs.median > 0 else { return "–" }
+        let value = mine.median / theirs.median
+        let better = metric.higherIsBetter ? value >= 1 : value <= 1
+        return "\(format(value, decimals: 2))×" + (better ? "" : " ✗")
+    }
+
+    func matrix() -> String? {
+        let servers = ["tether", "nio", "c"]
+        let clients = ["tether", "nio-handler", "nio-async", "c"]
+        let pairs = servers.flatMap { server in clients.map { Pair(server: server, client: $0, title: "") } }
+            .filter { pair in runs.contains { $0.server == pair.server && $0.client == pair.client } }
+        guard pairs.count > 3 else { return nil }
+        var lines = [
+            "### Every server × client",
+            "",
+            "Medians (min–max) of the repetitions.",
+            "",
+            "| scenario | server | client | req/s | MB/s | p50 µs | p99 µs |",
+            "|---|---|---|---:|---:|---:|---:|",
+        ]
+        for scenario in Scenario.all where runs.contains(where: { $0.scenario == scenario.id }) {
+            for pair in pairs {
+                let cells = [Metric.rps, .mbps, .p50, .p99].map { summary(scenario.id, pair, $0)?.text($0) ?? "–" }
+                lines.append("| \(scenario.id) | \(pair.server) | \(pair.client) | " + cells.joined(separator: " | ") + " |")
+            }
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    func markdown() -> String {
+        let tether = Pair(server: "tether", client: "tether", title: "Tether")
+        let sections = [
+            comparison(
+                heading: "Tether against its peers, each side its own client and server",
+                note: "Medians of the repetitions (min–max). Ratios are Tether's median over the peer's: above 1× is better for req/s and MB/s, below 1× for latency; ✗ marks where Tether is behind.",
+                tether: tether,
+                peers: [
+                    Pair(server: "nio", client: "nio-handler", title: "NIO handler"),
+                    Pair(server: "nio", client: "nio-async", title: "NIO async"),
+                    Pair(server: "c", client: "c", title: "C epoll"),
+                ]
+            ),
+            comparison(
+                heading: "Servers, driven by the C load generator",
+                note: "The same C client against each server: the differences are the servers'.",
+                tether: Pair(server: "tether", client: "c", title: "Tether server"),
+                peers: [
+                    Pair(server: "nio", client: "c", title: "NIO server"),
+                    Pair(server: "c", client: "c", title: "C server"),
+                ]
+            ),
+            comparison(
+                heading: "Clients, against the C echo server",
+                note: "Each client against the same C server: the differences are the clients'.",
+                tether: Pair(server: "c", client: "tether", title: "Tether client"),
+                peers: [
+                    Pair(server: "c", client: "nio-handler", title: "NIO handler client"),
+                    Pair(server: "c", client: "nio-async", title: "NIO async client"),
+                    Pair(server: "c", client: "c", title: "C client"),
+                ]
+            ),
+            matrix(),
+        ]
+        return sections.compactMap { $0 }.joined(separator: "\n\n")
+    }
+}
+
+/// The contents of a text file, or `nil` when it cannot be read.
+func readFile(_ path: String) -> String? {
+    guard let file = fopen(path, "r") else { return nil }
+    defer { fclose(file) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let count = chunk.withUnsafeMutableBytes { fread($0.baseAddress, 1, $0.count, file) }
+        if count == 0 { break }
+        bytes += chunk[0..<count]
+    }
+    return String(decoding: bytes, as: UTF8.self)
+}

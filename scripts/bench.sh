@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Tether's benchmark suite in one command: builds the Benchmarks package (release) and the C
+# baseline, runs the matrix of echo servers {tether, nio, c} × load generators
+# {tether, nio-handler, nio-async, c} over the scenarios, and prints markdown tables with
+# Tether's ratio to each peer.
+#
+#   scripts/bench.sh [--quick] [--duration S] [--warmup S] [--repeat N] [--scenarios abcd]
+#                    [--out FILE]
+#
+#   --quick       1 s runs, 1 repetition, only tether↔tether, nio↔nio-handler and c↔c
+#   --duration S  measured seconds per run (default 4)
+#   --warmup S    unmeasured seconds before each (default 1)
+#   --repeat N    repetitions; runs are interleaved (A B C A B C …) (default 3)
+#   --scenarios   which of a b c d to run (default abcd)
+#   --out FILE    also write the report there
+#
+# Scenarios: a. 1 connection, 1 request in flight, 64 B; b. 1 connection, 100 in flight,
+# 64 B; c. 100 connections × 10 in flight, 64 B; d. 1 connection, 4 in flight, 1 MiB.
+#
+# All traffic stays on 127.0.0.1. Servers listen on random free high ports and are killed
+# with SIGKILL when the script exits.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+package="$root/Benchmarks"
+
+quick=0
+duration=4
+warmup=1
+repeat=3
+scenarios="abcd"
+out=""
+duration_set=0
+warmup_set=0
+repeat_set=0
+
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --quick) quick=1; shift ;;
+        --duration) duration="$2"; duration_set=1; shift 2 ;;
+        --warmup) warmup="$2"; warmup_set=1; shift 2 ;;
+        --repeat) repeat="$2"; repeat_set=1; shift 2 ;;
+        --scenarios) scenarios="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+if [[ $quick == 1 ]]; then
+    [[ $duration_set == 1 ]] || duration=1
+    [[ $warmup_set == 1 ]] || warmup=0.5
+    [[ $repeat_set == 1 ]] || repeat=1
+fi
+
+# --- build -------------------------------------------------------------------------------
+echo "==> building the Benchmarks package (release)" >&2
+swift build -c release --package-path "$package" >&2
+bin="$(swift build -c release --package-path "$package" --show-bin-path)"
+cbin="$package/.build/c"
+mkdir -p "$cbin"
+echo "==> building the C baseline" >&2
+cc -O2 -Wall -Wextra -o "$cbin/server" "$package/c/server.c" -lpthread
+cc -O2 -Wall -Wextra -o "$cbin/client" "$package/c/client.c" -lpthread
+
+# --- servers -----------------------------------------------------------------------------
+work="$(mktemp -d "${TMPDIR:-/tmp}/tether-bench.XXXXXX")"
+results="$work/results.txt"
+: > "$results"
+declare -A server_pid=() server_port=()
+
+cleanup() {
+    for pid in "${server_pid[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+server_command() { # impl port
+    case "$1" in
+        tether) echo "$bin/bench-server --impl tether --port $2" ;;
+        nio) echo "$bin/bench-server --impl nio --port $2" ;;
+        c) echo "$cbin/server --port $2" ;;
+    esac
+}
+
+# Starts a server on a random free port between 20000 and 32767 (below Linux's ephemeral
+# range, so no client socket takes it), retrying when the port turns out to be taken.
+start_server() { # impl
+    local impl="$1" attempt port log pid
+    for attempt in 1 2 3 4 5 6 7 8; do
+        port=$((20000 + RANDOM % 12768))
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
+        log="$work/server-$impl.log"
+        # shellcheck disable=SC2046
+        $(server_command "$impl" "$port") > "$log" 2>&1 &
+        pid=$!
+        for _ in $(seq 100); do
+            if grep -q "^listening on 127.0.0.1:$port" "$log" 2>/dev/null; then
+                server_pid[$impl]=$pid
+                server_port[$impl]=$port
+                return 0
+            fi
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    echo "bench.sh: cannot start the $impl server; its log:" >&2
+    cat "$log" >&2
+    exit 1
+}
+
+stop_server() { # impl
+    local pid="${server_pid[$1]:-}"
+    [[ -n $pid ]] || return 0
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    unset "server_pid[$1]"
+}
+
+# --- runs --------------------------------------------------------------------------------
+scenario_args() {
+    case "$1" in
+        a) echo "--connections 1 --in-flight 1 --size 64" ;;
+        b) echo "--connections 1 --in-flight 100 --size 64" ;;
+        c) echo "--connections 100 --in-flight 10 --size 64" ;;
+        d) echo "--connections 1 --in-flight 4 --size 1048576" ;;
+    esac
+}
+
+client_command() { # impl port
+    case "$1" in
+        c) echo "$cbin/client --port $2" ;;
+        *) echo "$bin/bench-client --impl $1 --host 127.0.0.1 --port $2" ;;
+    esac
+}
+
+if [[ $quick == 1 ]]; then
+    pairs="tether:tether nio:nio-handler c:c"
+else
+    pairs=""
+    for server in tether nio c; do
+        for client in tether nio-handler nio-async c; do
+            pairs+=" $server:$client"
+        done
+    done
+fi
+servers_used="$(for pair in $pairs; do echo "${pair%%:*}"; done | sort -u | tr '\n' ' ')"
+
+run_one() { # rep scenario server client
+    local rep="$1" scenario="$2" server="$3" client="$4" output status line
+    local limit
+    limit=$(awk -v d="$duration" -v w="$warmup" 'BEGIN { printf "%d", d + w + 40 }')
+    # shellcheck disable=SC2046
+    if output=$(timeout -s KILL "$limit" $(client_command "$client" "${server_port[$server]}") \
+            $(scenario_args "$scenario") --duration "$duration" --warmup "$warmup" 2>"$work/client.err"); then
+        status=ok
+    else
+        status="failed(rc=$?)"
+    fi
+    line=$(grep '^RESULT ' <<<"$output" | tail -1 || true)
+    [[ -n $line ]] || status="failed(no-result)"
+    echo "RUN rep=$rep scenario=$scenario server=$server client=$client status=$status $line" >> "$results"
+    local brief
+    brief=$(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^(rps|mbps|p50_us|p99_us|errors)=/) printf "%s ", $i }' <<<"$line")
+    printf '  %s  %-7s %-12s %s %s\n' "$scenario" "$server" "$client" "$status" "$brief" >&2
+    if [[ $status != ok ]]; then
+        sed 's/^/      client: /' "$work/client.err" | tail -5 >&2
+    fi
+    # A server that died is reported and restarted so the rest of the matrix still runs.
+    if ! kill -0 "${server_pid[$server]}" 2>/dev/null; then
+        echo "RUN rep=$rep scenario=$scenario server=$server client=$client status=server-died" >> "$results"
+        echo "      the $server server died; its log:" >&2
+        tail -5 "$work/server-$server.log" | sed 's/^/      /' >&2
+        wait "${server_pid[$server]}" 2>/dev/null || true
+        start_server "$server"
+    fi
+}
+
+echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2
+for rep in $(seq "$repeat"); do
+    echo "--- repetition $rep of $repeat" >&2
+    for server in $servers_used; do start_server "$server"; done
+    for scenario in $(grep -o . <<<"$scenarios"); do
+        for pair in $pairs; do
+            run_one "$rep" "$scenario" "${pair%%:*}" "${pair##*:}"
+        done
+    done
+    for server in $servers_used; do stop_server "$server"; done
+done
+
+# --- report ------------------------------------------------------------------------------
+{
+    echo "## Tether benchmarks"
+    echo
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC') · $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')) · $(swift --version 2>/dev/null | head -1) · commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo
+    echo "Client and server on the same machine over loopback. Each run: ${warmup} s warm-up, ${duration} s measured; $repeat repetition(s), interleaved. Raw results: \`$results\`."
+    echo
+    "$bin/bench-report" "$results"
+} > "$work/report.md"
+[[ -z $out ]] || cp "$work/report.md" "$out"
+cat "$work/report.md"
