@@ -17,7 +17,7 @@ let package = Package(
     dependencies: [
         .package(name: "Tether", path: ".."),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
-        .package(url: "https://github.com/ordo-one/package-benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
+        .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         .target(name: "BenchCore"),
@@ -31,6 +31,7 @@ let package = Package(
                 "BenchCore",
                 "SeedNIO",
                 .product(name: "Tether", package: "Tether"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
@@ -49,6 +50,15 @@ let package = Package(
         .executableTarget(
             name: "bench-report",
             dependencies: ["BenchCore"]
+        ),
+        .executableTarget(
+            name: "TetherBenchmarks",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "Tether", package: "Tether"),
+            ],
+            path: "Benchmarks/TetherBenchmarks",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -4,18 +4,21 @@
 # {tether, nio-handler, nio-async, c} over the scenarios, and prints markdown tables with
 # Tether's ratio to each peer.
 #
-#   scripts/bench.sh [--quick] [--duration S] [--warmup S] [--repeat N] [--scenarios abcd]
-#                    [--out FILE]
+#   scripts/bench.sh [--quick] [--duration S] [--warmup S] [--repeat N]
+#                    [--scenarios abcdefg] [--out FILE]
 #
-#   --quick       1 s runs, 1 repetition, only tether↔tether, nio↔nio-handler and c↔c
+#   --quick       1 s runs, 1 repetition, scenarios a–d, only tether↔tether,
+#                 nio↔nio-handler and c↔c
 #   --duration S  measured seconds per run (default 4)
 #   --warmup S    unmeasured seconds before each (default 1)
 #   --repeat N    repetitions; runs are interleaved (A B C A B C …) (default 3)
-#   --scenarios   which of a b c d to run (default abcd)
+#   --scenarios   which scenarios to run (default abcdefg; abcd with --quick)
 #   --out FILE    also write the report there
 #
 # Scenarios: a. 1 connection, 1 request in flight, 64 B; b. 1 connection, 100 in flight,
-# 64 B; c. 100 connections × 10 in flight, 64 B; d. 1 connection, 4 in flight, 1 MiB.
+# 64 B; c. 100 connections × 10 in flight, 64 B; d. 1 connection, 4 in flight, 1 MiB;
+# e. server memory per idle connection, 10,000 connections; f. push fan-out from one
+# server to 1,000 clients; g. heap allocations per request (package-benchmark).
 #
 # All traffic stays on 127.0.0.1. Servers listen on random free high ports and are killed
 # with SIGKILL when the script exits.
@@ -28,7 +31,7 @@ quick=0
 duration=4
 warmup=1
 repeat=3
-scenarios="abcd"
+scenarios=""
 out=""
 duration_set=0
 warmup_set=0
@@ -52,7 +55,14 @@ if [[ $quick == 1 ]]; then
     [[ $duration_set == 1 ]] || duration=1
     [[ $warmup_set == 1 ]] || warmup=0.5
     [[ $repeat_set == 1 ]] || repeat=1
+    [[ -n $scenarios ]] || scenarios="abcd"
 fi
+[[ -n $scenarios ]] || scenarios="abcdefg"
+if [[ ! $scenarios =~ ^[a-g]+$ ]]; then
+    echo "bench.sh: --scenarios takes letters a to g, not $scenarios" >&2
+    exit 2
+fi
+has() { [[ $scenarios == *"$1"* ]]; }
 
 # --- build -------------------------------------------------------------------------------
 echo "==> building the Benchmarks package (release)" >&2
@@ -63,15 +73,26 @@ mkdir -p "$cbin"
 echo "==> building the C baseline" >&2
 cc -O2 -Wall -Wextra -o "$cbin/server" "$package/c/server.c" -lpthread
 cc -O2 -Wall -Wextra -o "$cbin/client" "$package/c/client.c" -lpthread
+cc -O2 -Wall -Wextra -o "$cbin/idle" "$package/c/idle.c"
+cc -O2 -Wall -Wextra -o "$cbin/fanout" "$package/c/fanout.c"
+
+# 10,000 idle connections need as many descriptors on each side.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+idle_connections=10000
+if (( $(ulimit -n) < idle_connections + 256 )); then
+    idle_connections=$(( $(ulimit -n) - 256 ))
+    echo "bench.sh: open files are limited to $(ulimit -n); scenario e uses $idle_connections connections" >&2
+fi
 
 # --- servers -----------------------------------------------------------------------------
 work="$(mktemp -d "${TMPDIR:-/tmp}/tether-bench.XXXXXX")"
 results="$work/results.txt"
 : > "$results"
 declare -A server_pid=() server_port=()
+helper_pid=""
 
 cleanup() {
-    for pid in "${server_pid[@]}"; do
+    for pid in "${server_pid[@]}" $helper_pid; do
         kill -KILL "$pid" 2>/dev/null || true
     done
 }
@@ -181,17 +202,105 @@ run_one() { # rep scenario server client
     fi
 }
 
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# e: a fresh server, warmed by 100 connections that come and go, then 10,000 idle ones.
+run_idle() { # rep server
+    local rep="$1" server="$2" before after status=ok line=""
+    start_server "$server"
+    local port="${server_port[$server]}" pid="${server_pid[$server]}"
+    for count in 100 "$idle_connections"; do
+        "$cbin/idle" --port "$port" --connections "$count" > "$work/idle.out" 2>&1 &
+        helper_pid=$!
+        for _ in $(seq 1200); do
+            grep -q '^ready' "$work/idle.out" && break
+            kill -0 "$helper_pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        if ! grep -q '^ready' "$work/idle.out"; then
+            status="failed($(tail -1 "$work/idle.out" | tr ' ' '_'))"
+        elif [[ $count == 100 ]]; then
+            :
+        else
+            sleep 1
+            after=$(rss_kib "$pid")
+        fi
+        kill -KILL "$helper_pid" 2>/dev/null || true
+        wait "$helper_pid" 2>/dev/null || true
+        helper_pid=""
+        [[ $status == ok ]] || break
+        if [[ $count == 100 ]]; then
+            sleep 0.5
+            before=$(rss_kib "$pid")
+        fi
+    done
+    if [[ $status == ok ]]; then
+        line="RESULT conns=$idle_connections rss_before_kib=$before rss_after_kib=$after bytes_per_conn=$(( (after - before) * 1024 / idle_connections ))"
+    fi
+    echo "RUN rep=$rep scenario=e server=$server client=idle status=$status $line" >> "$results"
+    printf '  e  %-7s %-12s %s %s\n' "$server" idle "$status" "${line#RESULT }" >&2
+    stop_server "$server"
+}
+
+# f: the running server pushes to 1,000 clients, 10 rounds of 64 B per request.
+run_fanout() { # rep server
+    local rep="$1" server="$2" output status line limit
+    limit=$(awk -v d="$duration" -v w="$warmup" 'BEGIN { printf "%d", d + w + 40 }')
+    if output=$(timeout -s KILL "$limit" "$cbin/fanout" --port "${server_port[$server]}" --connections 1000 \
+            --rounds 10 --size 64 --duration "$duration" --warmup "$warmup" 2>"$work/client.err"); then
+        status=ok
+    else
+        status="failed(rc=$?)"
+    fi
+    line=$(grep '^RESULT ' <<<"$output" | tail -1 || true)
+    [[ -n $line ]] || status="failed(no-result)"
+    echo "RUN rep=$rep scenario=f server=$server client=fanout status=$status $line" >> "$results"
+    printf '  f  %-7s %-12s %s %s\n' "$server" fanout "$status" "$(grep -o 'nps=[0-9]*' <<<"$line")" >&2
+    [[ $status == ok ]] || sed 's/^/      client: /' "$work/client.err" | tail -5 >&2
+}
+
+# g: package-benchmark's malloc counts per request, once (they do not vary between runs).
+run_allocations() {
+    local log="$work/allocations.log" status=ok
+    echo "  g  package-benchmark (allocations per request; builds its tool the first time)" >&2
+    if ! swift package --package-path "$package" benchmark --target TetherBenchmarks --no-progress > "$log" 2>&1; then
+        status="failed"
+        tail -20 "$log" | sed 's/^/      /' >&2
+    fi
+    awk -F'│' -v status="$status" '
+        /round trip/ && !/│/ { name = $0 }
+        /Malloc \(total\)/ {
+            gsub(/ /, "", $5)
+            side = name ~ /^client round trip/ ? "client" : name ~ /^server round trip/ ? "server" : "both"
+            printf "RUN rep=1 scenario=g server=tether client=%s status=%s RESULT mallocs=%s\n", side, status, $5
+        }' "$log" >> "$results"
+    grep 'scenario=g' "$results" | sed 's/^.*client=/      /' >&2 || true
+}
+
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2
 for rep in $(seq "$repeat"); do
     echo "--- repetition $rep of $repeat" >&2
-    for server in $servers_used; do start_server "$server"; done
-    for scenario in $(grep -o . <<<"$scenarios"); do
-        for pair in $pairs; do
-            run_one "$rep" "$scenario" "${pair%%:*}" "${pair##*:}"
+    if has a || has b || has c || has d || has f; then
+        for server in $servers_used; do start_server "$server"; done
+        for scenario in a b c d; do
+            has "$scenario" || continue
+            for pair in $pairs; do
+                run_one "$rep" "$scenario" "${pair%%:*}" "${pair##*:}"
+            done
         done
-    done
-    for server in $servers_used; do stop_server "$server"; done
+        if has f; then
+            for server in tether nio; do
+                [[ -n ${server_pid[$server]:-} ]] || start_server "$server"
+                run_fanout "$rep" "$server"
+            done
+        fi
+        for server in "${!server_pid[@]}"; do stop_server "$server"; done
+    fi
+    if has e; then
+        for server in tether nio c; do run_idle "$rep" "$server"; done
+    fi
 done
+if has g; then run_allocations; fi
 
 # --- report ------------------------------------------------------------------------------
 {

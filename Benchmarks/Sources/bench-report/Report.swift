@@ -42,6 +42,9 @@ struct Metric {
     static let p50 = Metric(key: "p50_us", title: "p50 µs", higherIsBetter: false, decimals: 1)
     static let p99 = Metric(key: "p99_us", title: "p99 µs", higherIsBetter: false, decimals: 1)
     static let mbps = Metric(key: "mbps", title: "MB/s", higherIsBetter: true, decimals: 0)
+    static let bytesPerConnection = Metric(key: "bytes_per_conn", title: "bytes per connection", higherIsBetter: false, decimals: 0)
+    static let notifications = Metric(key: "nps", title: "notifications/s", higherIsBetter: true, decimals: 0)
+    static let mallocs = Metric(key: "mallocs", title: "allocations per request", higherIsBetter: false, decimals: 0)
 }
 
 struct Scenario {
@@ -49,12 +52,14 @@ struct Scenario {
     var title: String
     var metrics: [Metric]
 
-    static let all = [
+    static let load = [
         Scenario(id: "a", title: "a. 1 conn, 1 in flight, 64 B", metrics: [.p50, .rps]),
         Scenario(id: "b", title: "b. 1 conn, 100 in flight, 64 B", metrics: [.rps, .p99]),
         Scenario(id: "c", title: "c. 100 conns × 10 in flight, 64 B", metrics: [.rps, .p99]),
         Scenario(id: "d", title: "d. 1 conn, 4 in flight, 1 MiB", metrics: [.mbps, .p50]),
     ]
+    static let idle = Scenario(id: "e", title: "e. server memory, idle connections", metrics: [.bytesPerConnection])
+    static let fanOut = Scenario(id: "f", title: "f. push fan-out to 1,000 clients, 64 B", metrics: [.notifications])
 }
 
 /// The median and spread of one metric over the repetitions of one cell.
@@ -118,7 +123,7 @@ struct Report {
     }
 
     /// A table of `tether` against `peers` per scenario and metric, with Tether's ratios.
-    func comparison(heading: String, note: String, tether: Pair, peers: [Pair]) -> String? {
+    func comparison(heading: String, note: String, scenarios: [Scenario] = Scenario.load, tether: Pair, peers: [Pair]) -> String? {
         let present = peers.filter { peer in runs.contains { $0.server == peer.server && $0.client == peer.client } }
         guard runs.contains(where: { $0.server == tether.server && $0.client == tether.client }), !present.isEmpty else { return nil }
         var lines = ["### \(heading)", "", note, ""]
@@ -133,7 +138,7 @@ struct Report {
             rule += "---:|"
         }
         lines += [header, rule]
-        for scenario in Scenario.all where runs.contains(where: { $0.scenario == scenario.id }) {
+        for scenario in scenarios where runs.contains(where: { $0.scenario == scenario.id && $0.server == tether.server && $0.client == tether.client }) {
             for metric in scenario.metrics {
                 let mine = summary(scenario.id, tether, metric)
                 var row = "| \(scenario.title) | \(metric.title) | \(mine?.text(metric) ?? "–") |"
@@ -156,6 +161,23 @@ struct Report {
         return "\(format(value, decimals: 2))×" + (better ? "" : " ✗")
     }
 
+    func allocations() -> String? {
+        let sides = [("client", "client: Connection ↔ raw socket echo"), ("server", "server: raw socket client ↔ Server"), ("both", "client ↔ server, both Tether, one process")]
+        let rows = sides.compactMap { side, title -> String? in
+            guard let summary = summary("g", Pair(server: "tether", client: side, title: ""), .mallocs) else { return nil }
+            return "| \(title) | \(summary.text(.mallocs)) |"
+        }
+        guard !rows.isEmpty else { return nil }
+        return ([
+            "### Heap allocations per request",
+            "",
+            "package-benchmark's `mallocCountTotal` per 64-byte request round trip over loopback, one request in flight (`Benchmarks/Benchmarks/TetherBenchmarks`). The raw-socket sides allocate nothing, so each count is Tether's own.",
+            "",
+            "| round trip | allocations per request |",
+            "|---|---:|",
+        ] + rows).joined(separator: "\n")
+    }
+
     func matrix() -> String? {
         let servers = ["tether", "nio", "c"]
         let clients = ["tether", "nio-handler", "nio-async", "c"]
@@ -170,8 +192,8 @@ struct Report {
             "| scenario | server | client | req/s | MB/s | p50 µs | p99 µs |",
             "|---|---|---|---:|---:|---:|---:|",
         ]
-        for scenario in Scenario.all where runs.contains(where: { $0.scenario == scenario.id }) {
-            for pair in pairs {
+        for scenario in Scenario.load where runs.contains(where: { $0.scenario == scenario.id }) {
+            for pair in pairs where runs.contains(where: { $0.scenario == scenario.id && $0.server == pair.server && $0.client == pair.client }) {
                 let cells = [Metric.rps, .mbps, .p50, .p99].map { summary(scenario.id, pair, $0)?.text($0) ?? "–" }
                 lines.append("| \(scenario.id) | \(pair.server) | \(pair.client) | " + cells.joined(separator: " | ") + " |")
             }
@@ -211,6 +233,24 @@ struct Report {
                     Pair(server: "c", client: "c", title: "C client"),
                 ]
             ),
+            comparison(
+                heading: "Server memory per idle connection",
+                note: "Growth of the server's resident memory (VmRSS) from a warm idle server to one holding the idle connections, each having served one request, divided by their number.",
+                scenarios: [Scenario.idle],
+                tether: Pair(server: "tether", client: "idle", title: "Tether server"),
+                peers: [
+                    Pair(server: "nio", client: "idle", title: "NIO server"),
+                    Pair(server: "c", client: "idle", title: "C server"),
+                ]
+            ),
+            comparison(
+                heading: "Push fan-out",
+                note: "Notifications per second received by 1,000 connected C clients; one of them asks for 10 broadcast rounds at a time and asks again once every notification of the batch has arrived.",
+                scenarios: [Scenario.fanOut],
+                tether: Pair(server: "tether", client: "fanout", title: "Tether server"),
+                peers: [Pair(server: "nio", client: "fanout", title: "NIO server")]
+            ),
+            allocations(),
             matrix(),
         ]
         return sections.compactMap { $0 }.joined(separator: "\n\n")

@@ -1,6 +1,44 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import SeedNIO
+
+/// The fan-out request: `rounds: UInt32 | size: UInt32`, big-endian.
+enum FanOut {
+    static func parse(_ payload: [UInt8]) -> (rounds: Int, size: Int)? {
+        guard payload.count == 8 else { return nil }
+        let rounds = payload[0..<4].reduce(0) { $0 << 8 | Int($1) }
+        let size = payload[4..<8].reduce(0) { $0 << 8 | Int($1) }
+        return size <= SeedFrame.maximumPayloadLength ? (rounds, size) : nil
+    }
+}
+
+/// Every open channel of the NIO server, for broadcasts.
+final class ChannelRegistry: Sendable {
+    private let channels = NIOLockedValueBox([ObjectIdentifier: any Channel]())
+
+    func add(_ channel: any Channel) {
+        channels.withLockedValue { $0[ObjectIdentifier(channel)] = channel }
+    }
+
+    func remove(_ channel: any Channel) {
+        channels.withLockedValue { _ = $0.removeValue(forKey: ObjectIdentifier(channel)) }
+    }
+
+    /// Pushes `rounds` copies of `frame` to every channel: one task per event loop and
+    /// round, which writes to each of that loop's channels and flushes them.
+    func broadcast(_ frame: ByteBuffer, rounds: Int) {
+        let byLoop = Dictionary(grouping: channels.withLockedValue { Array($0.values) }) { ObjectIdentifier($0.eventLoop) }
+        for _ in 0..<rounds {
+            for channels in byLoop.values {
+                channels[0].eventLoop.execute {
+                    for channel in channels { channel.write(frame, promise: nil) }
+                    for channel in channels { channel.flush() }
+                }
+            }
+        }
+    }
+}
 
 /// Echoes every frame, requests and heartbeats alike, with the same type and serial.
 ///
@@ -10,9 +48,43 @@ final class EchoHandler: ChannelInboundHandler {
     typealias InboundIn = SeedFrame
     typealias OutboundOut = ByteBuffer
 
+    private let registry: ChannelRegistry
+
+    init(registry: ChannelRegistry) {
+        self.registry = registry
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        registry.add(context.channel)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        registry.remove(context.channel)
+        context.fireChannelInactive()
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = Self.unwrapInboundIn(data)
+        if frame.type == 0x403 {
+            fanOut(context: context, frame: frame)
+            return
+        }
         context.writeSeedFrame(type: frame.type, serial: frame.serial, payload: frame.payload)
+    }
+
+    private func fanOut(context: ChannelHandlerContext, frame: SeedFrame) {
+        guard let bytes = frame.payload.getBytes(at: frame.payload.readerIndex, length: frame.payload.readableBytes),
+              let (rounds, size) = FanOut.parse(bytes)
+        else {
+            context.close(promise: nil)
+            return
+        }
+        var notification = context.channel.allocator.buffer(capacity: SeedFrame.headerLength + size)
+        notification.writeSeedHeader(type: 0x2, serial: 0, length: size)
+        notification.writeRepeatingByte(0x62, count: size)
+        registry.broadcast(notification, rounds: rounds)
+        context.writeSeedFrame(type: frame.type, serial: frame.serial, payload: ByteBuffer())
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -29,6 +101,7 @@ final class EchoHandler: ChannelInboundHandler {
 /// - Parameter port: The port on 127.0.0.1.
 /// - Returns: The bound port.
 func startNIOServer(port: Int) async throws -> (any Channel, Int) {
+    let registry = ChannelRegistry()
     let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         .serverChannelOption(.backlog, value: 4096)
         .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -38,7 +111,7 @@ func startNIOServer(port: Int) async throws -> (any Channel, Int) {
             channel.eventLoop.makeCompletedFuture {
                 try channel.pipeline.syncOperations.addHandlers(
                     ByteToMessageHandler(SeedFrameDecoder()),
-                    EchoHandler()
+                    EchoHandler(registry: registry)
                 )
             }
         }

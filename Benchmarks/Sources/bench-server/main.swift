@@ -12,6 +12,9 @@ let usage = """
     usage: bench-server --impl tether|nio [--port P]
       An echo server for the seed protocol on 127.0.0.1: every request (0x402) and
       heartbeat (0x1) is answered with a frame of the same type, serial and payload.
+      A request of type 0x403 with the payload `rounds: UInt32 | size: UInt32` pushes
+      `rounds` notifications of type 0x2 with `size` bytes to every connected peer, then
+      is answered with an empty payload (the fan-out scenario).
       --port 0 (the default) lets the system choose. Prints `listening on 127.0.0.1:PORT`
       when ready; runs until SIGTERM or SIGINT.
     """
@@ -39,9 +42,19 @@ case "nio":
     try await channel.closeFuture.get()
     _ = sources
 default:
-    let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: port))
+    var configuration = ServerConfiguration(host: "127.0.0.1", port: port)
+    configuration.maximumConnections = 100_000
+    let server = Server(configuration: configuration)
     server.handle(type: 0x402) { request, _ in
         Response(payload: request.payload)
+    }
+    server.handle(type: 0x403) { request, _ in
+        guard let (rounds, size) = FanOut.parse(request.payload) else { return Response.error("expected rounds and size") }
+        let notification = Frame(type: 0x2, payload: [UInt8](repeating: 0x62, count: size))
+        for _ in 0..<rounds {
+            await server.broadcast(notification)
+        }
+        return Response()
     }
     let task = Task {
         do {
