@@ -306,7 +306,7 @@ if has g; then run_allocations; fi
 {
     echo "## Tether benchmarks"
     echo
-    echo "$(date -u '+%Y-%m-%d %H:%M UTC') · $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')) · $(swift --version 2>/dev/null | head -1) · commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC') · $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')) · $(swift --version 2>/dev/null | head -1) · commit $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo
     echo "Client and server on the same machine over loopback. Each run: ${warmup} s warm-up, ${duration} s measured; $repeat repetition(s), interleaved. Raw results: \`$results\`."
     echo
