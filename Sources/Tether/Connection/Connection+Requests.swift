@@ -18,20 +18,35 @@ extension Connection {
     /// - Throws: ``TetherError`` or `CancellationError`.
     public func request(_ request: Request, timeout: Duration? = nil) async throws -> Response {
         try Task.checkCancellation()
-        guard let channel else { throw notConnected() }
-        guard table.count < configuration.limits.maximumPendingRequests else {
-            throw TetherError(
-                code: .tooManyPendingRequests,
-                message: "\(table.count) requests are already waiting on \(channel.remoteAddress), the limit"
-            )
-        }
         let (serial, id) = table.allocate()
-        let frame = Frame(type: request.type, serial: serial, payload: request.payload)
-        try write(frame, on: channel)
-        counters.requestsSent += 1
         let limit = timeout ?? configuration.requestTimeout
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: Waiter) in
+                // Everything from the checks to the insert runs here, without interruption on
+                // this actor. The awaits above are suspension points: the connection may have
+                // closed, or this task been cancelled, while they were pending.
+                guard let channel else {
+                    continuation.resume(throwing: notConnected())
+                    return
+                }
+                guard table.count < configuration.limits.maximumPendingRequests else {
+                    continuation.resume(throwing: TetherError(
+                        code: .tooManyPendingRequests,
+                        message: "\(table.count) requests are already waiting on \(channel.remoteAddress), the limit"
+                    ))
+                    return
+                }
+                if Task.isCancelled {
+                    continuation.resume(throwing: CancellationError())
+                    return
+                }
+                do {
+                    try write(Frame(type: request.type, serial: serial, payload: request.payload), on: channel)
+                } catch {
+                    continuation.resume(throwing: error)
+                    return
+                }
+                counters.requestsSent += 1
                 var timer: LoopTimer?
                 if let limit {
                     timer = loop.schedule(after: limit) { [self] in

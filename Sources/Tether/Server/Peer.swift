@@ -16,8 +16,9 @@ public actor Peer {
     private var channel: SocketChannel?
     private var codec: any FrameCodec
     private var closeReason: TetherError?
-    private let requests: AsyncStream<Frame>
-    private let requestFeed: AsyncStream<Frame>.Continuation
+    /// Requests decoded and not yet handed to a handler task, and the run loop waiting for them.
+    private var inbox: [Frame] = []
+    private var inboxWaiter: CheckedContinuation<[Frame]?, Never>?
 
     /// Runs the actor on its event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -33,7 +34,6 @@ public actor Peer {
         self.handlers = server.handlers
         self.pendingFD = fd
         self.codec = server.configuration.profile.makeCodec(server.configuration.limits.maximumPayloadLength)
-        (requests, requestFeed) = AsyncStream<Frame>.makeStream()
     }
 
     deinit {
@@ -60,14 +60,18 @@ public actor Peer {
             return
         }
         server?.peerConnected(self)
-        let executor = loop.taskExecutor
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
-                for await frame in requests {
-                    guard let handler = handlers.handler(for: frame.type) else { continue }
-                    tasks.addTask(executorPreference: executor) { [self] in
-                        let response = await Self.invoke(handler, Request(frame: frame), self)
-                        await respond(response, to: frame)
+                // Each wake-up takes every request decoded since the last one. A handler
+                // starts at once on this actor and, if it never suspends, answers before the
+                // next request is looked at: no job is queued for it.
+                while let batch = await nextBatch() {
+                    for frame in batch {
+                        guard let handler = handlers.handler(for: frame.type) else { continue }
+                        tasks.addImmediateTask { [self] in
+                            let response = await Self.invoke(handler, Request(frame: frame), self)
+                            respond(response, to: frame)
+                        }
                     }
                 }
             }
@@ -77,7 +81,35 @@ public actor Peer {
         server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"))
     }
 
-    private static func invoke(_ handler: Server.Handler, _ request: Request, _ peer: Peer) async -> Response {
+    /// The requests that arrived since the last call, or `nil` once the connection has ended.
+    ///
+    /// The checks happen inside the continuation's body, which runs without interruption on
+    /// this actor: the `await` before it is a suspension point at which a handler task may
+    /// close the peer, so a check made before it could be stale.
+    private func nextBatch() async -> [Frame]? {
+        await withCheckedContinuation { continuation in
+            if !inbox.isEmpty {
+                let batch = inbox
+                inbox.removeAll(keepingCapacity: true)
+                continuation.resume(returning: batch)
+            } else if closeReason != nil {
+                continuation.resume(returning: nil)
+            } else {
+                inboxWaiter = continuation
+            }
+        }
+    }
+
+    private func deliver(_ frame: Frame) {
+        if let waiter = inboxWaiter {
+            inboxWaiter = nil
+            waiter.resume(returning: [frame])
+        } else {
+            inbox.append(frame)
+        }
+    }
+
+    private static func invoke(_ handler: Server.Handler, _ request: Request, _ peer: isolated Peer) async -> Response {
         do {
             return try await handler(request, peer)
         } catch let error as TetherError {
@@ -129,7 +161,11 @@ public actor Peer {
     private func end(_ reason: TetherError, graceful: Bool) {
         guard closeReason == nil else { return }
         closeReason = reason
-        requestFeed.finish()
+        inbox.removeAll()
+        if let waiter = inboxWaiter {
+            inboxWaiter = nil
+            waiter.resume(returning: nil)
+        }
         guard let channel else { return }
         self.channel = nil
         channel.delegate = nil
@@ -181,7 +217,7 @@ extension Peer: ChannelDelegate {
             try? write(frame, on: channel)
         case .message, .notification:
             if handlers.handler(for: frame.type) != nil {
-                requestFeed.yield(frame)
+                deliver(frame)
             } else {
                 respond(.error("unknown type \(hex(frame.type))"), to: frame)
             }

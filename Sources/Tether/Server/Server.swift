@@ -13,8 +13,13 @@
 /// type with no handler are answered with an error response (`{"error": "unknown type 0x…"}`),
 /// never dropped.
 public final class Server: Sendable {
-    /// Answers one request. Runs on the peer's event loop; may suspend.
-    public typealias Handler = @Sendable (_ request: Request, _ peer: Peer) async throws -> Response
+    /// Answers one request.
+    ///
+    /// It runs on the peer's event loop, isolated to the ``Peer`` like the code that calls
+    /// it, so a handler that does not suspend costs no executor hop. It may suspend; requests
+    /// of the same peer are handled concurrently. Do not block in it: that stalls every
+    /// connection on the same loop.
+    public typealias Handler = nonisolated(nonsending) @Sendable (_ request: Request, _ peer: Peer) async throws -> Response
 
     /// How the server listens and what it allows.
     public let configuration: ServerConfiguration

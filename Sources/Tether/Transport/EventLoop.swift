@@ -30,6 +30,9 @@ final class EventLoop: @unchecked Sendable {
 
     private struct Remote {
         var jobs: [Job] = []
+        /// The loop is blocked (or about to block) in the selector and needs a wake-up.
+        var sleeping = false
+        /// A wake-up was written and the loop has not yet taken the jobs.
         var wakeupPending = false
         var stopping = false
     }
@@ -91,9 +94,11 @@ final class EventLoop: @unchecked Sendable {
             local.append(job)
             return
         }
+        // Only a loop that is blocked in the selector needs the wake-up system call; a busy
+        // loop takes remote jobs at the end of its turn anyway.
         let wake = remote.withLock { state -> Bool in
             state.jobs.append(job)
-            if state.wakeupPending { return false }
+            guard state.sleeping, !state.wakeupPending else { return false }
             state.wakeupPending = true
             return true
         }
@@ -169,6 +174,15 @@ final class EventLoop: @unchecked Sendable {
                 let now = MonotonicTime.now()
                 timeout = earliest > now ? Int64(clamping: earliest - now) : 0
             }
+            if timeout != 0 {
+                // Announce the sleep, unless jobs arrived meanwhile: then do not block at all.
+                let hasJobs = remote.withLock { state -> Bool in
+                    if !state.jobs.isEmpty { return true }
+                    state.sleeping = true
+                    return false
+                }
+                if hasJobs { timeout = 0 }
+            }
             do {
                 _ = try selector.wait(timeoutNanoseconds: timeout) { event in
                     let index = Int(event.fd)
@@ -188,6 +202,7 @@ final class EventLoop: @unchecked Sendable {
                 for timer in due { timer.callback() }
             }
             let (incoming, stopping) = remote.withLock { state -> ([Job], Bool) in
+                state.sleeping = false
                 state.wakeupPending = false
                 let jobs = state.jobs
                 state.jobs.removeAll(keepingCapacity: true)
@@ -218,7 +233,6 @@ final class EventLoop: @unchecked Sendable {
                 case .closure(let body):
                     body()
                 }
-                drainFlushes()
             }
             running.removeAll(keepingCapacity: true)
         }

@@ -223,8 +223,11 @@ extension SocketOptions {
 enum Memory {
     /// A byte array of `count` zeros, filled with `memset` rather than element by element.
     static func zeroedBytes(_ count: Int) -> [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            if count > 0 { memset(buffer.baseAddress!, 0, count) }
+        // For 0 the initializer would hand back the shared empty-array storage and write its
+        // count from whichever thread asks: a (harmless) race that TSan rightly reports.
+        guard count > 0 else { return [] }
+        return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            memset(buffer.baseAddress!, 0, count)
             initialized = count
         }
     }
