@@ -46,7 +46,9 @@ func collect<S: AsyncSequence & Sendable>(
     }
 }
 
-/// Runs a server on 127.0.0.1 (or `host`) on a free port for the duration of `body`.
+/// Runs a server on 127.0.0.1 (or `host`) on a free port for the duration of `body`, then
+/// cancels it and requires `run()` to return within the bound: a server that does not stop
+/// fails the test instead of hanging it.
 func withServer<T: Sendable>(
     host: String = "127.0.0.1",
     configure: (inout ServerConfiguration) -> Void = { _ in },
@@ -57,23 +59,17 @@ func withServer<T: Sendable>(
     configure(&configuration)
     let server = Server(configuration: configuration)
     handlers(server)
-    return try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask {
-            try await server.run()
-            return nil
-        }
+    let running = Task { try await server.run() }
+    let result: Result<T, any Error>
+    do {
         let address = try await bounded("server to listen") { try await server.listeningAddress() }
-        let endpoint = Endpoint(host: address.ipAddress, port: address.port)
-        do {
-            let result = try await body(server, endpoint)
-            group.cancelAll()
-            try await group.waitForAll()
-            return result
-        } catch {
-            group.cancelAll()
-            throw error
-        }
+        result = .success(try await body(server, Endpoint(host: address.ipAddress, port: address.port)))
+    } catch {
+        result = .failure(error)
     }
+    running.cancel()
+    try await bounded("the server to stop after cancellation") { try await running.value }
+    return try result.get()
 }
 
 /// The standard test server handlers: 0x402 echo, 0x404 echo after `delay_ms`.
