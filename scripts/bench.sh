@@ -5,7 +5,7 @@
 # Tether's ratio to each peer.
 #
 #   scripts/bench.sh [--quick] [--duration S] [--warmup S] [--repeat N]
-#                    [--scenarios abcdefg] [--out FILE]
+#                    [--scenarios abcdefg] [--tether-executor default|loop] [--out FILE]
 #
 #   --quick       1 s runs, 1 repetition, scenarios a–d, only tether↔tether,
 #                 nio↔nio-handler and c↔c
@@ -13,6 +13,10 @@
 #   --warmup S    unmeasured seconds before each (default 1)
 #   --repeat N    repetitions; runs are interleaved (A B C A B C …) (default 3)
 #   --scenarios   which scenarios to run (default abcdefg; abcd with --quick)
+#   --tether-executor default|loop
+#                 where the Tether client's request tasks run: the global concurrent
+#                 executor, as an application's tasks do (default), or their connection's
+#                 event loop (withTaskExecutorPreference(connection.taskExecutor))
 #   --out FILE    also write the report there
 #
 # Scenarios: a. 1 connection, 1 request in flight, 64 B; b. 1 connection, 100 in flight,
@@ -32,12 +36,13 @@ duration=4
 warmup=1
 repeat=3
 scenarios=""
+tether_executor=default
 out=""
 duration_set=0
 warmup_set=0
 repeat_set=0
 
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -46,6 +51,7 @@ while [[ $# -gt 0 ]]; do
         --warmup) warmup="$2"; warmup_set=1; shift 2 ;;
         --repeat) repeat="$2"; repeat_set=1; shift 2 ;;
         --scenarios) scenarios="$2"; shift 2 ;;
+        --tether-executor) tether_executor="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -58,6 +64,10 @@ if [[ $quick == 1 ]]; then
     [[ -n $scenarios ]] || scenarios="abcd"
 fi
 [[ -n $scenarios ]] || scenarios="abcdefg"
+if [[ $tether_executor != default && $tether_executor != loop ]]; then
+    echo "bench.sh: --tether-executor takes default or loop, not $tether_executor" >&2
+    exit 2
+fi
 if [[ ! $scenarios =~ ^[a-g]+$ ]]; then
     echo "bench.sh: --scenarios takes letters a to g, not $scenarios" >&2
     exit 2
@@ -156,6 +166,7 @@ scenario_args() {
 client_command() { # impl port
     case "$1" in
         c) echo "$cbin/client --port $2" ;;
+        tether) echo "$bin/bench-client --impl tether --executor $tether_executor --host 127.0.0.1 --port $2" ;;
         *) echo "$bin/bench-client --impl $1 --host 127.0.0.1 --port $2" ;;
     esac
 }
@@ -308,7 +319,7 @@ if has g; then run_allocations; fi
     echo
     echo "$(date -u '+%Y-%m-%d %H:%M UTC') · $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')) · $(swift --version 2>/dev/null | head -1) · commit $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo
-    echo "Client and server on the same machine over loopback. Each run: ${warmup} s warm-up, ${duration} s measured; $repeat repetition(s), interleaved. Raw results: \`$results\`."
+    echo "Client and server on the same machine over loopback. Each run: ${warmup} s warm-up, ${duration} s measured; $repeat repetition(s), interleaved. Tether client tasks on the $tether_executor executor. Raw results: \`$results\`."
     echo
     "$bin/bench-report" "$results"
 } > "$work/report.md"

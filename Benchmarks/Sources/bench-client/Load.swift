@@ -16,6 +16,8 @@ struct Load: Sendable {
     var size: Int
     var duration: Double
     var warmup: Double
+    /// Tether only: run the request tasks on their connection's event loop.
+    var preferLoopExecutor = false
 }
 
 /// Ends the process if the run has not finished 10 s after its window closed: a server

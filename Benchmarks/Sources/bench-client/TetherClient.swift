@@ -2,7 +2,9 @@ import BenchCore
 import Tether
 
 /// Tether's client as an application writes it: one `Connection` per connection, and K
-/// tasks per connection each looping `try await connection.request(…)`.
+/// tasks per connection each looping `try await connection.request(…)`. With
+/// `--executor loop` the tasks prefer their connection's event loop
+/// (``Connection/taskExecutor``), so a request needs no executor hop.
 enum TetherClient {
     static func run(_ load: Load) async throws -> (Stats, Window) {
         var configuration = ConnectionConfiguration()
@@ -17,8 +19,9 @@ enum TetherClient {
         let payload = [UInt8](repeating: 0x61, count: load.size)
         let stats = await withTaskGroup(of: Stats.self) { group in
             for connection in connections {
+                let executor: (any TaskExecutor)? = load.preferLoopExecutor ? connection.taskExecutor : nil
                 for _ in 0..<load.inFlight {
-                    group.addTask { await worker(connection, payload: payload, window: window) }
+                    group.addTask(executorPreference: executor) { await worker(connection, payload: payload, window: window) }
                 }
             }
             var total = Stats()

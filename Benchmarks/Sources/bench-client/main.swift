@@ -9,7 +9,7 @@ import Darwin
 let usage = """
     usage: bench-client --impl tether|nio-handler|nio-async --port P [--host 127.0.0.1]
                         [--connections C] [--in-flight K] [--size BYTES]
-                        [--duration S] [--warmup S]
+                        [--duration S] [--warmup S] [--executor default|loop]
       A closed-loop load generator for the seed echo protocol: each of C connections keeps
       K requests (type 0x402, BYTES of payload) in flight; each response issues the next.
       Load runs for --warmup seconds unmeasured, then --duration seconds measured, and one
@@ -17,15 +17,17 @@ let usage = """
       RESULT impl=… conns=… inflight=… size=… requests=… seconds=… rps=… mbps=… p50_us=… …
       (mbps: megabytes of payload per second, one direction). Exit status: 0 done, 1 errors,
       2 bad arguments, 3 stalled.
+      --executor loop (tether only): the request tasks prefer their connection's event loop
+      instead of the global concurrent executor.
     """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup"],
+    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor"],
     usage: usage
 )
 let impl = options.string("impl", allowed: ["tether", "nio-handler", "nio-async"])
-let load = Load(
+var load = Load(
     host: options.string("host", default: "127.0.0.1"),
     port: options.int("port"),
     connections: max(1, options.int("connections", default: 1)),
@@ -34,6 +36,7 @@ let load = Load(
     duration: options.double("duration", default: 5),
     warmup: options.double("warmup", default: 1)
 )
+load.preferLoopExecutor = options.string("executor", default: "default", allowed: ["default", "loop"]) == "loop"
 
 let stats: Stats
 let window: Window
