@@ -10,23 +10,34 @@ struct TimedOut: Error, CustomStringConvertible {
 }
 
 /// Runs `operation`, failing with ``TimedOut`` if it takes longer than `limit`.
-/// The operation is cancelled on timeout, so every await in a test is bounded.
+///
+/// A race, not a task group: a group would wait for an operation that ignores cancellation
+/// (awaiting a stuck task's value, say), and the test would hang instead of failing. Here
+/// the first to finish wins; on timeout the operation is cancelled and left behind.
 func bounded<T: Sendable>(
     _ what: String,
     _ limit: Duration = eventBound,
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await operation() }
-        group.addTask {
+    let outcome = Lock<CheckedContinuation<T, any Error>?>(nil)
+    let finish: @Sendable (Result<T, any Error>) -> Void = { result in
+        let continuation = outcome.withLock { slot -> CheckedContinuation<T, any Error>? in
+            defer { slot = nil }
+            return slot
+        }
+        continuation?.resume(with: result)
+    }
+    return try await withCheckedThrowingContinuation { continuation in
+        // Stored before either racer starts, so neither can finish into an empty slot.
+        outcome.withLock { $0 = continuation }
+        let work = Task {
+            do { finish(.success(try await operation())) } catch { finish(.failure(error)) }
+        }
+        Task {
             try? await Task.sleep(for: limit)
-            return nil
+            finish(.failure(TimedOut(what: what)))
+            work.cancel()
         }
-        defer { group.cancelAll() }
-        guard let first = try await group.next(), let value = first else {
-            throw TimedOut(what: what)
-        }
-        return value
     }
 }
 
