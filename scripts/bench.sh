@@ -76,7 +76,9 @@ has() { [[ $scenarios == *"$1"* ]]; }
 
 # --- build -------------------------------------------------------------------------------
 echo "==> building the Benchmarks package (release)" >&2
-swift build -c release --package-path "$package" >&2
+# One retry: the SDK's sources may change under a build while someone edits them.
+swift build -c release --package-path "$package" >&2 \
+    || { echo "==> build failed; retrying once" >&2; sleep 2; swift build -c release --package-path "$package" >&2; }
 bin="$(swift build -c release --package-path "$package" --show-bin-path)"
 cbin="$package/.build/c"
 mkdir -p "$cbin"
