@@ -175,7 +175,10 @@ public struct FrameBuffer: Sendable {
     mutating func reserveWritable(_ count: Int) {
         if storage.count - writerIndex >= count { return }
         let readable = readableBytes
-        if readerIndex > 0 && storage.count - readable >= count {
+        // Compact only when it moves no more bytes than it frees; otherwise grow. Compacting
+        // whenever there is room would move every queued byte on each append: quadratic
+        // when many large frames wait to be written.
+        if readerIndex >= readable && storage.count - readable >= count {
             compact()
             return
         }
@@ -225,8 +228,6 @@ public struct FrameBuffer: Sendable {
         if readerIndex == writerIndex {
             readerIndex = 0
             writerIndex = 0
-        } else if readerIndex > 0 && storage.count - writerIndex < count {
-            compact()
         }
         reserveWritable(count)
         let offset = writerIndex

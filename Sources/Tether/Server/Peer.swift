@@ -18,7 +18,9 @@ public actor Peer {
     private var closeReason: TetherError?
     /// Requests decoded and not yet handed to a handler task, and the run loop waiting for them.
     private var inbox: [Frame] = []
-    private var inboxWaiter: CheckedContinuation<[Frame]?, Never>?
+    /// The batch being handled; swapped with ``inbox`` so taking a batch copies nothing.
+    private var batch: [Frame] = []
+    private var inboxWaiter: CheckedContinuation<Bool, Never>?
 
     /// Runs the actor on its event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -65,7 +67,7 @@ public actor Peer {
                 // Each wake-up takes every request decoded since the last one. A handler
                 // starts at once on this actor and, if it never suspends, answers before the
                 // next request is looked at: no job is queued for it.
-                while let batch = await nextBatch() {
+                while await nextBatch() {
                     for frame in batch {
                         guard let handler = handlers.handler(for: frame.type) else { continue }
                         tasks.addImmediateTask { [self] in
@@ -81,31 +83,31 @@ public actor Peer {
         server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"))
     }
 
-    /// The requests that arrived since the last call, or `nil` once the connection has ended.
+    /// Moves the requests that arrived since the last call into ``batch``; `false` once the
+    /// connection has ended.
     ///
     /// The checks happen inside the continuation's body, which runs without interruption on
     /// this actor: the `await` before it is a suspension point at which a handler task may
     /// close the peer, so a check made before it could be stale.
-    private func nextBatch() async -> [Frame]? {
-        await withCheckedContinuation { continuation in
-            if !inbox.isEmpty {
-                let batch = inbox
-                inbox.removeAll(keepingCapacity: true)
-                continuation.resume(returning: batch)
-            } else if closeReason != nil {
-                continuation.resume(returning: nil)
+    private func nextBatch() async -> Bool {
+        batch.removeAll(keepingCapacity: true)
+        let open = await withCheckedContinuation { continuation in
+            if !inbox.isEmpty || closeReason != nil {
+                continuation.resume(returning: closeReason == nil)
             } else {
                 inboxWaiter = continuation
             }
         }
+        guard open else { return false }
+        swap(&batch, &inbox)
+        return true
     }
 
     private func deliver(_ frame: Frame) {
+        inbox.append(frame)
         if let waiter = inboxWaiter {
             inboxWaiter = nil
-            waiter.resume(returning: [frame])
-        } else {
-            inbox.append(frame)
+            waiter.resume(returning: true)
         }
     }
 
@@ -164,7 +166,7 @@ public actor Peer {
         inbox.removeAll()
         if let waiter = inboxWaiter {
             inboxWaiter = nil
-            waiter.resume(returning: nil)
+            waiter.resume(returning: false)
         }
         guard let channel else { return }
         self.channel = nil

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// An async sequence of events from a connection or server: frames, notifications,
 /// heartbeats, states.
 ///
@@ -37,6 +39,8 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
 ///
 /// Thread-safe: subscribe from anywhere; publish from the owner's executor.
 final class Broadcaster<Element: Sendable>: Sendable {
+    /// Subscribers right now, readable without the lock: publishing to nobody is one load.
+    private let subscriberCount = Atomic<Int>(0)
     private struct Subscriber {
         var continuation: AsyncStream<Element>.Continuation
         var filter: (@Sendable (Element) -> Bool)?
@@ -73,8 +77,13 @@ final class Broadcaster<Element: Sendable>: Sendable {
             let id = state.nextID
             state.nextID += 1
             state.subscribers[id] = Subscriber(continuation: continuation, filter: filter)
+            subscriberCount.store(state.subscribers.count, ordering: .relaxed)
             continuation.onTermination = { [weak self] _ in
-                _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) }
+                guard let self else { return }
+                self.state.withLock { state in
+                    state.subscribers.removeValue(forKey: id)
+                    self.subscriberCount.store(state.subscribers.count, ordering: .relaxed)
+                }
             }
             return false
         }
@@ -84,6 +93,8 @@ final class Broadcaster<Element: Sendable>: Sendable {
 
     /// Delivers `element` to every subscriber whose filter accepts it.
     func publish(_ element: Element) {
+        // A subscriber that joins concurrently may miss this element: it subscribed "from now".
+        if !keepsLatest && subscriberCount.load(ordering: .relaxed) == 0 { return }
         state.withLock { state in
             if keepsLatest { state.replay = element }
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
@@ -96,7 +107,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
 
     /// Whether anyone listens; lets the hot path skip building elements nobody reads.
     var hasSubscribers: Bool {
-        state.withLock { !$0.subscribers.isEmpty }
+        subscriberCount.load(ordering: .relaxed) > 0
     }
 
     /// Elements dropped because a subscriber's buffer was full.
@@ -114,6 +125,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             state.finished = true
             let all = Array(state.subscribers.values)
             state.subscribers.removeAll()
+            subscriberCount.store(0, ordering: .relaxed)
             return all
         }
         for subscriber in subscribers { subscriber.continuation.finish() }

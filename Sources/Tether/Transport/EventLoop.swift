@@ -43,7 +43,13 @@ final class EventLoop: @unchecked Sendable {
     private var timers = TimerHeap()
     private var local: [Job] = []
     private var running: [Job] = []
+    /// Swapped with the remote queue each turn, so taking the remote jobs copies nothing.
+    private var incoming: [Job] = []
+    private var flushing: [any Flushable] = []
     private var flushQueue: [any Flushable] = []
+    /// The buffer sockets read into when they hold no partial frame: one per loop instead of
+    /// one per connection, so an idle connection owns no read buffer at all.
+    var readBuffer = FrameBuffer(capacity: 64 << 10)
     private var thread: ThreadID?
     private var joinable: BlockingThread?
     private var stopped = false
@@ -201,14 +207,16 @@ final class EventLoop: @unchecked Sendable {
                 while let timer = timers.popDue(now: now) { due.append(timer) }
                 for timer in due { timer.callback() }
             }
-            let (incoming, stopping) = remote.withLock { state -> ([Job], Bool) in
+            let stopping = remote.withLock { state -> Bool in
                 state.sleeping = false
                 state.wakeupPending = false
-                let jobs = state.jobs
-                state.jobs.removeAll(keepingCapacity: true)
-                return (jobs, state.stopping)
+                swap(&state.jobs, &incoming)
+                return state.stopping
             }
-            if !incoming.isEmpty { local.append(contentsOf: incoming) }
+            if !incoming.isEmpty {
+                local.append(contentsOf: incoming)
+                incoming.removeAll(keepingCapacity: true)
+            }
             runJobs()
             if stopping && local.isEmpty {
                 stopped = true
@@ -241,9 +249,9 @@ final class EventLoop: @unchecked Sendable {
 
     private func drainFlushes() {
         guard !flushQueue.isEmpty, local.isEmpty else { return }
-        let targets = flushQueue
-        flushQueue.removeAll(keepingCapacity: true)
-        for target in targets { target.flushAfterTurn() }
+        swap(&flushing, &flushQueue)
+        for target in flushing { target.flushAfterTurn() }
+        flushing.removeAll(keepingCapacity: true)
     }
 
     /// Stops the loop after its queued jobs have run and waits for its thread to end.

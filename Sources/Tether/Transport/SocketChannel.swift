@@ -9,9 +9,11 @@ protocol ChannelDelegate: AnyObject {
 
 /// A connected, nonblocking TCP socket registered with an event loop.
 ///
-/// Reads land in one reusable ``inbound`` buffer; writes are encoded straight into one
-/// ``outbound`` buffer and flushed once per loop turn, so many frames written in a turn go
-/// out in one `send`. Partial writes keep the rest and wait for writability.
+/// Reads go into the loop's shared read buffer, lent to ``inbound`` for the read; the
+/// channel keeps a buffer of its own only while it holds part of a frame. Writes are encoded
+/// straight into one ``outbound`` buffer and flushed once per loop turn, so many frames
+/// written in a turn go out in one `send`. Partial writes keep the rest and wait for
+/// writability.
 /// Loop thread only.
 final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop`'s thread; the type is
@@ -21,7 +23,9 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     let remoteAddress: SocketAddress
     let localAddress: SocketAddress?
     private(set) var fd: Int32
-    var inbound = FrameBuffer(capacity: 64 << 10)
+    /// Bytes received and not yet decoded. Empty and without storage between reads unless
+    /// it holds part of a frame.
+    var inbound = FrameBuffer()
     var outbound = FrameBuffer(capacity: 0)
     var delegate: (any ChannelDelegate)?
     let maximumOutboundBytes: Int
@@ -69,6 +73,10 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     }
 
     private func readNow() {
+        // Borrow the loop's read buffer unless a partial frame is waiting in our own.
+        let borrowed = inbound.isEmpty
+        if borrowed { swap(&inbound, &loop.readBuffer) }
+        defer { settleInbound(borrowed: borrowed) }
         var gotBytes = false
         var closeError: TetherError?
         for _ in 0..<4 {
@@ -97,11 +105,19 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                 break
             }
         }
-        if gotBytes {
-            delegate?.channelRead(self)
-            inbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
-        }
+        if gotBytes { delegate?.channelRead(self) }
         if let closeError, fd >= 0 { fail(closeError) }
+    }
+
+    /// After a read: return the loop's buffer if everything was decoded, and drop our own once
+    /// it is empty. Whatever holds a partial frame stays with the channel.
+    private func settleInbound(borrowed: Bool) {
+        guard inbound.isEmpty else { return }
+        if borrowed {
+            swap(&inbound, &loop.readBuffer)
+            loop.readBuffer.shrinkIfIdle(keeping: Self.idleBufferLimit)
+        }
+        if inbound.capacity > 0 { inbound = FrameBuffer() }
     }
 
     private func socketError(_ error: Errno, doing action: String) -> TetherError {
