@@ -1,3 +1,10 @@
+extension Connection: TimerTarget {
+    /// A request's timeout fired: `tag` is its id, `detail` its serial.
+    nonisolated func timerFired(tag: UInt64, detail: UInt32) {
+        assumeIsolated { $0.expire(serial: detail, id: tag) }
+    }
+}
+
 extension Connection {
     /// Sends a request and waits for its response.
     ///
@@ -49,11 +56,10 @@ extension Connection {
                 counters.requestsSent += 1
                 var timer: LoopTimer?
                 if let limit {
-                    timer = loop.schedule(after: limit) { [self] in
-                        assumeIsolated { $0.expire(serial: serial, id: id, after: limit) }
-                    }
+                    let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: limit)
+                    timer = loop.schedule(at: deadline, target: self, tag: id, detail: serial)
                 }
-                table.insert(serial: serial, entry: .init(waiter: continuation, id: id, type: request.type, timer: timer))
+                table.insert(serial: serial, entry: .init(waiter: continuation, id: id, type: request.type, timer: timer, timeout: limit))
             }
         } onCancel: {
             loop.execute { [self] in
@@ -91,11 +97,11 @@ extension Connection {
     /// Number of requests waiting for a response.
     public var pendingRequestCount: Int { table.count }
 
-    private func expire(serial: UInt32, id: UInt64, after limit: Duration) {
+    private func expire(serial: UInt32, id: UInt64) {
         guard let entry = table.remove(serial: serial, id: id) else { return }
         entry.waiter.resume(throwing: TetherError(
             code: .timedOut,
-            message: "request \(hex(entry.type)) serial \(serial) timed out after \(describe(limit))"
+            message: "request \(hex(entry.type)) serial \(serial) timed out after \(describe(entry.timeout ?? .zero))"
         ))
     }
 

@@ -9,7 +9,10 @@ struct RequestTable<Waiter> {
         /// ended request can never hit a newer request that reuses its serial.
         var id: UInt64
         var type: UInt32
+        /// The pending timeout; dropped with the entry (the loop recycles it).
         var timer: LoopTimer?
+        /// The timeout the request was given, for the error message.
+        var timeout: Duration?
     }
 
     private var entries: [UInt32: Entry] = [:]

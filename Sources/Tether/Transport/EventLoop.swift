@@ -41,6 +41,7 @@ final class EventLoop: @unchecked Sendable {
     private var selector: Selector
     private var handlers: [(any IOHandler)?] = []
     private var timers = TimerHeap()
+    private var timerPool: [LoopTimer] = []
     private var local: [Job] = []
     private var running: [Job] = []
     /// Swapped with the remote queue each turn, so taking the remote jobs copies nothing.
@@ -122,9 +123,34 @@ final class EventLoop: @unchecked Sendable {
     @discardableResult
     func schedule(at deadline: UInt64, _ callback: @escaping () -> Void) -> LoopTimer {
         preconditionInLoop()
-        let timer = LoopTimer(deadline: deadline, callback: callback)
+        let timer = LoopTimer(deadline: deadline, action: .closure(callback))
         timers.insert(timer)
         return timer
+    }
+
+    /// Schedules `target.timerFired(tag:detail:)` at `deadline` with a recycled timer object.
+    ///
+    /// The returned handle is valid until the timer fires or is cancelled; after that the
+    /// loop reuses the object, so the holder must drop it then. Loop thread only.
+    func schedule(at deadline: UInt64, target: any TimerTarget, tag: UInt64, detail: UInt32) -> LoopTimer {
+        preconditionInLoop()
+        let timer: LoopTimer
+        if let reused = timerPool.popLast() {
+            reused.deadline = deadline
+            reused.action = .target(target, tag: tag, detail: detail)
+            timer = reused
+        } else {
+            timer = LoopTimer(deadline: deadline, action: .target(target, tag: tag, detail: detail))
+            timer.recyclable = true
+        }
+        timers.insert(timer)
+        return timer
+    }
+
+    private func recycle(_ timer: LoopTimer) {
+        guard timer.recyclable else { return }
+        timer.action = .none
+        if timerPool.count < 4096 { timerPool.append(timer) }
     }
 
     /// Schedules `callback` to run on the loop after `delay`. Loop thread only.
@@ -136,7 +162,7 @@ final class EventLoop: @unchecked Sendable {
     /// Cancels a timer that has not fired yet. Loop thread only.
     func cancel(_ timer: LoopTimer) {
         preconditionInLoop()
-        timers.remove(timer)
+        if timers.remove(timer) { recycle(timer) }
     }
 
     // MARK: Descriptors
@@ -205,7 +231,10 @@ final class EventLoop: @unchecked Sendable {
                 let now = MonotonicTime.now()
                 var due: [LoopTimer] = []
                 while let timer = timers.popDue(now: now) { due.append(timer) }
-                for timer in due { timer.callback() }
+                for timer in due {
+                    timer.fire()
+                    recycle(timer)
+                }
             }
             let stopping = remote.withLock { state -> Bool in
                 state.sleeping = false

@@ -1,13 +1,36 @@
+/// Something a timer can call without a closure: lets the loop recycle timer objects, so a
+/// request timeout costs no allocation in steady state.
+protocol TimerTarget: AnyObject {
+    /// The timer scheduled with `tag` and `detail` fired. Called on the loop thread.
+    func timerFired(tag: UInt64, detail: UInt32)
+}
+
 /// A scheduled callback on an event loop. Cancel it with ``EventLoop/cancel(_:)``.
 final class LoopTimer {
-    let deadline: UInt64
-    let callback: () -> Void
+    enum Action {
+        case closure(() -> Void)
+        case target(any TimerTarget, tag: UInt64, detail: UInt32)
+        case none
+    }
+
+    var deadline: UInt64
+    var action: Action
     /// Position in the heap, or -1 once fired or cancelled.
     var index: Int = -1
+    /// Returned to the loop's pool once fired or cancelled; its holder must then drop it.
+    var recyclable = false
 
-    init(deadline: UInt64, callback: @escaping () -> Void) {
+    init(deadline: UInt64, action: Action) {
         self.deadline = deadline
-        self.callback = callback
+        self.action = action
+    }
+
+    func fire() {
+        switch action {
+        case .closure(let body): body()
+        case .target(let target, let tag, let detail): target.timerFired(tag: tag, detail: detail)
+        case .none: break
+        }
     }
 }
 
