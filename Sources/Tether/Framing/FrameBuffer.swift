@@ -243,10 +243,11 @@ public struct FrameBuffer: Sendable {
     /// Capacity of the storage, for tests and limits.
     var capacity: Int { storage.count }
 
-    /// Drops oversized storage once drained, so one huge frame does not pin memory forever.
+    /// Drops storage above `limit` once drained, so one huge frame does not pin memory
+    /// forever. The buffer starts again empty and grows on demand; nothing is allocated here.
     mutating func shrinkIfIdle(keeping limit: Int) {
         if readerIndex == writerIndex && storage.count > limit {
-            storage = Memory.zeroedBytes(limit)
+            storage = []
             readerIndex = 0
             writerIndex = 0
         }

@@ -37,9 +37,10 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
 
     var isOpen: Bool { fd >= 0 }
 
-    /// Storage a drained buffer keeps; above it, the buffer is replaced by a smaller one, so a
-    /// burst of large frames does not pin memory for the life of the connection.
-    static let idleBufferLimit = 4 << 20
+    /// Storage a drained buffer keeps; above it, the storage is released, so a burst of
+    /// large frames does not pin memory for the life of the connection, while a connection
+    /// that keeps sending large frames does not reallocate for each one.
+    static let idleBufferLimit = 16 << 20
 
     /// Takes ownership of a connected descriptor and registers it for reading.
     init(fd: Int32, remoteAddress: SocketAddress, loop: EventLoop, noDelay: Bool, maximumOutboundBytes: Int) throws(TetherError) {
