@@ -74,8 +74,8 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     }
 
     private func readNow() {
-        // Borrow the loop's read buffer unless a partial frame is waiting in our own.
-        let borrowed = inbound.isEmpty
+        // A channel that has never held part of a frame owns no buffer: it borrows the loop's.
+        let borrowed = inbound.capacity == 0
         if borrowed { swap(&inbound, &loop.readBuffer) }
         defer { settleInbound(borrowed: borrowed) }
         var gotBytes = false
@@ -110,15 +110,17 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         if let closeError, fd >= 0 { fail(closeError) }
     }
 
-    /// After a read: return the loop's buffer if everything was decoded, and drop our own once
-    /// it is empty. Whatever holds a partial frame stays with the channel.
+    /// After a read: return the loop's buffer if everything was decoded. A buffer that holds
+    /// part of a frame stays with the channel, which then keeps a buffer of its own (up to
+    /// ``idleBufferLimit``), so a stream of large frames does not regrow one per frame.
     private func settleInbound(borrowed: Bool) {
         guard inbound.isEmpty else { return }
         if borrowed {
             swap(&inbound, &loop.readBuffer)
             loop.readBuffer.shrinkIfIdle(keeping: Self.idleBufferLimit)
+        } else {
+            inbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
         }
-        if inbound.capacity > 0 { inbound = FrameBuffer() }
     }
 
     private func socketError(_ error: Errno, doing action: String) -> TetherError {
