@@ -49,6 +49,13 @@ struct Arguments {
         return value
     }
 
+    /// Removes every occurrence of the flag `name` and says whether there was one.
+    mutating func flag(_ name: String) -> Bool {
+        let before = items.count
+        items.removeAll { $0 == name }
+        return items.count != before
+    }
+
     /// Removes and returns the next positional argument, or `nil` when there is none.
     mutating func positional() -> String? {
         guard let index = items.firstIndex(where: { !$0.hasPrefix("-") || $0 == "-" }) else { return nil }

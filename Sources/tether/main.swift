@@ -14,6 +14,7 @@ let commands: [any Command.Type] = [
     RequestCommand.self,
     ListenCommand.self,
     PingCommand.self,
+    BenchCommand.self,
 ]
 
 func topLevelHelp() -> String {

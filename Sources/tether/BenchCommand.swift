@@ -1,0 +1,151 @@
+import Tether
+
+/// `tether bench`: a closed-loop load generator for any server that speaks the protocol.
+struct BenchCommand: Command {
+    static let name = "bench"
+    static let summary = "load a server with requests; print throughput and latency percentiles"
+    static let synopsis =
+        "tether bench HOST:PORT [--connections C] [--in-flight K] [--duration S] [--size BYTES] [--type T] [--on-loop]"
+    static let help = """
+        Opens C connections and keeps K requests in flight on each: every response sends the
+        next request at once (a closed loop). The payload is SIZE bytes; the server should
+        answer each request, as `tether serve` does for 0x402. Prints a progress line each
+        second on stderr and, at the end, throughput and latency percentiles on stdout.
+        Exits 1 when a request fails.
+
+        arguments:
+          HOST:PORT            the server: 127.0.0.1:9000, [::1]:9000
+          --connections C      connections to open (default 1)
+          --in-flight K        requests in flight per connection (default 1)
+          --duration SECONDS   how long to measure (default 5)
+          --size BYTES         payload bytes per request (default 64)
+          --type T             request type (default 0x402)
+          --on-loop            run the request tasks on their connection's event loop
+                               (Connection.taskExecutor) instead of the global executor
+          -h, --help           show this help
+        """
+
+    var endpoint: Endpoint
+    var connections = 1
+    var inFlight = 1
+    var duration: Duration = .seconds(5)
+    var size = 64
+    var type: UInt32 = 0x402
+    var onLoop = false
+
+    init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        if let value = try arguments.option("--connections") {
+            connections = try Parse.count(value, option: "--connections")
+        }
+        if let value = try arguments.option("--in-flight") {
+            inFlight = try Parse.count(value, option: "--in-flight")
+        }
+        if let value = try arguments.option("--duration") {
+            duration = try Parse.seconds(value, option: "--duration")
+        }
+        if let value = try arguments.option("--size") {
+            guard let bytes = Int(value), bytes >= 0, bytes <= 16 << 20 else {
+                throw ArgumentError("--size must be a byte count from 0 to 16777216, not '\(value)'")
+            }
+            size = bytes
+        }
+        if let value = try arguments.option("--type") {
+            type = try Parse.frameType(value, option: "--type")
+        }
+        onLoop = arguments.flag("--on-loop")
+        endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+    }
+
+    func run() async throws -> ExitStatus {
+        var configuration = ConnectionConfiguration()
+        configuration.heartbeat = .disabled
+        var connecting: [Connection] = []
+        do {
+            for _ in 0..<connections {
+                connecting.append(try await Connection.connect(to: endpoint, configuration: configuration))
+            }
+        } catch {
+            for connection in connecting { await connection.close() }
+            throw error
+        }
+        let opened = connecting
+        do {
+            try await measure(on: opened, configuration: configuration)
+        } catch {
+            for connection in opened { await connection.close() }
+            throw error
+        }
+        for connection in opened { await connection.close() }
+        return .success
+    }
+
+    private func measure(on opened: [Connection], configuration: ConnectionConfiguration) async throws {
+        let clock = ContinuousClock()
+        let start = clock.now
+        let deadline = start + duration
+        let progress = Task {
+            var second = 0
+            while !Task.isCancelled, clock.now < deadline {
+                try? await Task.sleep(for: .seconds(1))
+                second += 1
+                var completed = 0
+                for connection in opened { completed += await connection.statistics.responsesReceived }
+                Console.err("\(second) s: \(completed) responses, \(completed / max(second, 1)) req/s")
+            }
+        }
+        defer { progress.cancel() }
+        let payload = [UInt8](repeating: 0x61, count: size)
+        let request = Request(type: type, payload: payload)
+        // Latencies in nanoseconds from every worker, merged once at the end.
+        let latencies = try await withThrowingTaskGroup(of: [UInt64].self) { group in
+            for connection in opened {
+                for _ in 0..<inFlight {
+                    let executor: (any TaskExecutor)? = onLoop ? connection.taskExecutor : nil
+                    group.addTask(executorPreference: executor) {
+                        var mine: [UInt64] = []
+                        mine.reserveCapacity(1 << 14)
+                        while clock.now < deadline {
+                            let sent = clock.now
+                            _ = try await connection.request(request)
+                            mine.append(nanoseconds(clock.now - sent))
+                        }
+                        return mine
+                    }
+                }
+            }
+            var all: [UInt64] = []
+            for try await part in group { all += part }
+            return all
+        }
+        let elapsed = nanoseconds(clock.now - start)
+        report(latencies.sorted(), elapsedNanoseconds: elapsed)
+    }
+
+    private func report(_ sorted: [UInt64], elapsedNanoseconds: UInt64) {
+        let seconds = Double(elapsedNanoseconds) / 1e9
+        let count = sorted.count
+        let rate = Double(count) / seconds
+        let megabytes = rate * Double(size) / 1e6
+        Console.out("\(endpoint): \(connections) connection(s) × \(inFlight) in flight, \(size)-byte payloads, \(onLoop ? "tasks on the loop" : "tasks on the global executor")")
+        Console.out("\(count) requests in \(String(format2(seconds))) s: \(Int(rate.rounded())) req/s, \(format2(megabytes)) MB/s each way")
+        guard count > 0 else { return }
+        Console.out("latency      µs")
+        for (label, fraction) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)] {
+            let index = min(count - 1, Int((Double(count) * fraction).rounded(.down)))
+            Console.out(label.padding(toLength: 12, withPad: " ", startingAt: 0) + format2(Double(sorted[index]) / 1e3))
+        }
+        Console.out("max".padding(toLength: 12, withPad: " ", startingAt: 0) + format2(Double(sorted[count - 1]) / 1e3))
+    }
+}
+
+private func nanoseconds(_ duration: Duration) -> UInt64 {
+    let (seconds, attoseconds) = duration.components
+    return UInt64(max(0, seconds)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
+}
+
+/// `12.34`: two decimals.
+private func format2(_ value: Double) -> String {
+    let hundredths = Int((value * 100).rounded())
+    let fraction = hundredths % 100
+    return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
+}
