@@ -28,7 +28,7 @@ extension Connection {
         let (serial, id) = table.allocate()
         let limit = timeout ?? configuration.requestTimeout
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: Waiter) in
+            try await withUnsafeThrowingContinuation { (continuation: Waiter) in
                 // Everything from the checks to the insert runs here, without interruption on
                 // this actor. The awaits above are suspension points: the connection may have
                 // closed, or this task been cancelled, while they were pending.

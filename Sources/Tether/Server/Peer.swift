@@ -20,7 +20,9 @@ public actor Peer {
     private var inbox: [Frame] = []
     /// The batch being handled; swapped with ``inbox`` so taking a batch copies nothing.
     private var batch: [Frame] = []
-    private var inboxWaiter: CheckedContinuation<Bool, Never>?
+    /// Unsafe rather than checked (which allocates per wait): it is set and taken only on
+    /// this actor, and resumed exactly once by ``deliver(_:)`` or ``end(_:graceful:)``.
+    private var inboxWaiter: UnsafeContinuation<Bool, Never>?
 
     /// Runs the actor on its event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -69,9 +71,9 @@ public actor Peer {
                 // next request is looked at: no job is queued for it.
                 while await nextBatch() {
                     for frame in batch {
-                        guard let handler = handlers.handler(for: frame.type) else { continue }
+                        guard let entry = handlers.handler(for: frame.type) else { continue }
                         tasks.addImmediateTask { [self] in
-                            let response = await Self.invoke(handler, Request(frame: frame), self)
+                            let response = await Self.invoke(entry.handler, Request(frame: frame), self)
                             respond(response, to: frame)
                         }
                     }
@@ -91,7 +93,7 @@ public actor Peer {
     /// close the peer, so a check made before it could be stale.
     private func nextBatch() async -> Bool {
         batch.removeAll(keepingCapacity: true)
-        let open = await withCheckedContinuation { continuation in
+        let open = await withUnsafeContinuation { continuation in
             if !inbox.isEmpty || closeReason != nil {
                 continuation.resume(returning: closeReason == nil)
             } else {

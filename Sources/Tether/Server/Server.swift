@@ -164,18 +164,16 @@ public final class Server: Sendable {
         for waiter in waiters { waiter.resume(returning: bound) }
         eventFeed.publish(ServerEvent(kind: .listening, address: bound))
 
-        // The accept loop and every peer task prefer the event loops' executors, so serving
-        // never waits for a cooperative thread that application code may be holding.
+        // Each peer starts as an immediate child: `run()` is isolated to the peer, so it goes
+        // straight onto the peer's event loop without waiting for a cooperative thread. No task
+        // executor preference is set: it would cost every handler task an allocation.
         await withTaskCancellationHandler {
-            await withTaskExecutorPreference(acceptLoop.taskExecutor) {
-                await withDiscardingTaskGroup { tasks in
-                    for await (fd, remote) in accepted {
-                        let loop = group.next()
-                        guard let peer = admit(fd: fd, remote: remote, loop: loop) else { continue }
-                        tasks.addTask(executorPreference: loop.taskExecutor) { await peer.run() }
-                    }
-                    for peer in peers { await peer.shutdown() }
+            await withDiscardingTaskGroup { tasks in
+                for await (fd, remote) in accepted {
+                    guard let peer = admit(fd: fd, remote: remote, loop: group.next()) else { continue }
+                    tasks.addImmediateTask { await peer.run() }
                 }
+                for peer in peers { await peer.shutdown() }
             }
         } onCancel: {
             acceptLoop.execute {
@@ -244,13 +242,21 @@ public final class Server: Sendable {
 
 /// The handlers of a server by request type; read by every peer, written by ``Server/handle(type:_:)``.
 final class HandlerTable: Sendable {
-    private let table = Lock<[UInt32: Server.Handler]>([:])
-
-    func set(_ type: UInt32, _ handler: @escaping Server.Handler) {
-        table.withLock { $0[type] = handler }
+    /// A handler in a box: returning a class reference through the generic lock costs
+    /// nothing, where returning the closure itself allocates a reabstraction thunk per lookup.
+    final class Entry: Sendable {
+        let handler: Server.Handler
+        init(_ handler: @escaping Server.Handler) { self.handler = handler }
     }
 
-    func handler(for type: UInt32) -> Server.Handler? {
+    private let table = Lock<[UInt32: Entry]>([:])
+
+    func set(_ type: UInt32, _ handler: @escaping Server.Handler) {
+        let entry = Entry(handler)
+        table.withLock { $0[type] = entry }
+    }
+
+    func handler(for type: UInt32) -> Entry? {
         table.withLock { $0[type] }
     }
 }
