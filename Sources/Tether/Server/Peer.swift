@@ -187,17 +187,28 @@ extension Peer: ChannelDelegate {
     }
 
     nonisolated func channelClosed(_ channel: SocketChannel, error: TetherError) {
-        assumeIsolated { peer in
-            guard peer.channel === channel else { return }
-            var reason = error
-            if error.code == .peerClosed, channel.inbound.readableBytes > 0 {
+        assumeIsolated { $0.channelEnded(channel, error: error) }
+    }
+
+    /// The socket closed by itself. On a clean end of stream the codec decides what the
+    /// remaining bytes are: a last frame to handle, or a truncated one.
+    private func channelEnded(_ channel: SocketChannel, error: TetherError) {
+        guard self.channel === channel else { return }
+        var reason = error
+        if error.code == .peerClosed {
+            do {
+                while self.channel === channel, let frame = try codec.decodeLast(&channel.inbound) {
+                    dispatch(frame, on: channel)
+                }
+            } catch let truncated {
                 reason = TetherError(
-                    code: .truncatedFrame,
-                    message: "stream from \(channel.remoteAddress) ended inside a frame: \(channel.inbound.readableBytes) bytes of an incomplete frame"
+                    code: truncated.code,
+                    message: "\(truncated.message) from \(channel.remoteAddress)",
+                    underlying: error
                 )
             }
-            peer.end(reason, graceful: false)
         }
+        end(reason, graceful: false)
     }
 
     private func decodeFrames(from channel: SocketChannel) {

@@ -261,19 +261,3 @@ final class HandlerTable: Sendable {
         table.withLock { $0[type] }
     }
 }
-
-extension EventLoop {
-    /// Runs `body` on the loop and returns its result.
-    func submit<T: Sendable>(_ body: @escaping @Sendable () throws(TetherError) -> T) async throws(TetherError) -> T {
-        let result: Result<T, TetherError> = await withCheckedContinuation { continuation in
-            execute {
-                do throws(TetherError) {
-                    continuation.resume(returning: .success(try body()))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
-        }
-        return try result.get()
-    }
-}

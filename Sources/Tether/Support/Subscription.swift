@@ -105,11 +105,6 @@ final class Broadcaster<Element: Sendable>: Sendable {
         }
     }
 
-    /// Whether anyone listens; lets the hot path skip building elements nobody reads.
-    var hasSubscribers: Bool {
-        subscriberCount.load(ordering: .relaxed) > 0
-    }
-
     /// Elements dropped because a subscriber's buffer was full.
     var droppedCount: Int { state.withLock { $0.dropped } }
 

@@ -168,15 +168,6 @@ enum Syscall {
         return SocketAddress(storage: storage)
     }
 
-    /// `shutdown(2)` of the write side.
-    static func shutdownWrite(_ fd: Int32) {
-        #if canImport(Darwin)
-        _ = shutdown(fd, SHUT_WR)
-        #else
-        _ = shutdown(fd, Int32(SHUT_WR))
-        #endif
-    }
-
     /// Makes sure a write to a closed socket never kills the process with `SIGPIPE`.
     static let ignoreBrokenPipe: Void = {
         _ = signal(SIGPIPE, SIG_IGN)

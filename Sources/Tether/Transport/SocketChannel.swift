@@ -32,10 +32,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     private var flushScheduled = false
     private var wantsWrite = false
     private var closeWhenFlushed = false
-    private var draining: [() -> Void] = []
     private var drainTimer: LoopTimer?
-
-    var isOpen: Bool { fd >= 0 }
 
     /// Storage a drained buffer keeps; above it, the storage is released, so a burst of
     /// large frames does not pin memory for the life of the connection, while a connection
@@ -191,11 +188,6 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         }
         outbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
         setWriteInterest(false)
-        if !draining.isEmpty {
-            let waiters = draining
-            draining.removeAll()
-            for waiter in waiters { waiter() }
-        }
         if closeWhenFlushed { close() }
     }
 
@@ -203,16 +195,6 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         guard enabled != wantsWrite, fd >= 0 else { return }
         wantsWrite = enabled
         try? loop.reregister(fd, interest: enabled ? [.read, .write] : .read)
-    }
-
-    /// Calls `body` once everything written so far has left the buffer (or the channel closed).
-    func whenFlushed(_ body: @escaping () -> Void) {
-        if outbound.readableBytes == 0 || fd < 0 {
-            body()
-        } else {
-            draining.append(body)
-            scheduleFlush()
-        }
     }
 
     // MARK: Closing
@@ -226,9 +208,6 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         Syscall.closeDescriptor(fd)
         fd = -1
         delegate = nil
-        let waiters = draining
-        draining.removeAll()
-        for waiter in waiters { waiter() }
     }
 
     /// Writes what is pending, then closes; closes anyway after `timeout` if the peer does not
