@@ -26,6 +26,10 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case timedOut
             case connectionClosed
             case peerClosed
+            case connectionLost
+            case idleTimeout
+            case handshakeTimeout
+            case tooManyConnections
             case connectionReset
             case protocolError
             case frameTooLarge
@@ -58,6 +62,17 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         public static let connectionClosed = Code(value: .connectionClosed)
         /// The peer closed the connection.
         public static let peerClosed = Code(value: .peerClosed)
+        /// A request was in flight when its connection broke (the peer closed, a network
+        /// error, a heartbeat timeout, a protocol error, ``Connection/suspend()``). It is
+        /// never retried, since the peer may have acted on it; ``TetherError/underlying``
+        /// says what broke the connection.
+        public static let connectionLost = Code(value: .connectionLost)
+        /// A server closed a peer that sent nothing for its idle timeout.
+        public static let idleTimeout = Code(value: .idleTimeout)
+        /// A server closed a peer that sent no complete first frame within its handshake timeout.
+        public static let handshakeTimeout = Code(value: .handshakeTimeout)
+        /// A server refused a connection because it is at its connection limit.
+        public static let tooManyConnections = Code(value: .tooManyConnections)
         /// The connection failed with a network error (reset, broken pipe, …).
         public static let connectionReset = Code(value: .connectionReset)
         /// The peer sent bytes that break the wire protocol.

@@ -29,6 +29,9 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     var outbound = FrameBuffer(capacity: 0)
     var delegate: (any ChannelDelegate)?
     let maximumOutboundBytes: Int
+    /// Bytes read from and written to the socket so far, for metrics.
+    private(set) var bytesRead = 0
+    private(set) var bytesWritten = 0
     private var flushScheduled = false
     private var wantsWrite = false
     private var closeWhenFlushed = false
@@ -97,6 +100,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                 }
                 if count == 0 { break }
                 gotBytes = true
+                bytesRead += count
                 if !full { break }
             } catch {
                 closeError = socketError(error, doing: "reading from")
@@ -181,6 +185,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
             switch result {
             case .processed(let count):
                 outbound.moveReaderIndex(forwardBy: count)
+                bytesWritten += count
             case .wouldBlock:
                 setWriteInterest(true)
                 return
