@@ -89,7 +89,7 @@ struct BenchCommand: Command {
                 try? await Task.sleep(for: .seconds(1))
                 second += 1
                 var completed = 0
-                for connection in opened { completed += await connection.statistics.responsesReceived }
+                for connection in opened { completed += await connection.metrics.requestsCompleted }
                 Console.err("\(second) s: \(completed) responses, \(completed / max(second, 1)) req/s")
             }
         }

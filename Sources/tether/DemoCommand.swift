@@ -177,8 +177,8 @@ struct DemoCommand: Command {
             return seen
         }
         for state in seen { Console.out("   state: \(state)") }
-        let statistics = await connection.statistics
-        Console.out("   \(statistics.requestsSent) requests, \(statistics.responsesReceived) responses, \(statistics.notificationsReceived) push\(statistics.notificationsReceived == 1 ? "" : "es"), \(statistics.pendingRequests) pending")
+        let statistics = await connection.metrics
+        Console.out("   \(statistics.requestsSent) requests, \(statistics.requestsCompleted) responses, \(statistics.notificationsReceived) push\(statistics.notificationsReceived == 1 ? "" : "es"), \(statistics.inFlightRequests) pending")
         guard seen.last?.phase == .closed else {
             throw TetherError(code: .protocolError, message: "the connection did not report its closed state")
         }

@@ -51,6 +51,6 @@ struct ListenCommand: Command {
             }
         }
         let state = await connection.currentState
-        throw state.closeReason ?? TetherError(code: .peerClosed, message: "connection to \(endpoint) ended")
+        throw state.reason ?? TetherError(code: .peerClosed, message: "connection to \(endpoint) ended")
     }
 }

@@ -57,7 +57,7 @@ struct PingCommand: Command {
             }
             if roundTrips.count + missed >= count { break }
         }
-        let closeReason = await connection.currentState.closeReason
+        let closeReason = await connection.currentState.reason
         await connection.close()
         let sent = roundTrips.count + missed
         var summary = "--- \(peer): \(sent) heartbeats, \(roundTrips.count) acked, \(missed) missed"

@@ -57,7 +57,7 @@ struct ExactlyOnceTests {
             #expect(outcomes[3] == Array(repeating: .connectionLost, count: 75))
             #expect(await connection.pendingRequestCount == 0)
             let state = try await finalState(of: connection)
-            #expect(state.closeReason?.code == .peerClosed)
+            #expect(state.reason?.code == .peerClosed)
         }
     }
 }

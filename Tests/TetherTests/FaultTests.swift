@@ -59,7 +59,7 @@ struct FaultTests {
         }
     }
 
-    @Test("a server that sends an oversize frame ends the connection and fails pending requests with frameTooLarge")
+    @Test("a server that sends an oversize frame ends the connection; pending requests fail with connectionLost caused by frameTooLarge")
     func oversizeFromServer() async throws {
         let (listener, endpoint) = try RawSocket.listen()
         let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
@@ -69,8 +69,9 @@ struct FaultTests {
         #expect(request.type == 0x402)
         try peer.write([0, 0, 0x04, 0x02, 0, 0, 0, 1, 0x7F, 0xFF, 0xFF, 0xFF])
         let error = await #expect(throws: TetherError.self) { try await pending.value }
-        #expect(error?.code == .frameTooLarge)
-        #expect(error?.message == "request 0x402 serial 1 failed: frame length 2147483647 exceeds the 16 MiB limit from \(endpoint.host):\(endpoint.port)")
+        #expect(error?.code == .connectionLost)
+        #expect((error?.underlying as? TetherError)?.code == .frameTooLarge)
+        #expect(error?.message == "request 0x402 serial 1 failed: connection lost: frame length 2147483647 exceeds the 16 MiB limit from \(endpoint.host):\(endpoint.port)")
         #expect(await connection.pendingRequestCount == 0)
         #expect(try await peer.waitForClose())
     }
@@ -86,7 +87,7 @@ struct FaultTests {
         let received = try await collect(3, from: pushes)
         #expect(received.map(\.serial) == [1, 2])
         let state = try await finalState(of: connection)
-        #expect(state.closeReason?.code == .peerClosed)
+        #expect(state.reason?.code == .peerClosed)
     }
 
     @Test("a server that stops mid-frame is reported as a truncated frame, not a clean close")
@@ -97,8 +98,8 @@ struct FaultTests {
         try peer.write(Array(seedBytes(type: 0x2, serial: 1, payload: [1, 2, 3]).prefix(13)))
         peer.close()
         let state = try await finalState(of: connection)
-        #expect(state.closeReason?.code == .truncatedFrame)
-        #expect(state.closeReason?.message == "stream ended inside a frame: 13 bytes of an incomplete frame from \(endpoint.host):\(endpoint.port)")
+        #expect(state.reason?.code == .truncatedFrame)
+        #expect(state.reason?.message == "stream ended inside a frame: 13 bytes of an incomplete frame from \(endpoint.host):\(endpoint.port)")
     }
 
     @Test("connecting to a closed port fails with connection refused naming the address")
@@ -151,7 +152,7 @@ struct FaultTests {
         running.cancel()
         try await bounded("run() to return") { try await running.value }
         let state = try await finalState(of: connection)
-        #expect(state.closeReason?.code == .peerClosed)
+        #expect(state.reason?.code == .peerClosed)
         #expect(server.peerCount == 0)
     }
 

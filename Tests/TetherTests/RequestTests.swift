@@ -45,11 +45,11 @@ struct RequestTests {
                 serials.insert(reply.serial)
             }
             #expect(serials.count == 1000)
-            let statistics = await connection.statistics
+            let statistics = await connection.metrics
             #expect(statistics.requestsSent == 1000)
-            #expect(statistics.responsesReceived == 1000)
+            #expect(statistics.requestsCompleted == 1000)
             #expect(statistics.lateResponses == 0)
-            #expect(statistics.pendingRequests == 0)
+            #expect(statistics.inFlightRequests == 0)
             await connection.close()
         }
     }
@@ -96,7 +96,7 @@ struct RequestTests {
             releaser.yield()
             let late = try await collect(1, from: frames, "the late response")
             #expect(late.first?.serial == 1)
-            #expect(await connection.statistics.lateResponses == 1)
+            #expect(await connection.metrics.lateResponses == 1)
             // The connection is still usable, and the next request is not confused with the old one.
             releaser.yield()
             let next = try await connection.request(Request(type: 0x406))
@@ -114,12 +114,12 @@ struct RequestTests {
                 return try await connection.request(Request(type: 0x402))
             }
             await #expect(throws: CancellationError.self) { try await caller.value }
-            #expect(await connection.statistics.requestsSent == 0)
+            #expect(await connection.metrics.requestsSent == 0)
             await connection.close()
         }
     }
 
-    @Test("when the server closes mid-request the request fails with peerClosed and the table is empty")
+    @Test("when the server closes mid-request the request fails with connectionLost caused by peerClosed and the table is empty")
     func serverClosesMidRequest() async throws {
         try await withServer(handlers: { server in
             server.handle(type: 0x407) { _, peer in
@@ -133,12 +133,13 @@ struct RequestTests {
             let error = await #expect(throws: TetherError.self) {
                 _ = try await connection.request(Request(type: 0x407), timeout: .seconds(30))
             }
-            #expect(error?.code == .peerClosed)
-            #expect(error?.message == "request 0x407 serial 1 failed: peer \(remote) closed the connection")
+            #expect(error?.code == .connectionLost)
+            #expect((error?.underlying as? TetherError)?.code == .peerClosed)
+            #expect(error?.message == "request 0x407 serial 1 failed: connection lost: peer \(remote) closed the connection")
             #expect(await connection.pendingRequestCount == 0)
             let state = try await finalState(of: connection)
             #expect(state.phase == .closed)
-            #expect(state.closeReason?.code == .peerClosed)
+            #expect(state.reason?.code == .peerClosed)
         }
     }
 
@@ -158,7 +159,7 @@ struct RequestTests {
             #expect(error?.message.hasPrefix("request 0x404 serial 1 failed: connection to ") == true)
             #expect(try await collect(1, from: notifications).isEmpty)
             let state = try await finalState(of: connection)
-            #expect(state.closeReason?.code == .connectionClosed)
+            #expect(state.reason?.code == .connectionClosed)
             let after = await #expect(throws: TetherError.self) { _ = try await connection.request(Request(type: 0x402)) }
             #expect(after?.code == .connectionClosed)
             #expect(after?.message == "the connection to \(endpoint) was closed by close()")

@@ -187,7 +187,7 @@ struct RequestTableTests {
         var table = RequestTable<String>()
         let old = table.allocate()
         table.insert(serial: old.serial, entry: .init(waiter: "old", id: old.id, type: 0x402))
-        #expect(table.remove(serial: old.serial)?.waiter == "old")
+        #expect(table.removeAnswered(serial: old.serial)?.waiter == "old")
         let newer = table.allocate()
         #expect(newer.id != old.id)
         table.insert(serial: old.serial, entry: .init(waiter: "new", id: newer.id, type: 0x402))
@@ -246,4 +246,48 @@ struct HeartbeatStateMachineTests {
         #expect(machine.tick(now: 10 * ms) == [])
         #expect(machine.tick(now: 30 * ms) == [.missed(serial: 1), .send(serial: 2)])
     }
+
+    @Test("queued requests leave in order, skip those that ended while queued, and are never answered")
+    func queueOrder() {
+        var table = RequestTable<String>()
+        var ids: [UInt32: UInt64] = [:]
+        for name in ["a", "b", "c", "d"] {
+            let (serial, id) = table.allocate()
+            ids[serial] = id
+            table.insert(serial: serial, entry: .init(waiter: name, id: id, type: 0x402, pending: Frame(type: 0x402, serial: serial)))
+        }
+        #expect(table.queuedCount == 4)
+        #expect(table.inFlightCount == 0)
+        // A response naming a serial that was never written is bogus.
+        #expect(table.removeAnswered(serial: 1) == nil)
+        // "b" times out while queued.
+        #expect(table.remove(serial: 2, id: ids[2]!)?.waiter == "b")
+        #expect(table.dequeue()?.serial == 1)
+        #expect(table.dequeue()?.serial == 3)
+        #expect(table.inFlightCount == 2)
+        #expect(table.queuedCount == 1)
+        #expect(table.removeAnswered(serial: 3)?.waiter == "c")
+        // A lost connection fails what is in flight; the queued request stays.
+        let lost = table.removeInFlight()
+        #expect(lost.map(\.serial) == [1])
+        #expect(table.queuedCount == 1)
+        #expect(table.dequeue()?.frame.serial == 4)
+        #expect(table.dequeue() == nil)
+        #expect(table.removeAll().map(\.entry.waiter) == ["d"])
+        #expect(table.inFlightCount == 0 && table.queuedCount == 0)
+    }
+
+    @Test("requests that end while queued do not pile up in the queue order")
+    func queueCompacts() {
+        var table = RequestTable<Int>()
+        for round in 0..<10_000 {
+            let (serial, id) = table.allocate()
+            table.insert(serial: serial, entry: .init(waiter: round, id: id, type: 0x402, pending: Frame(type: 0x402, serial: serial)))
+            #expect(table.remove(serial: serial, id: id)?.waiter == round)
+        }
+        #expect(table.queuedCount == 0)
+        #expect(table.dequeue() == nil)
+        #expect(table.count == 0)
+    }
 }
+

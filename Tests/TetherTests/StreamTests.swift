@@ -24,7 +24,7 @@ struct StreamTests {
             #expect(a[7].payload == Array("7".utf8))
             #expect(threes.map(\.serial) == Array(stride(from: 1, to: 100, by: 2)))
             #expect(threes.allSatisfy { $0.type == 0x3 })
-            #expect(await connection.statistics.notificationsReceived == 100)
+            #expect(await connection.metrics.notificationsReceived == 100)
             await connection.close()
         }
     }
@@ -84,8 +84,8 @@ struct StreamTests {
         let beats = connection.heartbeats
         let peer = try await listener.accept()
         let state = try await finalState(of: connection)
-        #expect(state.closeReason?.code == .heartbeatTimeout)
-        #expect(state.closeReason?.message == "no heartbeat ack from \(endpoint.host):\(endpoint.port) for 2 heartbeats in a row (20 ms each)")
+        #expect(state.reason?.code == .heartbeatTimeout)
+        #expect(state.reason?.message == "no heartbeat ack from \(endpoint.host):\(endpoint.port) for 2 heartbeats in a row (20 ms each)")
         let seen = try await collect(10, from: beats).map(\.outcome)
         #expect(seen.filter { $0 == .missed }.count == 2)
         // The raw peer really received the heartbeats, as seed frames of type 0x1.

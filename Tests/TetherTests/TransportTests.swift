@@ -48,7 +48,7 @@ struct TransportTests {
             for await state in states { last = state }
             return last
         }
-        let reason = try #require(state?.closeReason)
+        let reason = try #require(state?.reason)
         #expect([.peerClosed, .connectionReset].contains(reason.code))
     }
 

@@ -29,17 +29,19 @@ extension Connection {
                     try write(Frame(type: configuration.profile.heartbeatType, serial: serial), on: channel)
                     heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .sent))
                 } catch {
-                    finish(error, graceful: false)
+                    connectionLost(error)
                     return
                 }
             case .missed(let serial):
+                counters.heartbeatsMissed += 1
                 heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
             case .missedAndGiveUp(let serial, let misses):
+                counters.heartbeatsMissed += 1
                 heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
-                finish(TetherError(
+                connectionLost(TetherError(
                     code: .heartbeatTimeout,
                     message: "no heartbeat ack from \(channel.remoteAddress) for \(misses) heartbeats in a row (\(describe(configuration.heartbeat.timeout)) each)"
-                ), graceful: false)
+                ))
                 return
             }
         }
@@ -52,6 +54,7 @@ extension Connection {
         let rtt = machine.ack(serial: frame.serial, now: now)
         heartbeatMachine = machine
         if let rtt {
+            counters.lastHeartbeatRoundTrip = MonotonicTime.duration(nanoseconds: rtt)
             // The timer was set for this heartbeat's miss; re-arm it for the next send.
             if let heartbeatTimer { loop.cancel(heartbeatTimer) }
             scheduleHeartbeat(at: machine.nextTick(after: now))

@@ -7,6 +7,12 @@ extension Connection: ChannelDelegate {
         assumeIsolated { $0.channelEnded(channel, error: error) }
     }
 
+    nonisolated func channelWritable(_ channel: SocketChannel) {
+        assumeIsolated { connection in
+            if connection.channel === channel { connection.pump() }
+        }
+    }
+
     private func decodeFrames(from channel: SocketChannel) {
         do {
             while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
@@ -33,14 +39,15 @@ extension Connection: ChannelDelegate {
                 )
             }
         }
-        finish(reason, graceful: false)
+        connectionLost(reason)
     }
 
     private func protocolFailure(_ error: TetherError, from channel: SocketChannel) {
-        finish(TetherError(code: error.code, message: "\(error.message) from \(channel.remoteAddress)", underlying: error), graceful: false)
+        connectionLost(TetherError(code: error.code, message: "\(error.message) from \(channel.remoteAddress)", underlying: error))
     }
 
     private func dispatch(_ frame: Frame) {
+        counters.framesIn += 1
         frameFeed.publish(frame)
         switch configuration.profile.classify(frame.type) {
         case .message:

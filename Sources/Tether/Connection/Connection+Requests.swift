@@ -9,11 +9,18 @@ extension Connection {
     /// Sends a request and waits for its response.
     ///
     /// The request gets a fresh serial (never 0, never one in use); the response with the
-    /// same serial resumes this call. The call ends exactly once: with the response, with
-    /// ``TetherError/Code/timedOut`` when `timeout` passes, with `CancellationError` when the
-    /// calling task is cancelled, or with the error that closed the connection. A response
+    /// same serial resumes this call. It is written at once when the connection is up, fewer
+    /// than ``Limits/maximumInFlightRequests`` are in flight and the outbound buffer is below
+    /// ``Limits/outboundHighWaterMark``; otherwise it waits in a queue, in order, and is
+    /// written as soon as it can be: after a reconnect, a response, or the peer reading.
+    ///
+    /// The call ends exactly once: with the response; with ``TetherError/Code/timedOut``
+    /// when `timeout` passes (queued time included); with `CancellationError` when the
+    /// calling task is cancelled; with ``TetherError/Code/connectionLost`` when the
+    /// connection breaks while it is in flight (it is never resent: the server may have acted
+    /// on it); or with ``TetherError/Code/connectionClosed`` after ``close()``. A response
     /// that arrives after its request ended is dropped and counted in
-    /// ``ConnectionStatistics/lateResponses``.
+    /// ``ConnectionMetrics/lateResponses``.
     ///
     /// An error answer from the server (`{"error": …}`) is still a response: check
     /// ``Response/errorMessage``.
@@ -32,34 +39,42 @@ extension Connection {
                 // Everything from the checks to the insert runs here, without interruption on
                 // this actor. The awaits above are suspension points: the connection may have
                 // closed, or this task been cancelled, while they were pending.
-                guard let channel else {
+                if state.isFinal {
+                    counters.requestsFailed += 1
                     continuation.resume(throwing: notConnected())
                     return
                 }
-                guard table.count < configuration.limits.maximumPendingRequests else {
-                    continuation.resume(throwing: TetherError(
-                        code: .tooManyPendingRequests,
-                        message: "\(table.count) requests are already waiting on \(channel.remoteAddress), the limit"
-                    ))
-                    return
-                }
                 if Task.isCancelled {
+                    counters.requestsCancelled += 1
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                do {
-                    try write(Frame(type: request.type, serial: serial, payload: request.payload), on: channel)
-                } catch {
-                    continuation.resume(throwing: error)
+                let frame = Frame(type: request.type, serial: serial, payload: request.payload)
+                var pending: Frame?
+                if let channel, table.queuedCount == 0, sendQueue.isEmpty,
+                   table.inFlightCount < configuration.limits.maximumInFlightRequests,
+                   channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
+                    do {
+                        try write(frame, on: channel)
+                    } catch {
+                        counters.requestsFailed += 1
+                        continuation.resume(throwing: error)
+                        return
+                    }
+                    counters.requestsSent += 1
+                } else if let refusal = queueRefusal() {
+                    continuation.resume(throwing: refusal)
                     return
+                } else {
+                    pending = frame
+                    awaitDrainIfNeeded()
                 }
-                counters.requestsSent += 1
                 var timer: LoopTimer?
                 if let limit {
                     let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: limit)
                     timer = loop.schedule(at: deadline, target: self, tag: id, detail: serial)
                 }
-                table.insert(serial: serial, entry: .init(waiter: continuation, id: id, type: request.type, timer: timer, timeout: limit))
+                table.insert(serial: serial, entry: .init(waiter: continuation, id: id, type: request.type, timer: timer, timeout: limit, pending: pending))
             }
         } onCancel: {
             loop.execute { [self] in
@@ -70,22 +85,112 @@ extension Connection {
 
     /// Sends a frame that expects no reply.
     ///
-    /// The frame is queued and written at the end of the current loop turn, together with
-    /// everything else written in that turn.
+    /// When the connection is up and the outbound buffer is below
+    /// ``Limits/outboundHighWaterMark``, the frame is queued and written at the end of the
+    /// current loop turn, together with everything else written in that turn, and the call
+    /// returns at once. Otherwise it waits, in order, until the frame can be written: after a
+    /// reconnect, or once the peer has read enough (backpressure).
     ///
     /// - Parameter frame: The frame, sent as is (its serial too).
-    /// - Throws: ``TetherError`` when the connection is closed or the outbound buffer is full.
-    public func send(_ frame: Frame) throws(TetherError) {
-        guard let channel else { throw notConnected() }
-        try write(frame, on: channel)
+    /// - Throws: ``TetherError`` when the connection is closed or the queue is full;
+    ///   `CancellationError` when the task is cancelled while the frame waits.
+    public func send(_ frame: Frame) async throws {
+        if let channel, sendQueue.isEmpty, channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
+            try write(frame, on: channel)
+            return
+        }
+        try Task.checkCancellation()
+        nextSendID += 1
+        let id = nextSendID
+        try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+                if state.isFinal {
+                    continuation.resume(throwing: notConnected())
+                } else if Task.isCancelled {
+                    continuation.resume(throwing: CancellationError())
+                } else if let refusal = queueRefusal() {
+                    continuation.resume(throwing: refusal)
+                } else {
+                    sendQueue.append(QueuedSend(id: id, frame: frame, waiter: continuation))
+                    awaitDrainIfNeeded()
+                    pump()
+                }
+            }
+        } onCancel: {
+            loop.execute { [self] in
+                assumeIsolated { $0.cancelSend(id: id) }
+            }
+        }
+    }
+
+    /// Why a request or frame that cannot be written now may not wait either, if so.
+    private func queueRefusal() -> TetherError? {
+        if channel == nil && !configuration.requestsWaitForConnection {
+            counters.requestsFailed += 1
+            return TetherError(code: .notConnected, message: "not connected to \(currentEndpoint) (\(state.phase)), and requests do not wait for the connection")
+        }
+        let limit = configuration.limits.maximumQueuedRequests
+        guard table.queuedCount + sendQueue.count < limit else {
+            counters.requestsRefused += 1
+            return TetherError(
+                code: .tooManyPendingRequests,
+                message: "\(limit) requests are already waiting to be sent to \(currentEndpoint), the limit"
+            )
+        }
+        return nil
+    }
+
+    /// When the outbound buffer is what holds writes back, asks to hear when it drains.
+    private func awaitDrainIfNeeded() {
+        guard let channel, channel.writableThreshold == nil else { return }
+        let high = configuration.limits.outboundHighWaterMark
+        if channel.pendingOutboundBytes > high {
+            counters.backpressureWaits += 1
+            channel.writableThreshold = high / 2
+        }
+    }
+
+    /// Writes what waits in the queues, oldest first, as far as the connection, the
+    /// in-flight limit and the outbound buffer allow.
+    func pump() {
+        guard let channel, !sendQueue.isEmpty || table.queuedCount > 0 else { return }
+        let high = configuration.limits.outboundHighWaterMark
+        var sent = 0
+        while sent < sendQueue.count, self.channel === channel, channel.pendingOutboundBytes <= high {
+            let send = sendQueue[sent]
+            sent += 1
+            do {
+                try write(send.frame, on: channel)
+                send.waiter.resume()
+            } catch {
+                send.waiter.resume(throwing: error)
+            }
+        }
+        sendQueue.removeFirst(sent)
+        while self.channel === channel, table.queuedCount > 0,
+              table.inFlightCount < configuration.limits.maximumInFlightRequests,
+              channel.pendingOutboundBytes <= high,
+              let (serial, frame) = table.dequeue() {
+            do {
+                try write(frame, on: channel)
+                counters.requestsSent += 1
+            } catch {
+                guard let entry = table.removeAnswered(serial: serial) else { continue }
+                if let timer = entry.timer { loop.cancel(timer) }
+                counters.requestsFailed += 1
+                entry.waiter.resume(throwing: error)
+            }
+        }
+        if self.channel === channel { awaitDrainIfNeeded() }
     }
 
     func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
         try channel.write(frame, with: codec)
+        counters.framesOut += 1
     }
 
     func notConnected() -> TetherError {
-        if let reason = state.closeReason {
+        if state.isFinal, let reason = state.reason {
             if reason.code == .connectionClosed {
                 return TetherError(code: .connectionClosed, message: "the connection to \(endpoint) was closed by close()")
             }
@@ -94,30 +199,42 @@ extension Connection {
         return TetherError(code: .notConnected, message: "not connected to \(endpoint)")
     }
 
-    /// Number of requests waiting for a response.
+    /// Number of requests that have not ended: in flight or queued.
     public var pendingRequestCount: Int { table.count }
 
     private func expire(serial: UInt32, id: UInt64) {
         guard let entry = table.remove(serial: serial, id: id) else { return }
+        counters.requestsTimedOut += 1
+        let waited = entry.isQueued ? " (never sent: \(state.phase))" : ""
         entry.waiter.resume(throwing: TetherError(
             code: .timedOut,
-            message: "request \(hex(entry.type)) serial \(serial) timed out after \(describe(entry.timeout ?? .zero))"
+            message: "request \(hex(entry.type)) serial \(serial) timed out after \(describe(entry.timeout ?? .zero))\(waited)"
         ))
+        if !entry.isQueued { pump() }
     }
 
     private func cancelRequest(serial: UInt32, id: UInt64) {
         guard let entry = table.remove(serial: serial, id: id) else { return }
         if let timer = entry.timer { loop.cancel(timer) }
+        counters.requestsCancelled += 1
         entry.waiter.resume(throwing: CancellationError())
+        if !entry.isQueued { pump() }
+    }
+
+    private func cancelSend(id: UInt64) {
+        guard let index = sendQueue.firstIndex(where: { $0.id == id }) else { return }
+        let send = sendQueue.remove(at: index)
+        send.waiter.resume(throwing: CancellationError())
     }
 
     func completeRequest(with frame: Frame) {
-        guard let entry = table.remove(serial: frame.serial) else {
+        guard let entry = table.removeAnswered(serial: frame.serial) else {
             counters.lateResponses += 1
             return
         }
         if let timer = entry.timer { loop.cancel(timer) }
-        counters.responsesReceived += 1
+        counters.requestsCompleted += 1
         entry.waiter.resume(returning: Response(frame: frame))
+        if table.queuedCount > 0 { pump() }
     }
 }

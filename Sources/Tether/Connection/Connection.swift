@@ -10,7 +10,14 @@
 /// to waiting requests and subscribers on the loop thread, with no executor hop per frame.
 /// Requests are matched to responses by serial. ``frames``, ``notifications``,
 /// ``heartbeats`` and ``states`` are independent async sequences; each `for await` loop
-/// gets every element and ends when the connection closes.
+/// gets every element and ends when the connection closes for good.
+///
+/// When the connection breaks (the server closes it, the network fails, heartbeats go
+/// unanswered, the peer sends garbage), requests in flight fail with
+/// ``TetherError/Code/connectionLost`` and the connection comes back by itself with
+/// exponential backoff (``ConnectionConfiguration/reconnect``). Requests made meanwhile wait
+/// for it; subscriptions keep running across it. Only ``close()`` ends it for good, or a
+/// ``ReconnectPolicy`` that runs out of attempts.
 ///
 /// A connection owns its socket until it closes: call ``close()`` when you are done with
 /// one opened by ``connect(to:configuration:)``, or use
@@ -51,13 +58,41 @@ public actor Connection {
     var codec: any FrameCodec
     var table = RequestTable<Waiter>()
     var state = ConnectionState.connecting
-    var counters = ConnectionStatistics()
+    var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
     var heartbeatTimer: LoopTimer?
-    /// The address of the peer, once connected.
+    /// Frames from ``send(_:)`` waiting for a connection or for the outbound buffer to drain.
+    var sendQueue: [QueuedSend] = []
+    var nextSendID: UInt64 = 0
+    /// Bytes moved by sockets of earlier connections, for the metrics.
+    var earlierBytesIn = 0
+    var earlierBytesOut = 0
+    /// The connect in progress; at most one at any time.
+    var connectTask: Task<Void, Never>?
+    /// Bumped whenever an attempt starts or is abandoned, so a stale one cannot attach.
+    var generation: UInt64 = 0
+    /// The number of the attempt in progress or scheduled: 0 for one made at once (the
+    /// first connect, ``resume()``, ``reconnectNow()``), then 1, 2, … by the policy.
+    var attempt = 0
+    var backoffTimer: LoopTimer?
+    var endpointIndex = 0
+    var random = SystemRandomNumberGenerator()
+    /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
+    var openWaiter: CheckedContinuation<Void, any Error>?
+
+    struct QueuedSend {
+        var id: UInt64
+        var frame: Frame
+        var waiter: UnsafeContinuation<Void, any Error>
+    }
+
+    /// The address of the peer, once connected (the last one while reconnecting).
     public private(set) var remoteAddress: SocketAddress?
     /// The local address of the socket, once connected.
     public private(set) var localAddress: SocketAddress?
+    /// The endpoint of the current (or last) connection: ``endpoint`` or one of
+    /// ``ConnectionConfiguration/alternateEndpoints``.
+    public private(set) var currentEndpoint: Endpoint
 
     let frameFeed: Broadcaster<Frame>
     let notificationFeed: Broadcaster<Frame>
@@ -67,6 +102,7 @@ public actor Connection {
     init(endpoint: Endpoint, configuration: ConnectionConfiguration) {
         self.endpoint = endpoint
         self.configuration = configuration
+        self.currentEndpoint = endpoint
         self.loop = configuration.eventLoopGroup.next()
         self.codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         let size = configuration.limits.subscriberBufferSize
@@ -82,7 +118,12 @@ public actor Connection {
     /// Opens a connection and returns once it is connected.
     ///
     /// The host is resolved and each of its addresses (IPv4 and IPv6) is tried in turn
-    /// until one accepts, all within ``ConnectionConfiguration/connectTimeout``.
+    /// until one accepts, all within ``ConnectionConfiguration/connectTimeout``. When that
+    /// fails the call throws, unless ``ReconnectPolicy/appliesToFirstConnect`` is set: then
+    /// it keeps trying by the policy and throws only once the policy gives up.
+    ///
+    /// Once connected, the connection comes back by itself whenever it is lost, by
+    /// ``ConnectionConfiguration/reconnect``; watch ``states`` to see it happen.
     ///
     /// - Parameters:
     ///   - endpoint: The host and port.
@@ -127,12 +168,66 @@ public actor Connection {
     }
 
     private func open() async throws {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                openWaiter = continuation
+                startAttempt()
+            }
+        } onCancel: {
+            loop.execute { [self] in assumeIsolated { $0.cancelOpen() } }
+        }
+    }
+
+    private func cancelOpen() {
+        guard let waiter = openWaiter else { return }
+        openWaiter = nil
+        waiter.resume(throwing: CancellationError())
+        finish(TetherError(code: .connectFailed, message: "connecting to \(endpoint) was cancelled"), graceful: false)
+    }
+
+    /// Starts a connect unless one is under way or the connection is up or final.
+    func startAttempt() {
+        guard connectTask == nil, channel == nil, !state.isFinal else { return }
+        if let backoffTimer { loop.cancel(backoffTimer) }
+        backoffTimer = nil
+        generation &+= 1
+        let generation = generation
+        let endpoints = [endpoint] + configuration.alternateEndpoints
+        let target = endpoints[endpointIndex % endpoints.count]
+        if attempt > 0 { counters.reconnectAttempts += 1 }
+        setState(.connecting)
+        connectTask = Task(executorPreference: loop.taskExecutor) { [self] in
+            await runAttempt(generation: generation, endpoint: target)
+        }
+    }
+
+    private func runAttempt(generation: UInt64, endpoint: Endpoint) async {
+        let outcome = await dial(endpoint)
+        guard generation == self.generation, connectTask != nil, !state.isFinal else {
+            // Abandoned meanwhile (closed, suspended): the socket is nobody's.
+            if case .success(let connected) = outcome { Syscall.closeDescriptor(connected.fd) }
+            return
+        }
+        connectTask = nil
+        switch outcome {
+        case .success(let connected):
+            do {
+                try attach(fd: connected.fd, address: connected.address, endpoint: endpoint)
+            } catch {
+                attemptFailed(error)
+            }
+        case .failure(let error):
+            attemptFailed(error)
+        }
+    }
+
+    /// Resolves `endpoint` and tries each address until one accepts, within the connect timeout.
+    private func dial(_ endpoint: Endpoint) async -> Result<(fd: Int32, address: SocketAddress), TetherError> {
         let addresses: [SocketAddress]
         do {
             addresses = try await Resolver.resolve(endpoint)
         } catch {
-            finish(error, graceful: false)
-            throw error
+            return .failure(error)
         }
         let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: configuration.connectTimeout)
         var failures: [TetherError] = []
@@ -146,12 +241,7 @@ public actor Connection {
             let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
             switch await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self) {
             case .success(let fd):
-                do {
-                    try attach(fd: fd, address: address)
-                    return
-                } catch {
-                    failures.append(error)
-                }
+                return .success((fd, address))
             case .failure(let error) where error.code == .connectTimedOut:
                 // The attempt only knew the time left; report the timeout the caller configured.
                 failures.append(TetherError(
@@ -163,12 +253,9 @@ public actor Connection {
             }
         }
         if Task.isCancelled {
-            finish(TetherError(code: .connectFailed, message: "connecting to \(endpoint) was cancelled"), graceful: false)
-            throw CancellationError()
+            return .failure(TetherError(code: .connectFailed, message: "connecting to \(endpoint) was cancelled"))
         }
-        let error = Self.combine(failures, endpoint: endpoint)
-        finish(error, graceful: false)
-        throw error
+        return .failure(Self.combine(failures, endpoint: endpoint))
     }
 
     static func combine(_ failures: [TetherError], endpoint: Endpoint) -> TetherError {
@@ -182,7 +269,7 @@ public actor Connection {
         return TetherError(code: code, message: "cannot connect to \(endpoint): \(details)")
     }
 
-    private func attach(fd: Int32, address: SocketAddress) throws(TetherError) {
+    private func attach(fd: Int32, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
         let channel = try SocketChannel(
             fd: fd,
             remoteAddress: address,
@@ -192,10 +279,154 @@ public actor Connection {
         )
         channel.delegate = self
         self.channel = channel
+        codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         remoteAddress = address
         localAddress = channel.localAddress
+        currentEndpoint = endpoint
+        attempt = 0
+        counters.connects += 1
         setState(.connected)
         startHeartbeats()
+        if let waiter = openWaiter {
+            openWaiter = nil
+            waiter.resume()
+        }
+        pump()
+    }
+
+    /// A connect failed: try again by the policy, or give up.
+    private func attemptFailed(_ error: TetherError) {
+        endpointIndex += 1
+        let policy = configuration.reconnect
+        if counters.connects == 0 && !policy.appliesToFirstConnect {
+            finish(error, graceful: false)
+            return
+        }
+        scheduleReconnect(attempt: attempt + 1, reason: error)
+    }
+
+    /// Waits out the backoff before attempt `next`, or gives up when the policy allows no more.
+    private func scheduleReconnect(attempt next: Int, reason: TetherError) {
+        let policy = configuration.reconnect
+        if !policy.isEnabled {
+            finish(reason, graceful: false)
+            return
+        }
+        if let limit = policy.maximumAttempts, next > limit {
+            let tried = next - 1
+            finish(TetherError(
+                code: reason.code,
+                message: "gave up on \(endpoint) after \(tried) reconnect attempt\(tried == 1 ? "" : "s"): \(reason.message)",
+                underlying: reason
+            ), graceful: false, failed: true)
+            return
+        }
+        attempt = next
+        let delay = policy.delay(forAttempt: next, using: &random)
+        setState(.reconnecting(attempt: next, after: delay, reason: reason))
+        backoffTimer = loop.schedule(after: delay) { [self] in
+            assumeIsolated { connection in
+                connection.backoffTimer = nil
+                connection.startAttempt()
+            }
+        }
+    }
+
+    /// The connection broke (peer closed, network error, heartbeat timeout, protocol error):
+    /// requests in flight fail with ``TetherError/Code/connectionLost``, then it reconnects
+    /// by the policy. Queued requests and frames stay queued for the next connection.
+    func connectionLost(_ reason: TetherError) {
+        guard channel != nil else { return }
+        detachChannel(graceful: false)
+        failInFlight(reason)
+        if configuration.reconnect.isEnabled {
+            scheduleReconnect(attempt: 1, reason: reason)
+        } else {
+            finish(reason, graceful: false)
+        }
+    }
+
+    /// Drops the socket and stops its heartbeats; the rest of the connection stays.
+    private func detachChannel(graceful: Bool) {
+        if let heartbeatTimer { loop.cancel(heartbeatTimer) }
+        heartbeatTimer = nil
+        heartbeatMachine = nil
+        guard let channel else { return }
+        self.channel = nil
+        channel.delegate = nil
+        channel.writableThreshold = nil
+        earlierBytesIn += channel.bytesRead
+        earlierBytesOut += channel.bytesWritten
+        if graceful { channel.closeAfterFlush(timeout: configuration.drainTimeout) } else { channel.close() }
+    }
+
+    /// Stops a connect under way or waiting for its backoff.
+    private func abandonAttempt() {
+        if let backoffTimer { loop.cancel(backoffTimer) }
+        backoffTimer = nil
+        if let connectTask {
+            generation &+= 1
+            connectTask.cancel()
+            self.connectTask = nil
+        }
+    }
+
+    private func failInFlight(_ reason: TetherError) {
+        for (serial, entry) in table.removeInFlight() {
+            if let timer = entry.timer { loop.cancel(timer) }
+            counters.requestsFailed += 1
+            entry.waiter.resume(throwing: TetherError(
+                code: .connectionLost,
+                message: "request \(hex(entry.type)) serial \(serial) failed: connection lost: \(reason.message)",
+                underlying: reason
+            ))
+        }
+    }
+
+    // MARK: App lifecycle
+
+    /// Disconnects on purpose, for an app going to the background: no reconnect attempts
+    /// until ``resume()``, and it does not count as a failure.
+    ///
+    /// Queued bytes are flushed first. Requests in flight fail with
+    /// ``TetherError/Code/connectionLost``; requests made while suspended wait for
+    /// ``resume()`` (bounded by their timeouts), unless
+    /// ``ConnectionConfiguration/requestsWaitForConnection`` is `false`. Subscriptions keep running.
+    public func suspend() {
+        guard !state.isFinal, state.phase != .suspended else { return }
+        abandonAttempt()
+        let reason = TetherError(code: .connectionLost, message: "the connection to \(currentEndpoint) was suspended by suspend()")
+        if channel != nil {
+            detachChannel(graceful: true)
+            failInFlight(reason)
+        }
+        if let waiter = openWaiter {
+            openWaiter = nil
+            waiter.resume(throwing: TetherError(code: .notConnected, message: "connecting to \(endpoint) was suspended by suspend()"))
+        }
+        setState(.suspended)
+    }
+
+    /// Connects again at once after ``suspend()``, with a fresh attempt budget and backoff.
+    public func resume() {
+        guard state.phase == .suspended else { return }
+        attempt = 0
+        startAttempt()
+    }
+
+    /// Skips the rest of a reconnect backoff and connects at once, with a fresh attempt
+    /// budget: for a network that just came back, or an app returning to the foreground.
+    /// Also ends a ``suspend()``. Does nothing while connected or connecting.
+    public func reconnectNow() {
+        switch state.phase {
+        case .reconnecting:
+            attempt = 0
+            startAttempt()
+        case .suspended:
+            resume()
+        default:
+            break
+        }
     }
 
     // MARK: Subscriptions
@@ -217,18 +448,22 @@ public actor Connection {
     /// One element per heartbeat event: sent, acked with its round-trip time, or missed.
     public nonisolated var heartbeats: Subscription<Heartbeat> { heartbeatFeed.subscribe() }
 
-    /// The current state first, then every change, ending after ``ConnectionState/Phase/closed``.
+    /// The current state first, then every change, across reconnects; it ends after the
+    /// final state, ``ConnectionState/Phase/closed`` or ``ConnectionState/Phase/failed``.
     public nonisolated var states: Subscription<ConnectionState> { stateFeed.subscribe() }
 
     /// The current state.
     public var currentState: ConnectionState { state }
 
-    /// Counters for this connection.
-    public var statistics: ConnectionStatistics {
-        var counters = counters
-        counters.pendingRequests = table.count
-        counters.droppedElements = frameFeed.droppedCount + notificationFeed.droppedCount + heartbeatFeed.droppedCount
-        return counters
+    /// Counters for this connection, across every reconnect.
+    public var metrics: ConnectionMetrics {
+        var metrics = counters
+        metrics.bytesIn = earlierBytesIn + (channel?.bytesRead ?? 0)
+        metrics.bytesOut = earlierBytesOut + (channel?.bytesWritten ?? 0)
+        metrics.inFlightRequests = table.inFlightCount
+        metrics.queuedRequests = table.queuedCount + sendQueue.count
+        metrics.droppedElements = frameFeed.droppedCount + notificationFeed.droppedCount + heartbeatFeed.droppedCount
+        return metrics
     }
 
     func setState(_ new: ConnectionState) {
@@ -238,33 +473,48 @@ public actor Connection {
 
     // MARK: Closing
 
-    /// Closes the connection. Idempotent.
+    /// Closes the connection for good. Idempotent; never followed by a reconnect.
     ///
-    /// Bytes already queued are flushed; requests still waiting fail with
-    /// ``TetherError/Code/connectionClosed``; every subscription ends.
+    /// Bytes already queued are flushed; requests still waiting, in flight or queued, fail
+    /// with ``TetherError/Code/connectionClosed``; a reconnect backoff or a connect under way
+    /// stops at once; every subscription ends.
     public func close() {
         finish(TetherError(code: .connectionClosed, message: "connection to \(remoteAddress?.description ?? endpoint.description) closed by close()"), graceful: true)
     }
 
     /// Ends the connection for `reason` and fails everything that waits on it. Idempotent.
-    func finish(_ reason: TetherError, graceful: Bool) {
-        guard state.phase != .closed else { return }
-        if let heartbeatTimer { loop.cancel(heartbeatTimer) }
-        heartbeatTimer = nil
-        if let channel {
-            channel.delegate = nil
-            if graceful { channel.closeAfterFlush(timeout: configuration.drainTimeout) } else { channel.close() }
-            self.channel = nil
-        }
+    func finish(_ reason: TetherError, graceful: Bool, failed: Bool = false) {
+        guard !state.isFinal else { return }
+        abandonAttempt()
+        detachChannel(graceful: graceful)
+        let closedByUser = reason.code == .connectionClosed
         for (serial, entry) in table.removeAll() {
             if let timer = entry.timer { loop.cancel(timer) }
-            entry.waiter.resume(throwing: TetherError(
-                code: reason.code,
-                message: "request \(hex(entry.type)) serial \(serial) failed: \(reason.message)",
+            counters.requestsFailed += 1
+            let error: TetherError
+            if closedByUser {
+                error = TetherError(code: .connectionClosed, message: "request \(hex(entry.type)) serial \(serial) failed: \(reason.message)", underlying: reason)
+            } else if entry.isQueued {
+                error = TetherError(code: .notConnected, message: "request \(hex(entry.type)) serial \(serial) was never sent: \(reason.message)", underlying: reason)
+            } else {
+                error = TetherError(code: .connectionLost, message: "request \(hex(entry.type)) serial \(serial) failed: connection lost: \(reason.message)", underlying: reason)
+            }
+            entry.waiter.resume(throwing: error)
+        }
+        let sends = sendQueue
+        sendQueue.removeAll()
+        for send in sends {
+            send.waiter.resume(throwing: TetherError(
+                code: closedByUser ? .connectionClosed : .notConnected,
+                message: "frame \(hex(send.frame.type)) was never sent: \(reason.message)",
                 underlying: reason
             ))
         }
-        setState(.closed(reason))
+        if let waiter = openWaiter {
+            openWaiter = nil
+            waiter.resume(throwing: reason)
+        }
+        setState(failed ? .failed(reason) : .closed(reason))
         stateFeed.finish()
         frameFeed.finish()
         notificationFeed.finish()

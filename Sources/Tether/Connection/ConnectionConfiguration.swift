@@ -1,19 +1,125 @@
-/// Bounds on what one connection may hold. Every bound has a default and can be changed.
+/// Bounds on what one connection may hold. Every bound has a default and can be changed,
+/// and each one that is hit shows in ``ConnectionMetrics``.
 public struct Limits: Sendable, Hashable {
     /// The largest frame payload accepted or sent. Default 16 MiB.
     public var maximumPayloadLength: Int = 16 << 20
-    /// How many requests may wait for a response at once. Default 65,536.
-    public var maximumPendingRequests: Int = 65_536
-    /// How many bytes may wait to be written before sends fail. Default 64 MiB.
+    /// How many requests may be written and waiting for their response at once. Further
+    /// requests wait in the queue until a response frees a place. Default 4,096.
+    public var maximumInFlightRequests: Int = 4_096
+    /// How many requests and frames may wait to be written: for a connection (while
+    /// reconnecting), for a place in flight, or for the outbound buffer to drain. Beyond it,
+    /// ``Connection/request(_:timeout:)`` fails at once with
+    /// ``TetherError/Code/tooManyPendingRequests``. Default 4,096.
+    public var maximumQueuedRequests: Int = 4_096
+    /// Outbound bytes above which ``Connection/request(_:timeout:)`` and
+    /// ``Connection/send(_:)`` wait (backpressure) until the peer has read enough for the
+    /// buffer to fall to half of it. Default 1 MiB.
+    public var outboundHighWaterMark: Int = 1 << 20
+    /// How many bytes may wait to be written before writes fail with
+    /// ``TetherError/Code/outboundBufferFull``: the hard limit behind the high-water mark,
+    /// and the only one for a server's pushes to a peer that does not read. Default 64 MiB.
     public var maximumOutboundBytes: Int = 64 << 20
     /// How many elements each subscriber of ``Connection/frames``, ``Connection/notifications``
     /// and ``Connection/heartbeats`` may have waiting. When a slow subscriber's buffer is
     /// full the oldest element is dropped for that subscriber and counted in
-    /// ``ConnectionStatistics/droppedElements``. Default 4,096.
+    /// ``ConnectionMetrics/droppedElements``. Default 4,096.
     public var subscriberBufferSize: Int = 4_096
 
     /// The defaults.
     public init() {}
+}
+
+/// When and how often a connection that broke reconnects: exponential backoff with jitter.
+///
+/// After the connection is lost, attempt 1 starts after ``initialDelay``; each failed
+/// attempt multiplies the delay by ``multiplier``, up to ``maximumDelay``, and each delay
+/// is moved by up to ±``jitter`` of itself at random, so clients that lost the same server
+/// do not all return at the same instant. A close you ask for (``Connection/close()``)
+/// never reconnects.
+public struct ReconnectPolicy: Sendable, Hashable {
+    /// Whether a lost connection reconnects. Default `true`.
+    public var isEnabled: Bool = true
+    /// The delay before the first attempt. Default 1 s.
+    public var initialDelay: Duration = .seconds(1)
+    /// The factor between one delay and the next. Default 1.6.
+    public var multiplier: Double = 1.6
+    /// The largest delay. Default 120 s.
+    public var maximumDelay: Duration = .seconds(120)
+    /// The fraction by which each delay moves at random, up or down. Default 0.2 (±20 %).
+    public var jitter: Double = 0.2
+    /// Attempts in a row that may fail before the connection gives up and ends in
+    /// ``ConnectionState/Phase/failed``; `nil` never gives up. Default `nil`.
+    public var maximumAttempts: Int?
+    /// Whether ``Connection/connect(to:configuration:)`` keeps trying by this policy when
+    /// the very first attempt fails, instead of throwing at once. Default `false`.
+    public var appliesToFirstConnect: Bool = false
+
+    /// The defaults: 1 s, ×1.6 per attempt, at most 120 s, ±20 %, no attempt limit.
+    public init() {}
+
+    /// Never reconnect: a lost connection ends in ``ConnectionState/Phase/closed``.
+    public static var disabled: ReconnectPolicy {
+        var policy = ReconnectPolicy()
+        policy.isEnabled = false
+        return policy
+    }
+
+    /// Exponential backoff with the given parameters.
+    ///
+    /// - Parameters:
+    ///   - initialDelay: The delay before the first attempt.
+    ///   - multiplier: The factor between one delay and the next.
+    ///   - maximumDelay: The largest delay.
+    ///   - jitter: The fraction by which each delay moves at random.
+    ///   - maximumAttempts: Failed attempts in a row before giving up; `nil` for never.
+    /// - Returns: The policy.
+    public static func backoff(
+        initialDelay: Duration,
+        multiplier: Double = 1.6,
+        maximumDelay: Duration = .seconds(120),
+        jitter: Double = 0.2,
+        maximumAttempts: Int? = nil
+    ) -> ReconnectPolicy {
+        var policy = ReconnectPolicy()
+        policy.initialDelay = initialDelay
+        policy.multiplier = multiplier
+        policy.maximumDelay = maximumDelay
+        policy.jitter = jitter
+        policy.maximumAttempts = maximumAttempts
+        return policy
+    }
+
+    /// The delay before attempt `attempt` (1 for the first), with `random` in -1...1
+    /// choosing where in the jitter band it falls (0 is the centre).
+    ///
+    /// - Parameters:
+    ///   - attempt: The attempt number, from 1.
+    ///   - random: Where in the jitter band the delay falls, from -1 to 1.
+    /// - Returns: The delay, never negative and never above ``maximumDelay`` plus its jitter.
+    public func delay(forAttempt attempt: Int, random: Double) -> Duration {
+        let initial = Self.seconds(initialDelay)
+        let ceiling = Self.seconds(maximumDelay)
+        var base = initial
+        var step = 1
+        while step < attempt && base < ceiling {
+            base *= max(1, multiplier)
+            step += 1
+        }
+        base = min(base, ceiling)
+        let spread = max(0, min(1, jitter)) * max(-1, min(1, random))
+        let seconds = max(0, base * (1 + spread))
+        return .nanoseconds(Int64((seconds * 1e9).rounded()))
+    }
+
+    /// The delay before attempt `attempt`, with the jitter drawn from `generator`.
+    func delay(forAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
+        delay(forAttempt: attempt, random: Double.random(in: -1...1, using: &generator))
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
 }
 
 /// Heartbeat settings: how often to send one and when to give up on a silent peer.
@@ -62,10 +168,21 @@ public struct ConnectionConfiguration: Sendable {
     public var connectTimeout: Duration = .seconds(10)
     /// The timeout of requests that do not give one; `nil` waits forever. Default 30 s.
     public var requestTimeout: Duration? = .seconds(30)
-    /// Heartbeats. Default: every 10 s, 5 s to answer, closed after 3 misses.
+    /// Heartbeats. Default: every 10 s, 5 s to answer, the connection lost after 3 misses.
     public var heartbeat = HeartbeatConfiguration()
     /// Size limits.
     public var limits = Limits()
+    /// How a lost connection comes back. Default: after 1 s, ×1.6 per attempt, at most 120 s,
+    /// ±20 % jitter, never giving up.
+    public var reconnect = ReconnectPolicy()
+    /// More endpoints to try, in turn with ``Connection/endpoint``: attempt *n* after a loss
+    /// goes to the *n*-th in the list `[endpoint] + alternateEndpoints`, round and round.
+    /// Default none.
+    public var alternateEndpoints: [Endpoint] = []
+    /// Whether requests made while the connection is down (reconnecting or suspended) wait
+    /// for it, bounded by their own timeout and ``Limits/maximumQueuedRequests``; when
+    /// `false` they fail at once with ``TetherError/Code/notConnected``. Default `true`.
+    public var requestsWaitForConnection: Bool = true
     /// Whether to set `TCP_NODELAY` so small frames go out at once. Default `true`.
     public var noDelay: Bool = true
     /// How long ``Connection/close()`` lets queued bytes drain before the socket is closed

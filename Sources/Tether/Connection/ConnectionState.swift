@@ -1,18 +1,32 @@
-/// Where a connection is in its life. Observe changes with ``Connection/states``.
+/// Where a connection is in its life. Observe every change with ``Connection/states``.
 ///
-/// A struct with a ``Phase`` rather than an enum, so new phases (reconnecting, failed)
-/// can be added without breaking your `switch` statements; always include `default`.
+/// ```
+/// connecting → connected → reconnecting(attempt 1, after 1 s) → connecting → connected → …
+///                                    ↘ failed (attempts spent)         ↘ closed (close())
+/// ```
+///
+/// A struct with a ``Phase`` rather than an enum, so new phases can be added without
+/// breaking your `switch` statements; always include `default`.
 public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// The phase of a connection.
     public struct Phase: Hashable, Sendable, CustomStringConvertible {
-        enum Value: Hashable, Sendable { case connecting, connected, closed }
+        enum Value: Hashable, Sendable { case connecting, connected, reconnecting, suspended, failed, closed }
         let value: Value
 
         /// Resolving the host and opening the TCP connection.
         public static let connecting = Phase(value: .connecting)
         /// Open: requests, pushes and heartbeats flow.
         public static let connected = Phase(value: .connected)
-        /// Closed for good; ``ConnectionState/closeReason`` says why.
+        /// The connection was lost (``ConnectionState/reason`` says why) and attempt
+        /// ``ConnectionState/attempt`` starts after ``ConnectionState/delay``.
+        public static let reconnecting = Phase(value: .reconnecting)
+        /// Disconnected on purpose by ``Connection/suspend()``; ``Connection/resume()`` connects again.
+        public static let suspended = Phase(value: .suspended)
+        /// Every attempt the ``ReconnectPolicy`` allows has failed; final.
+        /// ``ConnectionState/reason`` holds the last failure.
+        public static let failed = Phase(value: .failed)
+        /// Closed for good, by ``Connection/close()`` or, with reconnecting switched off, by
+        /// what ended the connection; ``ConnectionState/reason`` says which. Final.
         public static let closed = Phase(value: .closed)
 
         /// A short textual form, for logs and messages.
@@ -21,42 +35,121 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
 
     /// The phase.
     public var phase: Phase
-    /// Why the connection closed, for ``Phase/closed``: ``TetherError/Code/connectionClosed``
-    /// when ``Connection/close()`` was called, otherwise what ended it.
-    public var closeReason: TetherError?
+    /// Why the connection is not connected: for ``Phase/reconnecting`` what broke it (or
+    /// what made the last attempt fail), for ``Phase/failed`` the last failure, for
+    /// ``Phase/closed`` ``TetherError/Code/connectionClosed`` when ``Connection/close()`` was
+    /// called, otherwise what ended it.
+    public var reason: TetherError?
+    /// For ``Phase/reconnecting``: the number of the next attempt, from 1.
+    public var attempt: Int?
+    /// For ``Phase/reconnecting``: how long until that attempt starts.
+    public var delay: Duration?
+
+    /// Creates a state.
+    ///
+    /// - Parameters:
+    ///   - phase: The phase.
+    ///   - reason: Why the connection is not connected.
+    ///   - attempt: The next attempt, when reconnecting.
+    ///   - delay: The time until it, when reconnecting.
+    public init(phase: Phase, reason: TetherError? = nil, attempt: Int? = nil, delay: Duration? = nil) {
+        self.phase = phase
+        self.reason = reason
+        self.attempt = attempt
+        self.delay = delay
+    }
 
     /// Resolving and connecting.
-    public static let connecting = ConnectionState(phase: .connecting, closeReason: nil)
+    public static let connecting = ConnectionState(phase: .connecting)
     /// Open.
-    public static let connected = ConnectionState(phase: .connected, closeReason: nil)
+    public static let connected = ConnectionState(phase: .connected)
+    /// Suspended by ``Connection/suspend()``.
+    public static let suspended = ConnectionState(phase: .suspended)
+
+    /// Waiting `delay` before attempt `attempt`, after `reason`.
+    ///
+    /// - Parameters:
+    ///   - attempt: The next attempt, from 1.
+    ///   - delay: The time until it starts.
+    ///   - reason: What broke the connection or failed the last attempt.
+    /// - Returns: The state.
+    public static func reconnecting(attempt: Int, after delay: Duration, reason: TetherError) -> ConnectionState {
+        ConnectionState(phase: .reconnecting, reason: reason, attempt: attempt, delay: delay)
+    }
+
+    /// Given up, after `reason`.
+    ///
+    /// - Parameter reason: The last failure.
+    /// - Returns: The state.
+    public static func failed(_ reason: TetherError) -> ConnectionState {
+        ConnectionState(phase: .failed, reason: reason)
+    }
 
     /// Closed, for `reason`.
     ///
     /// - Parameter reason: Why the connection closed.
     /// - Returns: The state.
     public static func closed(_ reason: TetherError) -> ConnectionState {
-        ConnectionState(phase: .closed, closeReason: reason)
+        ConnectionState(phase: .closed, reason: reason)
     }
 
-    /// `connected`, or `closed: peer 127.0.0.1:9000 closed the connection`.
+    /// Whether the phase is final: ``Phase/failed`` or ``Phase/closed``.
+    public var isFinal: Bool { phase == .failed || phase == .closed }
+
+    /// `connected`, `reconnecting (attempt 2 in 1.6 s): peer 127.0.0.1:9000 closed the
+    /// connection`, or `closed: connection to 127.0.0.1:9000 closed by close()`.
     public var description: String {
-        if let closeReason { return "\(phase): \(closeReason.message)" }
-        return phase.description
+        var text = phase.description
+        if let attempt, let delay { text += " (attempt \(attempt) in \(describe(delay)))" }
+        if let reason { text += ": \(reason.message)" }
+        return text
     }
 }
 
-/// Counters of one connection, for metrics and tests.
-public struct ConnectionStatistics: Sendable, Hashable {
+/// Counters of one connection, across every reconnect: what ``Connection/metrics`` returns.
+public struct ConnectionMetrics: Sendable, Hashable {
+    /// Bytes read from the socket.
+    public var bytesIn = 0
+    /// Bytes written to the socket.
+    public var bytesOut = 0
+    /// Frames decoded.
+    public var framesIn = 0
+    /// Frames queued for writing.
+    public var framesOut = 0
     /// Requests written.
     public var requestsSent = 0
-    /// Responses matched to a waiting request.
-    public var responsesReceived = 0
+    /// Requests answered: a response was matched to them.
+    public var requestsCompleted = 0
+    /// Requests that timed out.
+    public var requestsTimedOut = 0
+    /// Requests whose task was cancelled.
+    public var requestsCancelled = 0
+    /// Requests that failed otherwise: the connection was lost or closed while they waited,
+    /// or a bound refused them.
+    public var requestsFailed = 0
+    /// Requests refused because ``Limits/maximumQueuedRequests`` was reached.
+    public var requestsRefused = 0
     /// Responses that arrived after their request had ended (timed out or cancelled), dropped.
     public var lateResponses = 0
     /// Notifications received.
     public var notificationsReceived = 0
-    /// Elements dropped because a subscriber's buffer was full.
+    /// Elements dropped because a subscriber's buffer was full (a slow consumer).
     public var droppedElements = 0
-    /// Requests waiting for a response now.
-    public var pendingRequests = 0
+    /// Heartbeats that got no ack in time.
+    public var heartbeatsMissed = 0
+    /// The round-trip time of the last acked heartbeat.
+    public var lastHeartbeatRoundTrip: Duration?
+    /// Times the connection was established, the first included.
+    public var connects = 0
+    /// Reconnect attempts started.
+    public var reconnectAttempts = 0
+    /// Times a write had to wait because the outbound buffer was above its high-water mark.
+    public var backpressureWaits = 0
+    /// Requests written and waiting for their response now.
+    public var inFlightRequests = 0
+    /// Requests and frames waiting to be written now.
+    public var queuedRequests = 0
+
+    /// All zero.
+    public init() {}
 }

@@ -5,6 +5,13 @@ protocol ChannelDelegate: AnyObject {
     /// The channel closed by itself: the peer closed (`peerClosed`) or the socket failed.
     /// Bytes already in `channel.inbound` have been offered to ``channelRead(_:)`` first.
     func channelClosed(_ channel: SocketChannel, error: TetherError)
+    /// The outbound buffer has drained to ``SocketChannel/writableThreshold``, which is
+    /// cleared first.
+    func channelWritable(_ channel: SocketChannel)
+}
+
+extension ChannelDelegate {
+    func channelWritable(_ channel: SocketChannel) {}
 }
 
 /// A connected, nonblocking TCP socket registered with an event loop.
@@ -32,6 +39,9 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     /// Bytes read from and written to the socket so far, for metrics.
     private(set) var bytesRead = 0
     private(set) var bytesWritten = 0
+    /// When set, the delegate hears ``ChannelDelegate/channelWritable(_:)`` once the bytes
+    /// waiting to be written fall to this many or fewer.
+    var writableThreshold: Int?
     private var flushScheduled = false
     private var wantsWrite = false
     private var closeWhenFlushed = false
@@ -188,12 +198,26 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                 bytesWritten += count
             case .wouldBlock:
                 setWriteInterest(true)
+                notifyIfWritable()
                 return
             }
         }
         outbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
         setWriteInterest(false)
-        if closeWhenFlushed { close() }
+        if closeWhenFlushed {
+            close()
+            return
+        }
+        notifyIfWritable()
+    }
+
+    /// Bytes encoded and not yet written.
+    var pendingOutboundBytes: Int { outbound.readableBytes }
+
+    private func notifyIfWritable() {
+        guard let threshold = writableThreshold, outbound.readableBytes <= threshold, fd >= 0 else { return }
+        writableThreshold = nil
+        delegate?.channelWritable(self)
     }
 
     private func setWriteInterest(_ enabled: Bool) {

@@ -95,10 +95,11 @@ func echoHandlers(_ server: Server) {
     }
 }
 
-/// A configuration for tests: heartbeats off unless a test turns them on.
+/// A configuration for tests: heartbeats and reconnecting off unless a test turns them on.
 func testConfiguration(_ change: (inout ConnectionConfiguration) -> Void = { _ in }) -> ConnectionConfiguration {
     var configuration = ConnectionConfiguration()
     configuration.heartbeat = .disabled
+    configuration.reconnect = .disabled
     configuration.connectTimeout = .seconds(5)
     change(&configuration)
     return configuration
