@@ -1,0 +1,83 @@
+@testable import Tether
+
+/// Follows a connection's states from the moment it is made, so a test can await the next
+/// state that matches and then assert the exact sequence seen.
+actor StateWatcher {
+    private var iterator: Subscription<ConnectionState>.AsyncIterator
+    /// Every state consumed so far, in order.
+    private(set) var seen: [ConnectionState] = []
+
+    init(_ connection: Connection) {
+        iterator = connection.states.makeAsyncIterator()
+    }
+
+    /// Consumes states until one matches, within the bound; fails the test on timeout or
+    /// when the sequence ends first.
+    @discardableResult
+    func next(
+        _ what: String,
+        within limit: Duration = eventBound,
+        where matches: @escaping @Sendable (ConnectionState) -> Bool
+    ) async throws -> ConnectionState {
+        let found = try await bounded(what, limit) { [self] in await consume(until: matches) }
+        guard let found else { throw TimedOut(what: "\(what) (the states ended first: \(seen))") }
+        return found
+    }
+
+    /// Waits for the next state in `phase`.
+    @discardableResult
+    func next(_ phase: ConnectionState.Phase, within limit: Duration = eventBound) async throws -> ConnectionState {
+        try await next("state \(phase)", within: limit) { $0.phase == phase }
+    }
+
+    private func consume(until matches: (ConnectionState) -> Bool) async -> ConnectionState? {
+        while let state = await iterator.next(isolation: self) {
+            seen.append(state)
+            if matches(state) { return state }
+        }
+        return nil
+    }
+
+    /// The phases seen so far.
+    var phases: [ConnectionState.Phase] { seen.map(\.phase) }
+}
+
+/// A server that can be stopped and started again on the same port, for reconnect tests.
+final class RestartableServer: Sendable {
+    let port: Int
+    private let running = Lock<(server: Server, task: Task<Void, any Error>)?>(nil)
+    private let install: @Sendable (Server) -> Void
+
+    /// Starts a server on a free port of 127.0.0.1.
+    init(handlers: @escaping @Sendable (Server) -> Void = echoHandlers) async throws {
+        install = handlers
+        let server = Server(configuration: ServerConfiguration(port: 0))
+        handlers(server)
+        let task = Task { try await server.run() }
+        let address = try await bounded("the server to listen") { try await server.listeningAddress() }
+        port = address.port
+        running.withLock { $0 = (server, task) }
+    }
+
+    var endpoint: Endpoint { Endpoint(host: "127.0.0.1", port: port) }
+    var server: Server? { running.withLock { $0?.server } }
+
+    /// Stops the server (its peers are closed) and waits until it has.
+    func stop() async throws {
+        guard let current = running.withLock({ slot -> (server: Server, task: Task<Void, any Error>)? in
+            defer { slot = nil }
+            return slot
+        }) else { return }
+        current.task.cancel()
+        try await bounded("the server to stop") { try await current.task.value }
+    }
+
+    /// Starts a new server on the same port.
+    func start() async throws {
+        let server = Server(configuration: ServerConfiguration(port: port))
+        install(server)
+        let task = Task { try await server.run() }
+        _ = try await bounded("the server to listen again") { try await server.listeningAddress() }
+        running.withLock { $0 = (server, task) }
+    }
+}
