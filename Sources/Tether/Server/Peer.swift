@@ -23,6 +23,19 @@ public actor Peer {
     /// Unsafe rather than checked (which allocates per wait): it is set and taken only on
     /// this actor, and resumed exactly once by ``deliver(_:)`` or ``end(_:graceful:)``.
     private var inboxWaiter: UnsafeContinuation<Bool, Never>?
+    /// This peer's counters; the byte counts are taken from the socket when asked for, and
+    /// kept here when the peer ends.
+    private var counts = PeerMetrics()
+    /// ``ServerConfiguration/idleTimeout`` in nanoseconds; `nil` when there is none.
+    private let idleNanoseconds: UInt64?
+    /// When the socket last read something (monotonic nanoseconds); kept only with an idle
+    /// timeout, once per read, not per frame.
+    private var lastRead: UInt64 = 0
+    /// Set while the idle check is scheduled. The loop recycles these timer objects: each is
+    /// dropped as soon as it fires or is cancelled.
+    private var idleTimer: LoopTimer?
+    /// Set from the start until the first complete frame.
+    private var handshakeTimer: LoopTimer?
 
     /// Runs the actor on its event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -38,6 +51,7 @@ public actor Peer {
         self.handlers = server.handlers
         self.pendingFD = fd
         self.codec = server.configuration.profile.makeCodec(server.configuration.limits.maximumPayloadLength)
+        self.idleNanoseconds = server.configuration.idleTimeout.map { MonotonicTime.nanoseconds(of: $0) }
     }
 
     deinit {
@@ -60,9 +74,10 @@ public actor Peer {
             self.channel = channel
         } catch {
             end(error, graceful: false)
-            server?.peerDisconnected(self, reason: error)
+            server?.peerDisconnected(self, reason: error, metrics: counts)
             return
         }
+        startTimers()
         server?.peerConnected(self)
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
@@ -82,7 +97,17 @@ public actor Peer {
         } onCancel: {
             loop.execute { [self] in assumeIsolated { $0.shutdown() } }
         }
-        server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"))
+        server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"), metrics: counts)
+    }
+
+    /// This peer's counters now. After the peer has ended they stay as they were then.
+    public var metrics: PeerMetrics {
+        var metrics = counts
+        if let channel {
+            metrics.bytesIn = channel.bytesRead
+            metrics.bytesOut = channel.bytesWritten
+        }
+        return metrics
     }
 
     /// Moves the requests that arrived since the last call into ``batch``; `false` once the
@@ -132,6 +157,7 @@ public actor Peer {
         )
         do {
             try write(frame, on: channel)
+            counts.requestsHandled += 1
         } catch {
             end(error, graceful: false)
         }
@@ -160,6 +186,7 @@ public actor Peer {
 
     private func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
         try channel.write(frame, with: codec)
+        counts.framesOut += 1
     }
 
     private func end(_ reason: TetherError, graceful: Bool) {
@@ -170,7 +197,17 @@ public actor Peer {
             inboxWaiter = nil
             waiter.resume(returning: false)
         }
+        if let idleTimer {
+            loop.cancel(idleTimer)
+            self.idleTimer = nil
+        }
+        if let handshakeTimer {
+            loop.cancel(handshakeTimer)
+            self.handshakeTimer = nil
+        }
         guard let channel else { return }
+        counts.bytesIn = channel.bytesRead
+        counts.bytesOut = channel.bytesWritten
         self.channel = nil
         channel.delegate = nil
         if graceful {
@@ -212,9 +249,14 @@ extension Peer: ChannelDelegate {
     }
 
     private func decodeFrames(from channel: SocketChannel) {
+        if idleNanoseconds != nil { lastRead = MonotonicTime.now() }
         do {
             while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
                 dispatch(frame, on: channel)
+            }
+            if let handshakeTimer, counts.framesIn > 0 {
+                loop.cancel(handshakeTimer)
+                self.handshakeTimer = nil
             }
         } catch {
             fail(error, on: channel)
@@ -226,10 +268,16 @@ extension Peer: ChannelDelegate {
     }
 
     private func dispatch(_ frame: Frame, on channel: SocketChannel) {
+        counts.framesIn += 1
         let kind = configuration.profile.classify(frame.type)
         switch kind {
         case .heartbeat:
-            try? write(frame, on: channel)
+            do {
+                try write(frame, on: channel)
+                counts.heartbeatsAcked += 1
+            } catch {
+                // An ack that does not fit is dropped: the peer's heartbeat misses it.
+            }
         case .message, .notification:
             if handlers.handler(for: frame.type) != nil {
                 deliver(frame)
@@ -239,5 +287,63 @@ extension Peer: ChannelDelegate {
         default:
             fail(TetherError(code: .protocolError, message: "frame type \(hex(frame.type)) is not valid in the \(configuration.profile.name) profile"), on: channel)
         }
+    }
+}
+
+// MARK: Dead-peer detection
+
+extension Peer: TimerTarget {
+    /// The idle check or the handshake timeout fired: `tag` says which.
+    nonisolated func timerFired(tag: UInt64, detail: UInt32) {
+        assumeIsolated { peer in
+            if tag == Self.idleTag {
+                peer.idleCheck()
+            } else {
+                peer.handshakeExpired()
+            }
+        }
+    }
+
+    private static let idleTag: UInt64 = 1
+    private static let handshakeTag: UInt64 = 2
+
+    /// Arms the idle check and the handshake timeout, as the socket is attached.
+    private func startTimers() {
+        let now = MonotonicTime.now()
+        lastRead = now
+        if let idleNanoseconds {
+            idleTimer = loop.schedule(at: now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
+        }
+        if let timeout = configuration.handshakeTimeout {
+            handshakeTimer = loop.schedule(at: now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.handshakeTag, detail: 0)
+        }
+    }
+
+    /// Reads do not touch the timer: they only record their time. When the timer fires, a
+    /// peer that read since it was armed gets a new one for its last read plus the timeout,
+    /// so a busy peer costs one timer per timeout and a quiet one is closed on time.
+    private func idleCheck() {
+        idleTimer = nil
+        guard let channel, let idleNanoseconds else { return }
+        let deadline = lastRead &+ idleNanoseconds
+        if deadline > MonotonicTime.now() {
+            idleTimer = loop.schedule(at: deadline, target: self, tag: Self.idleTag, detail: 0)
+            return
+        }
+        let timeout = configuration.idleTimeout.map(describe) ?? "its idle timeout"
+        end(TetherError(
+            code: .idleTimeout,
+            message: "peer \(channel.remoteAddress) sent nothing for \(timeout)"
+        ), graceful: false)
+    }
+
+    private func handshakeExpired() {
+        handshakeTimer = nil
+        guard let channel, counts.framesIn == 0 else { return }
+        let timeout = configuration.handshakeTimeout.map(describe) ?? "its handshake timeout"
+        end(TetherError(
+            code: .handshakeTimeout,
+            message: "peer \(channel.remoteAddress) sent no complete frame within \(timeout) of connecting"
+        ), graceful: false)
     }
 }

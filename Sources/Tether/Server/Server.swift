@@ -35,6 +35,8 @@ public final class Server: Sendable {
         var failure: TetherError?
         var running = false
         var stopped = false
+        /// Counts of the server itself; the traffic counts in it are those of ended peers.
+        var metrics = ServerMetrics()
     }
 
     let handlers = HandlerTable()
@@ -68,6 +70,26 @@ public final class Server: Sendable {
 
     /// Number of peers connected now.
     public var peerCount: Int { state.withLock { $0.peers.count } }
+
+    /// The server's counters now: connections accepted, refused and closed for timeouts, and
+    /// the traffic of every peer so far.
+    ///
+    /// Peers that ended are summed as they end; each connected peer is asked for its own
+    /// counts (``Peer/metrics``), one after the other, so the call takes a hop to every
+    /// connected peer's event loop. A peer that ends meanwhile is counted exactly once.
+    ///
+    /// - Returns: The counters.
+    public func metrics() async -> ServerMetrics {
+        let (ended, live) = state.withLock { state in
+            (state.metrics, state.peers.values.map { $0 })
+        }
+        var metrics = ended
+        metrics.connectedPeers = live.count
+        for peer in live {
+            metrics.add(await peer.metrics)
+        }
+        return metrics
+    }
 
     /// Waits until the server listens and returns its address (with the real port when
     /// the configuration asked for port 0).
@@ -210,8 +232,12 @@ public final class Server: Sendable {
 
     private func admit(fd: Int32, remote: SocketAddress, loop: EventLoop) -> Peer? {
         let id = state.withLock { state -> PeerID? in
-            guard state.admitted < configuration.maximumConnections else { return nil }
+            guard state.admitted < configuration.maximumConnections else {
+                state.metrics.rejectedConnections += 1
+                return nil
+            }
             state.admitted += 1
+            state.metrics.acceptedConnections += 1
             defer { state.nextPeer += 1 }
             return PeerID(rawValue: state.nextPeer)
         }
@@ -220,7 +246,7 @@ public final class Server: Sendable {
             eventFeed.publish(ServerEvent(
                 kind: .peerRejected,
                 address: remote,
-                reason: TetherError(code: .tooManyPendingRequests, message: "the server is at its limit of \(configuration.maximumConnections) connections")
+                reason: TetherError(code: .tooManyConnections, message: "the server is at its limit of \(configuration.maximumConnections) connections")
             ))
             return nil
         }
@@ -232,10 +258,18 @@ public final class Server: Sendable {
         eventFeed.publish(ServerEvent(kind: .peerConnected, address: peer.remoteAddress, peer: peer.id))
     }
 
-    func peerDisconnected(_ peer: Peer, reason: TetherError) {
+    /// A peer ended: its counts move into the server's totals in the same step that removes
+    /// it from the peers, so ``metrics()`` counts it exactly once.
+    func peerDisconnected(_ peer: Peer, reason: TetherError, metrics: PeerMetrics) {
         state.withLock { state in
             state.peers.removeValue(forKey: peer.id)
             state.admitted -= 1
+            state.metrics.add(metrics)
+            if reason.code == .idleTimeout {
+                state.metrics.idleTimeouts += 1
+            } else if reason.code == .handshakeTimeout {
+                state.metrics.handshakeTimeouts += 1
+            }
         }
         eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason))
     }

@@ -9,7 +9,9 @@ public struct ServerConfiguration: Sendable {
     public var profile: Profile = .seed
     /// Size limits per peer connection.
     public var limits = Limits()
-    /// How many peers may be connected at once; connections beyond it are closed at once. Default 10,000.
+    /// How many peers may be connected at once; connections beyond it are closed at once,
+    /// reported as ``ServerEvent/Kind/peerRejected`` with ``TetherError/Code/tooManyConnections``
+    /// and counted in ``ServerMetrics/rejectedConnections``. Default 10,000.
     public var maximumConnections: Int = 10_000
     /// The `listen(2)` backlog. Default 1,024.
     public var backlog: Int = 1_024
@@ -17,6 +19,23 @@ public struct ServerConfiguration: Sendable {
     public var noDelay: Bool = true
     /// How long a closing peer may take to flush what it has queued. Default 5 s.
     public var drainTimeout: Duration = .seconds(5)
+    /// How long a peer may send nothing at all (not a frame, not a heartbeat, not a byte)
+    /// before the server closes it with ``TetherError/Code/idleTimeout``; `nil` keeps quiet
+    /// peers forever. A client with heartbeats on at a shorter interval is never idle.
+    /// Default 60 s.
+    ///
+    /// The check costs one clock read per socket read, and one timer per peer that fires
+    /// about once per timeout; a peer is closed within the timeout (plus scheduling delay)
+    /// of its last byte.
+    public var idleTimeout: Duration? = .seconds(60)
+    /// How long a new peer may take to send its first complete frame before the server
+    /// closes it with ``TetherError/Code/handshakeTimeout``; `nil` waits forever. Bytes that
+    /// do not complete a frame do not count, so a client that trickles a header byte by
+    /// byte cannot hold a connection open with it. Default 10 s.
+    ///
+    /// A client that sends nothing until its first heartbeat must have a heartbeat interval
+    /// well below this timeout.
+    public var handshakeTimeout: Duration? = .seconds(10)
     /// The event loops to run on. Default ``EventLoopGroup/shared``.
     public var eventLoopGroup: EventLoopGroup = .shared
 

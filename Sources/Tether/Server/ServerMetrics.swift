@@ -1,0 +1,71 @@
+/// Counters of one ``Peer``, for metrics and tests. Read them with ``Peer/metrics``.
+///
+/// Frame counts are kept as frames are decoded and encoded; byte counts are the socket's,
+/// and stop when the peer ends (a graceful close may still flush queued bytes after that).
+public struct PeerMetrics: Sendable, Hashable {
+    /// Bytes read from the peer's socket.
+    public var bytesIn = 0
+    /// Bytes written to the peer's socket.
+    public var bytesOut = 0
+    /// Frames decoded from the peer: requests, notifications and heartbeats.
+    public var framesIn = 0
+    /// Frames queued for the peer: responses, heartbeat acks and pushes.
+    public var framesOut = 0
+    /// Responses queued for the peer, error responses included.
+    public var requestsHandled = 0
+    /// Heartbeats of the peer answered with an ack.
+    public var heartbeatsAcked = 0
+
+    /// Adds `other`'s counts to these.
+    mutating func add(_ other: PeerMetrics) {
+        bytesIn += other.bytesIn
+        bytesOut += other.bytesOut
+        framesIn += other.framesIn
+        framesOut += other.framesOut
+        requestsHandled += other.requestsHandled
+        heartbeatsAcked += other.heartbeatsAcked
+    }
+}
+
+/// Counters of a ``Server`` since it started, for metrics and tests. Read them with
+/// ``Server/metrics()``.
+///
+/// The traffic counts (bytes, frames, requests, heartbeats) are totals over every peer the
+/// server has had: the ones that ended and the ones connected now. See ``PeerMetrics`` for
+/// what each counts.
+public struct ServerMetrics: Sendable, Hashable {
+    /// Connections accepted as peers. Connections refused at the limit are not counted here
+    /// but in ``rejectedConnections``.
+    public var acceptedConnections = 0
+    /// Connections refused because the server was at ``ServerConfiguration/maximumConnections``.
+    public var rejectedConnections = 0
+    /// Peers connected now: the ones ``Server/peers`` lists.
+    public var connectedPeers = 0
+    /// Peers closed because they sent nothing for ``ServerConfiguration/idleTimeout``.
+    public var idleTimeouts = 0
+    /// Peers closed because they sent no complete frame within
+    /// ``ServerConfiguration/handshakeTimeout`` of connecting.
+    public var handshakeTimeouts = 0
+    /// Bytes read from peers' sockets.
+    public var bytesIn = 0
+    /// Bytes written to peers' sockets.
+    public var bytesOut = 0
+    /// Frames decoded from peers: requests, notifications and heartbeats.
+    public var framesIn = 0
+    /// Frames queued for peers: responses, heartbeat acks and pushes.
+    public var framesOut = 0
+    /// Responses queued for peers, error responses included.
+    public var requestsHandled = 0
+    /// Heartbeats of peers answered with an ack.
+    public var heartbeatsAcked = 0
+
+    /// Adds the traffic counts of one peer.
+    mutating func add(_ peer: PeerMetrics) {
+        bytesIn += peer.bytesIn
+        bytesOut += peer.bytesOut
+        framesIn += peer.framesIn
+        framesOut += peer.framesOut
+        requestsHandled += peer.requestsHandled
+        heartbeatsAcked += peer.heartbeatsAcked
+    }
+}

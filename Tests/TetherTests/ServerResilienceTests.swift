@@ -1,0 +1,273 @@
+import Testing
+@testable import Tether
+
+/// How late past its timeout a dead peer may be detected and the test still pass: generous,
+/// so a loaded two-core machine does not make the tests flaky.
+private let detectionSlack: Duration = .milliseconds(1_500)
+
+/// The local port of a raw socket, as the server sees it in its messages.
+private func port(of socket: RawSocket) throws -> Int {
+    try Syscall.localAddress(socket.fd).port
+}
+
+/// Milliseconds, for attachments that record measured times.
+private func milliseconds(_ duration: Duration) -> Double {
+    let (seconds, attoseconds) = duration.components
+    return Double(seconds) * 1_000 + Double(attoseconds) / 1e15
+}
+
+@Suite("Server resilience", .timeLimit(.minutes(1)))
+struct ServerResilienceTests {
+    @Test("a peer that sends nothing is closed with idleTimeout, within the timeout of connecting")
+    func idle() async throws {
+        try await withServer(configure: {
+            $0.idleTimeout = .milliseconds(300)
+            $0.handshakeTimeout = nil
+        }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let clock = ContinuousClock()
+            // Taken before connecting, so it is before the server starts its timer: the
+            // measured time can only overstate the detection time.
+            let start = clock.now
+            let quiet = try RawSocket.connect(to: endpoint)
+            let local = try port(of: quiet)
+            #expect(try await quiet.waitForClose(timeout: .seconds(5)))
+            let detected = clock.now - start
+            Attachment.record("\(milliseconds(detected)) ms", named: "idle-detection.txt")
+            #expect(detected >= .milliseconds(300))
+            #expect(detected < .milliseconds(300) + detectionSlack)
+
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            let reason = try #require(gone.first?.reason)
+            #expect(reason.code == .idleTimeout)
+            #expect(reason.message == "peer 127.0.0.1:\(local) sent nothing for 300 ms")
+            let metrics = await server.metrics()
+            #expect(metrics.idleTimeouts == 1)
+            #expect(metrics.handshakeTimeouts == 0)
+            #expect(metrics.connectedPeers == 0)
+        }
+    }
+
+    @Test("the idle timeout counts from the last byte received, not from the last check")
+    func idleFromLastByte() async throws {
+        try await withServer(configure: {
+            $0.idleTimeout = .milliseconds(300)
+            $0.handshakeTimeout = nil
+        }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let clock = ContinuousClock()
+            let client = try RawSocket.connect(to: endpoint)
+            // Halfway through the first period, so the first check finds activity and must
+            // re-arm for the last read plus the timeout.
+            try await Task.sleep(for: .milliseconds(150))
+            let lastByte = clock.now
+            try client.write(seedBytes(type: 0x402, serial: 1))
+            #expect(try await client.readFrame()?.serial == 1)
+            #expect(try await client.waitForClose(timeout: .seconds(5)))
+            let detected = clock.now - lastByte
+            Attachment.record("\(milliseconds(detected)) ms", named: "idle-after-traffic-detection.txt")
+            #expect(detected >= .milliseconds(300))
+            #expect(detected < .milliseconds(300) + detectionSlack)
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            #expect(gone.first?.reason?.code == .idleTimeout)
+        }
+    }
+
+    @Test("heartbeats keep a peer alive across several idle timeouts")
+    func idleResetByTraffic() async throws {
+        try await withServer(configure: { $0.idleTimeout = .milliseconds(300) }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let connection = try await Connection.connect(
+                to: endpoint,
+                configuration: testConfiguration { $0.heartbeat = .every(.milliseconds(100), timeout: .seconds(2)) }
+            )
+            _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
+            // Proving that something does not happen takes a wait: a bounded one, over more
+            // than three idle timeouts, with nothing but heartbeats on the wire.
+            try await Task.sleep(for: .seconds(1))
+            #expect(await connection.currentState.phase == .connected)
+            #expect(server.peerCount == 1)
+            let quiet = await server.metrics()
+            #expect(quiet.idleTimeouts == 0)
+            #expect(quiet.heartbeatsAcked >= 3)
+            #expect(quiet.framesIn == quiet.heartbeatsAcked)
+            #expect(quiet.requestsHandled == 0)
+
+            let reply = try await connection.request(Request(type: 0x402, json: ["alive": true]))
+            #expect(reply.json == ["echo": ["alive": true]])
+            await connection.close()
+        }
+    }
+
+    @Test("a peer that sends part of a header and stops is closed with handshakeTimeout")
+    func partialHeader() async throws {
+        try await withServer(configure: {
+            $0.handshakeTimeout = .milliseconds(300)
+            $0.idleTimeout = nil
+        }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let clock = ContinuousClock()
+            let start = clock.now
+            let stuck = try RawSocket.connect(to: endpoint)
+            let local = try port(of: stuck)
+            try stuck.write(Array(seedBytes(type: 0x402, serial: 1).prefix(3)))
+            #expect(try await stuck.waitForClose(timeout: .seconds(5)))
+            let detected = clock.now - start
+            Attachment.record("\(milliseconds(detected)) ms", named: "handshake-detection.txt")
+            #expect(detected >= .milliseconds(300))
+            #expect(detected < .milliseconds(300) + detectionSlack)
+
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            let reason = try #require(gone.first?.reason)
+            #expect(reason.code == .handshakeTimeout)
+            #expect(reason.message == "peer 127.0.0.1:\(local) sent no complete frame within 300 ms of connecting")
+            let metrics = await server.metrics()
+            #expect(metrics.handshakeTimeouts == 1)
+            #expect(metrics.idleTimeouts == 0)
+            #expect(metrics.bytesIn == 3)
+            #expect(metrics.framesIn == 0)
+        }
+    }
+
+    @Test("a slowloris that trickles a header byte by byte is still closed with handshakeTimeout")
+    func slowloris() async throws {
+        try await withServer(configure: {
+            $0.handshakeTimeout = .milliseconds(300)
+            // Idle detection on too: the trickle keeps resetting it, the handshake timeout must not care.
+            $0.idleTimeout = .milliseconds(300)
+        }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let clock = ContinuousClock()
+            let start = clock.now
+            let loris = try RawSocket.connect(to: endpoint)
+            // 112 bytes at one per 50 ms would take over 5 s: the frame is never complete in time.
+            let frame = seedBytes(type: 0x402, serial: 1, payload: Array(repeating: 0x20, count: 100))
+            // The pace of the trickle is the point of the test, not a wait for an event.
+            let trickle = Task {
+                var sent = 0
+                for byte in frame {
+                    do {
+                        try loris.write([byte])
+                    } catch {
+                        break
+                    }
+                    sent += 1
+                    try? await Task.sleep(for: .milliseconds(50))
+                }
+                return sent
+            }
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            let detected = clock.now - start
+            Attachment.record("\(milliseconds(detected)) ms", named: "slowloris-detection.txt")
+            #expect(detected >= .milliseconds(300))
+            #expect(detected < .milliseconds(300) + detectionSlack)
+            let reason = try #require(gone.first?.reason)
+            #expect(reason.code == .handshakeTimeout)
+
+            // Once closed, the next bytes fail to send, and the trickle ends short of a frame.
+            let sent = try await bounded("the trickle to fail") { await trickle.value }
+            #expect(sent >= 2)
+            #expect(sent < frame.count)
+            let metrics = await server.metrics()
+            #expect(metrics.handshakeTimeouts == 1)
+            #expect(metrics.idleTimeouts == 0)
+            #expect(metrics.framesIn == 0)
+        }
+    }
+
+    @Test("a complete first frame cancels the handshake timeout")
+    func handshakeCompleted() async throws {
+        try await withServer(configure: {
+            $0.handshakeTimeout = .milliseconds(300)
+            $0.idleTimeout = nil
+        }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let client = try RawSocket.connect(to: endpoint)
+            try client.write(seedBytes(type: 0x402, serial: 1))
+            let first = try await client.readFrame()
+            #expect(first?.serial == 1)
+            _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
+            // Bounded proof of absence: more than twice the handshake timeout, and the peer stays.
+            try await Task.sleep(for: .milliseconds(800))
+            #expect(server.peerCount == 1)
+            try client.write(seedBytes(type: 0x402, serial: 2))
+            let second = try await client.readFrame()
+            #expect(second?.serial == 2)
+            let metrics = await server.metrics()
+            #expect(metrics.handshakeTimeouts == 0)
+            #expect(metrics.connectedPeers == 1)
+            #expect(metrics.requestsHandled == 2)
+        }
+    }
+
+    @Test("a connection over the limit is refused with tooManyConnections and counted")
+    func connectionLimit() async throws {
+        try await withServer(configure: { $0.maximumConnections = 2 }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let one = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let two = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            _ = try await collect(2, from: events.filter { $0.kind == .peerConnected })
+            let three = try RawSocket.connect(to: endpoint)
+            let local = try port(of: three)
+            #expect(try await three.waitForClose())
+            let rejected = try await collect(1, from: events.filter { $0.kind == .peerRejected })
+            #expect(rejected.first?.reason?.code == .tooManyConnections)
+            #expect(rejected.first?.reason?.message == "the server is at its limit of 2 connections")
+            #expect(rejected.first?.address.port == local)
+            let metrics = await server.metrics()
+            #expect(metrics.rejectedConnections == 1)
+            #expect(metrics.acceptedConnections == 2)
+            #expect(metrics.connectedPeers == 2)
+            #expect(try await one.request(Request(type: 0x402)).type == 0x402)
+            await one.close()
+            await two.close()
+        }
+    }
+
+    @Test("metrics count frames, requests and bytes exactly, and keep the totals of peers that ended")
+    func metrics() async throws {
+        try await withServer(handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let count = 25
+            var bytesSent = 0
+            var bytesReceived = 0
+            for index in 0..<count {
+                let request = Request(type: 0x402, json: ["index": .int(index)])
+                let reply = try await connection.request(request)
+                #expect(reply.json == ["echo": ["index": .int(index)]])
+                bytesSent += 12 + request.payload.count
+                bytesReceived += 12 + reply.payload.count
+            }
+            let expected = PeerMetrics(
+                bytesIn: bytesSent,
+                bytesOut: bytesReceived,
+                framesIn: count,
+                framesOut: count,
+                requestsHandled: count,
+                heartbeatsAcked: 0
+            )
+            let peer = try #require(server.peers.first)
+            #expect(await peer.metrics == expected)
+
+            let live = await server.metrics()
+            #expect(live.connectedPeers == 1)
+            #expect(live.acceptedConnections == 1)
+            #expect(live.framesIn == count)
+            #expect(live.framesOut == count)
+            #expect(live.requestsHandled == count)
+            #expect(live.bytesIn == bytesSent)
+            #expect(live.bytesOut == bytesReceived)
+            #expect(live.heartbeatsAcked == 0)
+
+            await connection.close()
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            #expect(gone.first?.peer == peer.id)
+            #expect(server.peerCount == 0)
+            var ended = live
+            ended.connectedPeers = 0
+            #expect(await server.metrics() == ended)
+            #expect(await peer.metrics == expected)
+        }
+    }
+}
