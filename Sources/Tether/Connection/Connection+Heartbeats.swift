@@ -7,7 +7,9 @@ extension Connection {
             timeout: settings.timeout,
             maximumMissed: settings.maximumMissed
         )
-        scheduleHeartbeat(at: MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: settings.interval))
+        // The first goes out at once: it proves the new connection works, measures the round
+        // trip, and counts as the first frame for a server's handshake timeout.
+        heartbeatTick()
     }
 
     private func scheduleHeartbeat(at deadline: UInt64) {

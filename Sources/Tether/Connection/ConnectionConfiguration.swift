@@ -126,7 +126,7 @@ public struct ReconnectPolicy: Sendable, Hashable {
 public struct HeartbeatConfiguration: Sendable, Hashable {
     /// Whether heartbeats are sent. Default `true`.
     public var isEnabled: Bool = true
-    /// Time between heartbeats; the first goes out one interval after connecting. Default 10 s.
+    /// Time between heartbeats; the first goes out as soon as the connection is up. Default 10 s.
     public var interval: Duration = .seconds(10)
     /// How long to wait for an ack before the heartbeat counts as missed. Default 5 s.
     public var timeout: Duration = .seconds(5)

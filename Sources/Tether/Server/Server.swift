@@ -204,6 +204,10 @@ public final class Server: Sendable {
                 acceptor.finish()
             }
         }
+        // The accept loop above also ends by itself when the task is cancelled, possibly
+        // before the close queued by the handler has run: close here too (idempotent) and
+        // wait for it, so that once run() returns the port is free to listen on again.
+        try? await acceptLoop.submit { listener.close() }
         state.withLock { $0.stopped = true }
         eventFeed.finish()
     }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import Tether
 
 /// Follows a connection's states from the moment it is made, so a test can await the next
@@ -31,7 +34,9 @@ actor StateWatcher {
     }
 
     private func consume(until matches: (ConnectionState) -> Bool) async -> ConnectionState? {
-        while let state = await iterator.next(isolation: self) {
+        // The iterator shares its stream's state, so a copy consumes the same elements.
+        var local = iterator
+        while let state = await local.next(isolation: self) {
             seen.append(state)
             if matches(state) { return state }
         }
@@ -47,6 +52,10 @@ final class RestartableServer: Sendable {
     let port: Int
     private let running = Lock<(server: Server, task: Task<Void, any Error>)?>(nil)
     private let install: @Sendable (Server) -> Void
+    /// While the server is down, a socket bound to its port (not listening, so connections
+    /// are refused) keeps the port from being handed out as the source port of some other
+    /// test's outgoing connection, which would stop the server from binding it again.
+    private let reservation = Lock<Int32>(-1)
 
     /// Starts a server on a free port of 127.0.0.1.
     init(handlers: @escaping @Sendable (Server) -> Void = echoHandlers) async throws {
@@ -70,6 +79,16 @@ final class RestartableServer: Sendable {
         }) else { return }
         current.task.cancel()
         try await bounded("the server to stop") { try await current.task.value }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))
+        let address = SocketAddress(ipAddress: "127.0.0.1", port: port)!
+        guard address.withSockAddr({ bind(fd, $0, $1) }) == 0 else {
+            let error = Errno.current
+            Glibc.close(fd)
+            throw error
+        }
+        reservation.withLock { $0 = fd }
     }
 
     /// Starts a new server on the same port.
@@ -79,5 +98,9 @@ final class RestartableServer: Sendable {
         let task = Task { try await server.run() }
         _ = try await bounded("the server to listen again") { try await server.listeningAddress() }
         running.withLock { $0 = (server, task) }
+        reservation.withLock { fd in
+            if fd >= 0 { Glibc.close(fd) }
+            fd = -1
+        }
     }
 }
