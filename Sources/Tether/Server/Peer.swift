@@ -93,6 +93,9 @@ public actor Peer {
                         }
                     }
                 }
+                // The connection has ended: nobody is left to answer, so handlers still
+                // running are cancelled rather than awaited.
+                tasks.cancelAll()
             }
         } onCancel: {
             loop.execute { [self] in assumeIsolated { $0.shutdown() } }

@@ -1,0 +1,170 @@
+import Testing
+@testable import Tether
+
+/// Broken connections made on purpose, through the fault proxy: every request ends exactly
+/// once, the client comes back by itself, and subscriptions keep running.
+@Suite("Resilience through the fault proxy", .timeLimit(.minutes(1)))
+struct ResilienceTests {
+    /// The server's handlers plus 0x408, which pushes `n` notifications to the caller.
+    static func handlers(_ server: Server) {
+        echoHandlers(server)
+    }
+
+    @Test("a cut mid-frame: requests in flight fail with connectionLost, the client reconnects within the backoff, requests and pushes flow again")
+    func cutMidFrame() async throws {
+        try await withServer(handlers: Self.handlers) { server, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting(after: .milliseconds(50)))
+                let watcher = StateWatcher(connection)
+                let notifications = connection.notifications
+                try await watcher.next(.connected)
+                let slow = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 5000]), timeout: .seconds(10)) }
+                try await until("the slow request to be in flight", connection) { $0.inFlightRequests == 1 }
+                try await proxy.waitUntil("the slow request to reach the server") { $0.bytesUpstream > 0 }
+                // The next request is cut 5 bytes into its header.
+                proxy.setMode(.cut(after: 5, counting: .upstream), for: .currentConnections)
+                let cut = Task { try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: .seconds(10)) }
+                let clock = ContinuousClock()
+                let lost = try await watcher.next(.reconnecting)
+                let lostAt = clock.now
+                #expect(lost.reason?.code == .peerClosed)
+                #expect(lost.delay == .milliseconds(50))
+                for task in [slow, cut] {
+                    let error = await #expect(throws: TetherError.self) { try await bounded("a request to fail") { try await task.value } }
+                    #expect(error?.code == .connectionLost)
+                    #expect((error?.underlying as? TetherError)?.code == .peerClosed)
+                }
+                try await watcher.next(.connected)
+                let back = clock.now - lostAt
+                Attachment.record("\(back)", named: "reconnect-after-cut.txt")
+                #expect(back >= .milliseconds(50))
+                #expect(back < .milliseconds(50) + .seconds(1), "reconnected after \(back)")
+                let reply = try await connection.request(Request(type: 0x402, json: ["n": 2]))
+                #expect(reply.json == ["echo": ["n": 2]])
+                try await bounded("the server to see the new connection") {
+                    while server.peerCount != 1 { try await Task.sleep(for: .milliseconds(1)) }
+                }
+                await server.broadcast(Frame(type: 0x2, serial: 3, payload: [3]))
+                #expect(try await collect(1, from: notifications, "the push after reconnecting") == [Frame(type: 0x2, serial: 3, payload: [3])])
+                #expect(await connection.pendingRequestCount == 0)
+                #expect(proxy.counters.accepted == 2)
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("a stall (the socket open, nothing flowing) is detected within interval × (misses + 1), then the client reconnects")
+    func stall() async throws {
+        try await withServer(handlers: Self.handlers) { _, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting {
+                    $0.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(100), maximumMissed: 2)
+                })
+                let watcher = StateWatcher(connection)
+                try await watcher.next(.connected)
+                let acked = connection.heartbeats.filter { $0.outcome == .acked }
+                _ = try await collect(1, from: acked, "a heartbeat ack before the stall")
+                let clock = ContinuousClock()
+                proxy.setMode(.stalled, for: .currentConnections)
+                let stalledAt = clock.now
+                let lost = try await watcher.next(.reconnecting)
+                let detected = clock.now - stalledAt
+                Attachment.record("\(detected)", named: "stall-detection.txt")
+                #expect(lost.reason?.code == .heartbeatTimeout)
+                #expect(detected < .milliseconds(600) + .milliseconds(300), "detected after \(detected)")
+                try await watcher.next(.connected)
+                let reply = try await connection.request(Request(type: 0x402, json: ["after": "stall"]))
+                #expect(reply.json == ["echo": ["after": "stall"]])
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("garbage from the network: a protocol error, then a reconnect, and the process goes on")
+    func garbage() async throws {
+        try await withServer(handlers: Self.handlers) { _, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting())
+                let watcher = StateWatcher(connection)
+                try await watcher.next(.connected)
+                #expect(proxy.inject(Array("HTTP/1.1 400 Bad Request\r\n\r\n".utf8), toward: .downstream) == 1)
+                let lost = try await watcher.next(.reconnecting)
+                #expect([.protocolError, .frameTooLarge].contains(lost.reason?.code))
+                try await watcher.next(.connected)
+                let reply = try await connection.request(Request(type: 0x402, json: ["ok": true]))
+                #expect(reply.json == ["echo": ["ok": true]])
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("1,000 requests over 10 forced disconnects: each ends exactly once, none past its timeout, nothing left behind")
+    func thousandOverTenDisconnects() async throws {
+        try await withServer(handlers: Self.handlers) { _, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting(after: .milliseconds(5)))
+                let timeout = Duration.seconds(2)
+                let outcomes = try await bounded("1,000 requests and 10 disconnects", .seconds(45)) {
+                    try await withThrowingTaskGroup(of: Outcome?.self) { group in
+                        group.addTask {
+                            // Ten disconnects, each once the previous one has been repaired.
+                            for round in 1...10 {
+                                try await until("connection \(round)", connection) { $0.connects == round }
+                                try await Task.sleep(for: .milliseconds(20))
+                                if round % 2 == 0 { proxy.resetAll() } else { proxy.cutAll() }
+                            }
+                            return nil
+                        }
+                        for id in 0..<1000 {
+                            group.addTask {
+                                // Spread over the disconnects.
+                                try await Task.sleep(for: .microseconds((id * 7919) % 400_000))
+                                let clock = ContinuousClock()
+                                let start = clock.now
+                                do {
+                                    let reply = try await connection.request(
+                                        Request(type: 0x404, json: ["id": .int(id), "delay_ms": .int(id % 10)]),
+                                        timeout: timeout
+                                    )
+                                    return Outcome(id: id, reply: reply.json?["echo"]?["id"]?.intValue, error: nil, took: clock.now - start)
+                                } catch let error as TetherError {
+                                    return Outcome(id: id, reply: nil, error: error.code, took: clock.now - start)
+                                }
+                            }
+                        }
+                        var outcomes: [Int: Outcome] = [:]
+                        for try await outcome in group {
+                            guard let outcome else { continue }
+                            #expect(outcomes[outcome.id] == nil, "request \(outcome.id) ended twice")
+                            outcomes[outcome.id] = outcome
+                        }
+                        return outcomes
+                    }
+                }
+                #expect(outcomes.count == 1000)
+                let answered = outcomes.values.filter { $0.reply != nil }
+                let failed = outcomes.values.filter { $0.error != nil }
+                #expect(answered.count + failed.count == 1000)
+                #expect(answered.allSatisfy { $0.reply == $0.id }, "a request got someone else's response")
+                #expect(Set(failed.compactMap(\.error)).isSubset(of: [.connectionLost, .timedOut]))
+                #expect(outcomes.values.allSatisfy { $0.took < timeout + .seconds(1) }, "a request outlived its timeout")
+                #expect(failed.count > 0, "ten disconnects failed no request in flight")
+                let metrics = await connection.metrics
+                #expect(metrics.connects == 11)
+                #expect(metrics.requestsCompleted == answered.count)
+                #expect(metrics.requestsFailed + metrics.requestsTimedOut == failed.count)
+                #expect(metrics.inFlightRequests == 0 && metrics.queuedRequests == 0)
+                #expect(await connection.pendingRequestCount == 0)
+                Attachment.record("answered \(answered.count), failed \(failed.count)", named: "thousand-over-ten.txt")
+                await connection.close()
+            }
+        }
+    }
+}
+
+struct Outcome: Sendable {
+    var id: Int
+    var reply: Int?
+    var error: TetherError.Code?
+    var took: Duration
+}
