@@ -87,7 +87,9 @@ struct ReconnectTests {
         let pushes = try await collect(1, from: notifications, "the push after reconnecting")
         #expect(pushes == [Frame(type: 0x2, serial: 7, payload: [42])])
         let metrics = await connection.metrics
-        #expect(metrics.connects == 2)
+        // Two connections at least; a connect that lands in the old listener's backlog just
+        // as it closes makes a third, which is as it should be.
+        #expect(metrics.connects >= 2)
         #expect(metrics.reconnectAttempts >= 1)
         #expect(metrics.requestsCompleted == 1)
         #expect(metrics.requestsFailed == 0)
@@ -105,7 +107,7 @@ struct ReconnectTests {
     @Test("close() during the reconnect backoff ends everything at once, with no further attempt")
     func closeDuringBackoff() async throws {
         let (listener, endpoint) = try RawSocket.listen()
-        let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .milliseconds(300)))
+        let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .seconds(1)))
         let watcher = StateWatcher(connection)
         let peer = try await listener.accept()
         peer.close()
@@ -119,7 +121,7 @@ struct ReconnectTests {
         #expect(error?.code == .connectionClosed)
         #expect(await connection.metrics.reconnectAttempts == 0)
         // Past the backoff, nothing knocks on the listener.
-        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(600)) }
+        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(1300)) }
     }
 
     @Test("when every allowed attempt fails the connection ends failed, with the last error and each step observable")

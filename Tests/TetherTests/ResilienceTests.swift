@@ -37,7 +37,8 @@ struct ResilienceTests {
                 try await watcher.next(.connected)
                 let back = clock.now - lostAt
                 Attachment.record("\(back)", named: "reconnect-after-cut.txt")
-                #expect(back >= .milliseconds(50))
+                // The backoff itself is asserted exactly above (lost.delay); the time seen here
+                // starts when this task observed the state, which can be late on a busy machine.
                 #expect(back < .milliseconds(50) + .seconds(1), "reconnected after \(back)")
                 let reply = try await connection.request(Request(type: 0x402, json: ["n": 2]))
                 #expect(reply.json == ["echo": ["n": 2]])
@@ -58,7 +59,7 @@ struct ResilienceTests {
         try await withServer(handlers: Self.handlers) { _, endpoint in
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting {
-                    $0.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(100), maximumMissed: 2)
+                    $0.heartbeat = .every(.milliseconds(250), timeout: .milliseconds(200), maximumMissed: 2)
                 })
                 let watcher = StateWatcher(connection)
                 try await watcher.next(.connected)
@@ -71,7 +72,7 @@ struct ResilienceTests {
                 let detected = clock.now - stalledAt
                 Attachment.record("\(detected)", named: "stall-detection.txt")
                 #expect(lost.reason?.code == .heartbeatTimeout)
-                #expect(detected < .milliseconds(600) + .milliseconds(300), "detected after \(detected)")
+                #expect(detected < .milliseconds(750) + .milliseconds(300), "detected after \(detected)")
                 try await watcher.next(.connected)
                 let reply = try await connection.request(Request(type: 0x402, json: ["after": "stall"]))
                 #expect(reply.json == ["echo": ["after": "stall"]])
@@ -109,10 +110,11 @@ struct ResilienceTests {
                         group.addTask {
                             // Ten disconnects, each once the previous one has been repaired.
                             for round in 1...10 {
-                                try await until("connection \(round)", connection) { $0.connects == round }
+                                try await until("connection \(round)", connection) { $0.connects >= round }
                                 try await Task.sleep(for: .milliseconds(20))
                                 if round % 2 == 0 { proxy.resetAll() } else { proxy.cutAll() }
                             }
+                            try await until("the last reconnect", connection) { $0.connects >= 11 }
                             return nil
                         }
                         for id in 0..<1000 {

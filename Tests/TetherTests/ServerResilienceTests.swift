@@ -75,7 +75,7 @@ struct ServerResilienceTests {
 
     @Test("heartbeats keep a peer alive across several idle timeouts")
     func idleResetByTraffic() async throws {
-        try await withServer(configure: { $0.idleTimeout = .milliseconds(300) }, handlers: echoHandlers) { server, endpoint in
+        try await withServer(configure: { $0.idleTimeout = .milliseconds(500) }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
             let connection = try await Connection.connect(
                 to: endpoint,
@@ -84,7 +84,7 @@ struct ServerResilienceTests {
             _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
             // Proving that something does not happen takes a wait: a bounded one, over more
             // than three idle timeouts, with nothing but heartbeats on the wire.
-            try await Task.sleep(for: .seconds(1))
+            try await Task.sleep(for: .milliseconds(1600))
             #expect(await connection.currentState.phase == .connected)
             #expect(server.peerCount == 1)
             let quiet = await server.metrics()

@@ -20,7 +20,14 @@ extension Connection {
 
     private func heartbeatTick() {
         heartbeatTimer = nil
-        guard let channel, var machine = heartbeatMachine else { return }
+        guard let channel else { return }
+        if heartbeatMachine?.outstanding != nil {
+            // Before counting a miss: an ack may have arrived after this turn's readiness
+            // check. Reading it re-arms the timer, and then there is nothing left to do here.
+            channel.readPending()
+            guard self.channel === channel, heartbeatTimer == nil else { return }
+        }
+        guard var machine = heartbeatMachine else { return }
         let now = MonotonicTime.now()
         let actions = machine.tick(now: now)
         heartbeatMachine = machine

@@ -328,6 +328,9 @@ extension Peer: TimerTarget {
     private func idleCheck() {
         idleTimer = nil
         guard let channel, let idleNanoseconds else { return }
+        // Bytes that arrived after this turn's readiness check are activity too.
+        channel.readPending()
+        guard self.channel === channel else { return }
         let deadline = lastRead &+ idleNanoseconds
         if deadline > MonotonicTime.now() {
             idleTimer = loop.schedule(at: deadline, target: self, tag: Self.idleTag, detail: 0)

@@ -83,6 +83,13 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         if event.readable && fd >= 0 { readNow() }
     }
 
+    /// Reads what the socket holds now, outside the loop's readiness events: a timer that is
+    /// about to declare the peer silent calls it first, since bytes may have arrived after
+    /// this turn's readiness check.
+    func readPending() {
+        if fd >= 0 { readNow() }
+    }
+
     private func readNow() {
         // A channel that has never held part of a frame owns no buffer: it borrows the loop's.
         let borrowed = inbound.capacity == 0
