@@ -94,12 +94,30 @@ enum Parse {
         return value
     }
 
-    /// A positive number of seconds, possibly fractional (`0.5`).
+    /// A positive number of seconds, possibly fractional (`0.5`), at most a day.
     static func seconds(_ text: String, option: String) throws(ArgumentError) -> Duration {
         guard let value = Double(text), value.isFinite, value > 0, value <= 86_400 else {
-            throw ArgumentError("\(option) '\(text)' is not a number of seconds between 0 and 86400")
+            throw ArgumentError("\(option) '\(text)' is not a positive number of seconds (at most 86400)")
         }
         return .nanoseconds(Int64((value * 1e9).rounded()))
+    }
+
+    /// Like ``seconds(_:option:)``, but `0` or `off` switches the limit off: `nil`.
+    static func secondsOrOff(_ text: String, option: String) throws(ArgumentError) -> Duration? {
+        if text.lowercased() == "off" { return nil }
+        if let value = Double(text), value == 0 { return nil }
+        guard let value = Double(text), value.isFinite, value > 0, value <= 86_400 else {
+            throw ArgumentError("\(option) '\(text)' is not a positive number of seconds (at most 86400), 0 or off")
+        }
+        return .nanoseconds(Int64((value * 1e9).rounded()))
+    }
+
+    /// A whole number from 0 up.
+    static func countOrZero(_ text: String, option: String) throws(ArgumentError) -> Int {
+        guard let value = Int(text), value >= 0 else {
+            throw ArgumentError("\(option) '\(text)' is not a whole number (0 or more)")
+        }
+        return value
     }
 
     /// A positive whole number.
@@ -135,5 +153,57 @@ enum Parse {
             throw ArgumentError("\(option) is not valid JSON: \(text)")
         }
         return bytes
+    }
+}
+
+// MARK: Shared options
+
+/// `--heartbeat-interval`, `--heartbeat-timeout` and `--max-missed`: how `listen`,
+/// `request` and `ping` tune ``ConnectionConfiguration/heartbeat``. Each command documents
+/// its own defaults; an option not given keeps the command's default.
+struct HeartbeatOptions: Sendable {
+    /// `--heartbeat-interval`: time between heartbeats.
+    var interval: Duration?
+    /// `--heartbeat-timeout`: how long each ack may take before the heartbeat counts as missed.
+    var timeout: Duration?
+    /// `--max-missed`: misses in a row after which the connection counts as lost.
+    var maximumMissed: Int?
+
+    /// No option given.
+    init() {}
+
+    /// Takes the three options from `arguments`.
+    init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        if let value = try arguments.option("--heartbeat-interval") {
+            interval = try Parse.seconds(value, option: "--heartbeat-interval")
+        }
+        if let value = try arguments.option("--heartbeat-timeout") {
+            timeout = try Parse.seconds(value, option: "--heartbeat-timeout")
+        }
+        if let value = try arguments.option("--max-missed") {
+            maximumMissed = try Parse.count(value, option: "--max-missed")
+        }
+    }
+
+    /// Whether none of the options was given.
+    var isEmpty: Bool { interval == nil && timeout == nil && maximumMissed == nil }
+
+    /// `base` with the options given, and heartbeats switched on. An interval given without
+    /// a timeout brings a timeout of half the interval, as
+    /// ``HeartbeatConfiguration/every(_:timeout:maximumMissed:)`` does.
+    ///
+    /// - Parameter base: The command's defaults.
+    /// - Returns: The configuration to connect with.
+    func applied(to base: HeartbeatConfiguration) -> HeartbeatConfiguration {
+        var configuration = base
+        configuration.isEnabled = true
+        if let interval {
+            configuration.interval = interval
+            configuration.timeout = timeout ?? interval / 2
+        } else if let timeout {
+            configuration.timeout = timeout
+        }
+        if let maximumMissed { configuration.maximumMissed = maximumMissed }
+        return configuration
     }
 }

@@ -9,7 +9,7 @@ import Dispatch
 import Foundation
 import Tether
 
-/// `tether demo`: a server and a client in one process, every feature once, in about a second.
+/// `tether demo`: a server and a client in one process, every feature once, in about a second and a half.
 struct DemoCommand: Command {
     static let name = "demo"
     static let summary = "run a server and a client in one process and show what Tether does"
@@ -23,10 +23,16 @@ struct DemoCommand: Command {
              to its request by serial
           3. a push received with `for await` on connection.notifications
           4. heartbeats every 200 ms with their round-trip times
-          5. a clean close and the final state
+          5. a reconnect: the server stops, and the client prints each state change as
+             it retries with backoff (200 ms, then ×1.6 per attempt); a request made
+             meanwhile waits in the queue; a new server starts on the same port, the
+             client comes back by itself, the queued request is answered and requests
+             flow again. Prints the time from reconnecting to connected, and the
+             connection's metrics
+          6. a clean close and the final state
 
-        Ends by itself in about a second and exits 0; exits 1 if any step fails. Every
-        wait is bounded, and the whole demo gives up after 10 s.
+        Ends by itself in about a second and a half and exits 0; exits 1 if any step
+        fails. Every wait is bounded, and the whole demo gives up after 10 s.
 
         options:
           -h, --help   show this help
@@ -47,34 +53,30 @@ struct DemoCommand: Command {
             exit(ExitStatus.failure.code)
         }
 
-        let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
-        SeedService.install(on: server)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await server.run() }
-            do {
-                try await Self.tour(server)
-            } catch {
-                group.cancelAll()
-                throw error
-            }
-            group.cancelAll()
-            try await group.waitForAll()
+        // The server running now: step 5 stops it and starts another.
+        var running = DemoServer(port: 0)
+        do {
+            try await Self.tour(&running)
+        } catch {
+            try? await running.stop()
+            throw error
         }
+        try await running.stop()
         let elapsed = milliseconds(clock.now - start) / 1000
         Console.out("server stopped; demo finished in \(String(format: "%.2f", elapsed)) s")
         return .success
     }
 
-    private static func tour(_ server: Server) async throws {
-        let address = try await withTimeout(stepLimit, waitingFor: "the server to listen") {
-            try await server.listeningAddress()
-        }
+    private static func tour(_ running: inout DemoServer) async throws {
+        let address = try await running.listeningAddress()
         Console.out("server listening on \(address)")
 
         var configuration = ConnectionConfiguration()
         configuration.connectTimeout = stepLimit
         configuration.requestTimeout = stepLimit
         configuration.heartbeat = .every(.milliseconds(200))
+        // Short, so that step 5 takes well under a second.
+        configuration.reconnect = .backoff(initialDelay: .milliseconds(200))
         let connection = try await Connection.connect(
             to: Endpoint(host: address.ipAddress, port: address.port),
             configuration: configuration
@@ -84,8 +86,9 @@ struct DemoCommand: Command {
 
         try await requestAndResponse(connection)
         try await outOfOrder(connection)
-        try await push(server, connection)
+        try await push(running.server, connection)
         try await heartbeats(connection)
+        try await reconnect(&running, address: address, connection)
         try await close(connection)
     }
 
@@ -167,8 +170,62 @@ struct DemoCommand: Command {
         }
     }
 
+    private static func reconnect(_ running: inout DemoServer, address: SocketAddress, _ connection: Connection) async throws {
+        Console.out("\n5. reconnect")
+        // The current state (connected) first, then every change.
+        let states = connection.states
+        try await running.stop()
+        Console.out("   server stopped (its task cancelled, run() returned): \(address) refuses connections")
+        let clock = ContinuousClock()
+
+        // Until attempt 1 has been refused: the client is waiting to try again.
+        let lostAt = try await withTimeout(stepLimit, waitingFor: "a refused reconnect attempt") {
+            var lostAt: ContinuousClock.Instant?
+            for await state in states where state.phase != .connected {
+                if state.phase == .reconnecting, lostAt == nil { lostAt = clock.now }
+                Console.out("   state: \(state)")
+                if let lostAt, state.phase == .reconnecting, let attempt = state.attempt, attempt >= 2 { return lostAt }
+            }
+            throw TetherError(code: .connectionClosed, message: "the connection ended instead of reconnecting")
+        }
+
+        let request = Request(type: SeedService.echoType, json: ["sent": "while the server was down"])
+        async let queued = connection.request(request)
+        let waiting = try await withTimeout(stepLimit, waitingFor: "the request to be queued") {
+            while true {
+                let queued = await connection.metrics.queuedRequests
+                if queued > 0 { return queued }
+                try await Task.sleep(for: .milliseconds(1))
+            }
+        }
+        Console.out("   -> \(hex(request.type)) \(embeddedJSON(request.payload)): waits in the queue (metrics.queuedRequests = \(waiting))")
+
+        let restarted = DemoServer(port: address.port)
+        running = restarted
+        let again = try await restarted.listeningAddress()
+        Console.out("   new server listening on \(again), with the same handlers")
+
+        let connectedAt = try await withTimeout(stepLimit, waitingFor: "the client to reconnect") {
+            for await state in states {
+                Console.out("   state: \(state)")
+                if state.phase == .connected { return clock.now }
+            }
+            throw TetherError(code: .connectionClosed, message: "the connection ended instead of reconnecting")
+        }
+        Console.out("   reconnected by itself \(format(connectedAt - lostAt)) after the connection was lost (reconnecting -> connected)")
+
+        let response = try await queued
+        Console.out("   <- \(hex(response.type)) serial \(response.serial): \(response.text)  the queued request, sent once connected")
+        for index in 1...3 {
+            let response = try await connection.request(Request(type: SeedService.echoType, json: ["after": .int(index)]))
+            Console.out("   <- \(hex(response.type)) serial \(response.serial): \(response.text)")
+        }
+        let metrics = await connection.metrics
+        Console.out("   metrics: \(metrics.connects) connects, \(metrics.reconnectAttempts) reconnect attempts, requests \(metrics.requestsCompleted) completed / \(metrics.requestsFailed) failed")
+    }
+
     private static func close(_ connection: Connection) async throws {
-        Console.out("\n5. close")
+        Console.out("\n6. close")
         let states = connection.states
         await connection.close()
         let seen = try await withTimeout(stepLimit, waitingFor: "the closed state") {
@@ -182,6 +239,56 @@ struct DemoCommand: Command {
         guard seen.last?.phase == .closed else {
             throw TetherError(code: .protocolError, message: "the connection did not report its closed state")
         }
+    }
+}
+
+/// A seed server in a task of its own, so the demo can stop it and start another on its port.
+private struct DemoServer: Sendable {
+    let server: Server
+    private let task: Task<Void, Never>
+    /// What ``Server/run()`` returned or threw, once it has.
+    private let stopped: AsyncStream<Result<Void, any Error>>
+
+    /// Starts a server on 127.0.0.1.
+    ///
+    /// - Parameter port: The port; 0 picks a free one.
+    init(port: Int) {
+        let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: port))
+        SeedService.install(on: server)
+        let (stopped, ended) = AsyncStream<Result<Void, any Error>>.makeStream()
+        self.server = server
+        self.stopped = stopped
+        task = Task {
+            do {
+                try await server.run()
+                ended.yield(.success(()))
+            } catch {
+                ended.yield(.failure(error))
+            }
+            ended.finish()
+        }
+    }
+
+    /// Waits, at most ``DemoCommand/stepLimit``, until the server listens.
+    func listeningAddress() async throws -> SocketAddress {
+        let server = server
+        return try await withTimeout(DemoCommand.stepLimit, waitingFor: "the server to listen") {
+            try await server.listeningAddress()
+        }
+    }
+
+    /// Cancels the server's task and waits, at most ``DemoCommand/stepLimit``, for ``Server/run()``
+    /// to return: then its port is free. Rethrows what `run()` threw; returns at once when
+    /// called again.
+    func stop() async throws {
+        task.cancel()
+        let stopped = stopped
+        let outcome = try await withTimeout(DemoCommand.stepLimit, waitingFor: "the server to stop") {
+            () -> Result<Void, any Error>? in
+            for await outcome in stopped { return outcome }
+            return nil
+        }
+        try outcome?.get()
     }
 }
 

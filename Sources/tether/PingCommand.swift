@@ -4,45 +4,73 @@ import Tether
 struct PingCommand: Command {
     static let name = "ping"
     static let summary = "send heartbeats and print their round-trip times"
-    static let synopsis = "tether ping HOST:PORT [--count N] [--interval SECONDS]"
+    static let synopsis = """
+        tether ping HOST:PORT [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
+        [--max-missed N]
+        """
     static let help = """
         Connects with heartbeats every INTERVAL and prints one line per ack or miss, then a
-        summary. A heartbeat not acked within half the interval counts as missed. Exits 1
-        when no heartbeat was acked.
+        summary. A heartbeat not acked within TIMEOUT (by default half the interval) counts
+        as missed. Exits 1 when no heartbeat was acked.
 
           heartbeat 1 from 127.0.0.1:9000: rtt 0.123 ms
 
+        With --max-missed, that many misses in a row count the connection as lost, as they
+        would for an app: it reconnects by itself (after 1 s, then longer) and the count
+        goes on with the heartbeats of the new connection (numbered from 1 again). Every
+        state change after the first connect is printed on stderr:
+
+          tether: reconnecting (attempt 1 in 1.1 s): no heartbeat ack from 127.0.0.1:9000 …
+
         arguments:
-          HOST:PORT            the server: 127.0.0.1:9000, [::1]:9000
-          --count N            heartbeats to wait for (default 4)
-          --interval SECONDS   time between heartbeats (default 1)
-          -h, --help           show this help
+          HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
+          --count N                      heartbeats to wait for (default 4)
+          --heartbeat-interval SECONDS   time between heartbeats (default 1); also
+                                         --interval SECONDS
+          --heartbeat-timeout SECONDS    how long each ack may take (default half the
+                                         interval)
+          --max-missed N                 misses in a row that count the connection as lost
+                                         (default: COUNT + 1, so every miss is reported)
+          -h, --help                     show this help
         """
 
     var endpoint: Endpoint
     var count = 4
-    var interval: Duration = .seconds(1)
+    var heartbeat = HeartbeatOptions()
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         if let count = try arguments.option("--count") {
             self.count = try Parse.count(count, option: "--count")
         }
-        if let interval = try arguments.option("--interval") {
-            self.interval = try Parse.seconds(interval, option: "--interval")
+        let interval = try arguments.option("--interval")
+        heartbeat = try HeartbeatOptions(parsing: &arguments)
+        if let interval {
+            guard heartbeat.interval == nil else {
+                throw ArgumentError("--interval and --heartbeat-interval are the same option; give one of them")
+            }
+            heartbeat.interval = try Parse.seconds(interval, option: "--interval")
         }
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration()
-        // Report every miss instead of closing after the library's default of three.
-        configuration.heartbeat = .every(interval, maximumMissed: count + 1)
+        // By default, report every miss instead of closing after the library's default of three.
+        configuration.heartbeat = heartbeat.applied(to: .every(.seconds(1), maximumMissed: count + 1))
+        let settings = configuration.heartbeat
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)
         let beats = connection.heartbeats
+        // Changes after the replayed current state (`connected`): reconnects after misses.
+        let states = connection.states
+        let stateReporter = Task {
+            for await state in states.dropFirst() { Console.err("tether: \(state)") }
+        }
         let peer = await connection.remoteAddress?.description ?? endpoint.description
         var roundTrips: [Double] = []
         var missed = 0
-        Console.out("PING \(peer): heartbeat every \(format(interval)), timeout \(format(configuration.heartbeat.timeout))")
+        var header = "PING \(peer): heartbeat every \(format(settings.interval)), timeout \(format(settings.timeout))"
+        if settings.maximumMissed <= count { header += ", lost after \(settings.maximumMissed) missed in a row" }
+        Console.out(header)
         for await beat in beats {
             switch beat.outcome {
             case .acked:
@@ -51,13 +79,15 @@ struct PingCommand: Command {
                 Console.out("heartbeat \(beat.serial) from \(peer): rtt \(formatMilliseconds(rtt)) ms")
             case .missed:
                 missed += 1
-                Console.out("heartbeat \(beat.serial) from \(peer): no ack within \(format(configuration.heartbeat.timeout))")
+                Console.out("heartbeat \(beat.serial) from \(peer): no ack within \(format(settings.timeout))")
             default:
                 continue
             }
             if roundTrips.count + missed >= count { break }
         }
         let closeReason = await connection.currentState.reason
+        // Stopped before close(), so our own close is not reported.
+        stateReporter.cancel()
         await connection.close()
         let sent = roundTrips.count + missed
         var summary = "--- \(peer): \(sent) heartbeats, \(roundTrips.count) acked, \(missed) missed"

@@ -4,25 +4,39 @@ import Tether
 struct RequestCommand: Command {
     static let name = "request"
     static let summary = "send one request and print the response content"
-    static let synopsis = "tether request HOST:PORT --type TYPE [--json JSON] [--timeout SECONDS]"
+    static let synopsis = """
+        tether request HOST:PORT --type TYPE [--json JSON] [--timeout SECONDS] \
+        [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N]
+        """
     static let help = """
         Connects, sends one request, prints the response content (UTF-8) on stdout and
         exits 0. An error response ({"error": "…"}) prints its message on stderr and exits 1.
 
           tether request 127.0.0.1:9000 --type 0x402 --json '{"hello": "world"}'
 
+        Heartbeats are off unless a heartbeat option is given. With them, a server that
+        stops answering is found before --timeout: the connection counts as lost after
+        MAX-MISSED misses in a row and the request fails at once (exit 1).
+
         arguments:
-          HOST:PORT            the server: 127.0.0.1:9000, localhost:9000, [::1]:9000
-          --type TYPE          the request type, above 0x400 in the seed profile
-          --json JSON          the content, checked to be JSON (default: no content)
-          --timeout SECONDS    limit for connecting and for the response (default 10)
-          -h, --help           show this help
+          HOST:PORT                      the server: 127.0.0.1:9000, localhost:9000, [::1]:9000
+          --type TYPE                    the request type, above 0x400 in the seed profile
+          --json JSON                    the content, checked to be JSON (default: no content)
+          --timeout SECONDS              limit for connecting and for the response (default 10)
+          --heartbeat-interval SECONDS   time between heartbeats (default 10 once heartbeats
+                                         are on)
+          --heartbeat-timeout SECONDS    how long each ack may take (default half the
+                                         interval, or 5 when no interval is given)
+          --max-missed N                 misses in a row that count the connection as lost
+                                         (default 3)
+          -h, --help                     show this help
         """
 
     var endpoint: Endpoint
     var type: UInt32
     var payload: [UInt8] = []
     var timeout: Duration = .seconds(10)
+    var heartbeat = HeartbeatOptions()
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         guard let type = try arguments.option("--type") else { throw ArgumentError("missing --type") }
@@ -36,13 +50,16 @@ struct RequestCommand: Command {
         if let timeout = try arguments.option("--timeout") {
             self.timeout = try Parse.seconds(timeout, option: "--timeout")
         }
+        heartbeat = try HeartbeatOptions(parsing: &arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration()
         configuration.connectTimeout = timeout
-        configuration.heartbeat = .disabled
+        // Off unless asked for: the request timeout bounds the wait. With heartbeats, a
+        // peer that stops answering fails the request sooner, with connectionLost.
+        configuration.heartbeat = heartbeat.isEmpty ? .disabled : heartbeat.applied(to: HeartbeatConfiguration())
         let request = Request(type: type, payload: payload)
         let timeout = timeout
         let response = try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in

@@ -12,7 +12,10 @@ import Tether
 struct ServeCommand: Command {
     static let name = "serve"
     static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
-    static let synopsis = "tether serve [--host HOST] [--port PORT] [--push-every SECONDS [--push-type TYPE]]"
+    static let synopsis = """
+        tether serve [--host HOST] [--port PORT] [--push-every SECONDS [--push-type TYPE]] \
+        [--idle-timeout SECONDS] [--handshake-timeout SECONDS]
+        """
     static let help = """
         Runs the seed demo server until SIGINT or SIGTERM, then closes every connection
         gracefully and exits 0.
@@ -23,21 +26,29 @@ struct ServeCommand: Command {
           other  answered with {"error": "unknown type 0x…"}
 
         Prints `listening on HOST:PORT` on stdout once it accepts connections; logs peers
-        on stderr.
+        on stderr, with the reason each one left (an idle or handshake timeout among them).
 
         options:
-          --host HOST            address to listen on (default 127.0.0.1)
-          --port PORT            port; 0 picks a free one (default 9000)
-          --push-every SECONDS   broadcast a notification to every peer this often:
-                                 serial n, content {"seq": n, "time": "<ISO 8601>"}
-          --push-type TYPE       its type, 0x2…0x400 (default 0x2)
-          -h, --help             show this help
+          --host HOST                   address to listen on (default 127.0.0.1)
+          --port PORT                   port; 0 picks a free one (default 9000)
+          --push-every SECONDS          broadcast a notification to every peer this often:
+                                        serial n, content {"seq": n, "time": "<ISO 8601>"}
+          --push-type TYPE              its type, 0x2…0x400 (default 0x2)
+          --idle-timeout SECONDS        close a peer that sends nothing at all, not even a
+                                        heartbeat, for this long; 0 or off keeps quiet
+                                        peers (default 60)
+          --handshake-timeout SECONDS   close a new peer that has not sent a complete frame
+                                        this long after connecting; 0 or off waits forever
+                                        (default 10)
+          -h, --help                    show this help
         """
 
     var host = "127.0.0.1"
     var port = 9000
     var pushInterval: Duration?
     var pushType = SeedService.pushType
+    var idleTimeout = ServerConfiguration().idleTimeout
+    var handshakeTimeout = ServerConfiguration().handshakeTimeout
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         if let host = try arguments.option("--host") {
@@ -57,6 +68,12 @@ struct ServeCommand: Command {
                 throw ArgumentError("--push-type \(hex(pushType)) is not a notification type (0x2…0x400)")
             }
         }
+        if let timeout = try arguments.option("--idle-timeout") {
+            idleTimeout = try Parse.secondsOrOff(timeout, option: "--idle-timeout")
+        }
+        if let timeout = try arguments.option("--handshake-timeout") {
+            handshakeTimeout = try Parse.secondsOrOff(timeout, option: "--handshake-timeout")
+        }
     }
 
     /// What ended one of the serve tasks.
@@ -67,7 +84,10 @@ struct ServeCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
-        let server = Server(configuration: ServerConfiguration(host: host, port: port))
+        var configuration = ServerConfiguration(host: host, port: port)
+        configuration.idleTimeout = idleTimeout
+        configuration.handshakeTimeout = handshakeTimeout
+        let server = Server(configuration: configuration)
         SeedService.install(on: server)
         let watcher = SignalWatcher([SIGINT, SIGTERM])
         defer { watcher.cancel() }

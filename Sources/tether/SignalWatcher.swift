@@ -8,7 +8,7 @@ import Darwin
 import Dispatch
 
 /// Turns SIGINT and SIGTERM into an async sequence, so `serve` can stop its server task
-/// and exit 0.
+/// and `listen` close its connection, and both exit 0.
 ///
 /// The first signal is delivered to ``signals``; the default action is then restored, so a
 /// second Ctrl-C ends a shutdown that hangs.
