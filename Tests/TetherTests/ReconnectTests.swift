@@ -104,6 +104,22 @@ struct ReconnectTests {
         #expect(phases.filter { $0 == .connected }.count == 2)
     }
 
+    @Test("a server shutting down mid-request answers nothing made up: the request fails with connectionLost")
+    func shutdownMidRequest() async throws {
+        for round in 0..<5 {
+            let host = try await RestartableServer()
+            let connection = try await Connection.connect(to: host.endpoint, configuration: testConfiguration())
+            let slow = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 5000]), timeout: .seconds(10)) }
+            try await until("the slow request to be in flight", connection) { $0.inFlightRequests == 1 }
+            try await host.stop()
+            // Not the handler's cancellation dressed up as an error response.
+            let error = await #expect(throws: TetherError.self, "round \(round)") { try await bounded("the request to fail") { try await slow.value } }
+            #expect(error?.code == .connectionLost, "round \(round)")
+            #expect((error?.underlying as? TetherError)?.code == .peerClosed, "round \(round)")
+            await connection.close()
+        }
+    }
+
     @Test("close() during the reconnect backoff ends everything at once, with no further attempt")
     func closeDuringBackoff() async throws {
         let (listener, endpoint) = try RawSocket.listen()

@@ -88,7 +88,7 @@ public actor Peer {
                     for frame in batch {
                         guard let entry = handlers.handler(for: frame.type) else { continue }
                         tasks.addImmediateTask { [self] in
-                            let response = await Self.invoke(entry.handler, Request(frame: frame), self)
+                            guard let response = await Self.invoke(entry.handler, Request(frame: frame), self) else { return }
                             respond(response, to: frame)
                         }
                     }
@@ -141,9 +141,14 @@ public actor Peer {
         }
     }
 
-    private static func invoke(_ handler: Server.Handler, _ request: Request, _ peer: isolated Peer) async -> Response {
+    /// Runs a handler; a thrown error becomes an error response, except the cancellation
+    /// of a handler whose peer or server is shutting down: that one answers nothing, and the
+    /// client sees its request fail with the lost connection rather than a made-up error.
+    private static func invoke(_ handler: Server.Handler, _ request: Request, _ peer: isolated Peer) async -> Response? {
         do {
             return try await handler(request, peer)
+        } catch is CancellationError where Task.isCancelled {
+            return nil
         } catch let error as TetherError {
             return .error(error.message)
         } catch {
