@@ -115,7 +115,8 @@ struct ReconnectTests {
             // Not the handler's cancellation dressed up as an error response.
             let error = await #expect(throws: TetherError.self, "round \(round)") { try await bounded("the request to fail") { try await slow.value } }
             #expect(error?.code == .connectionLost, "round \(round)")
-            #expect((error?.underlying as? TetherError)?.code == .peerClosed, "round \(round)")
+            // A clean close, or a reset when the server's socket still held unread bytes.
+            #expect([.peerClosed, .connectionReset].contains((error?.underlying as? TetherError)?.code), "round \(round)")
             await connection.close()
         }
     }

@@ -66,14 +66,23 @@ struct RequestTable<Waiter> {
     /// Removes the in-flight request a response answers. A queued request is never
     /// answered: its serial has not been written, so a response that names it is bogus.
     mutating func removeAnswered(serial: UInt32) -> Entry? {
-        guard let entry = entries[serial], !entry.isQueued else { return nil }
-        return take(serial)
+        // One hash lookup: this is the path of every response.
+        guard let index = entries.index(forKey: serial), !entries.values[index].isQueued else { return nil }
+        inFlightCount -= 1
+        return entries.remove(at: index).value
     }
 
     /// Removes the entry only if it is still the request `id` (for timeouts and cancellation).
     mutating func remove(serial: UInt32, id: UInt64) -> Entry? {
-        guard let entry = entries[serial], entry.id == id else { return nil }
-        return take(serial)
+        guard let index = entries.index(forKey: serial), entries.values[index].id == id else { return nil }
+        let entry = entries.remove(at: index).value
+        if entry.isQueued {
+            queuedCount -= 1
+            compact()
+        } else {
+            inFlightCount -= 1
+        }
+        return entry
     }
 
     /// The oldest queued request, now counted as in flight: the caller writes `frame`.

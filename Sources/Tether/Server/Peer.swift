@@ -257,7 +257,7 @@ extension Peer: ChannelDelegate {
     }
 
     private func decodeFrames(from channel: SocketChannel) {
-        if idleNanoseconds != nil { lastRead = MonotonicTime.now() }
+        if idleNanoseconds != nil { lastRead = loop.lastWake }
         do {
             while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
                 dispatch(frame, on: channel)

@@ -41,6 +41,9 @@ final class EventLoop: @unchecked Sendable {
     private var selector: Selector
     private var handlers: [(any IOHandler)?] = []
     private var timers = TimerHeap()
+    /// When the loop's last wait returned with readiness events (monotonic nanoseconds): one
+    /// clock read per turn that handlers can use instead of one per read. Loop thread only.
+    private(set) var lastWake: UInt64 = 0
     private var timerPool: [LoopTimer] = []
     private var local: [Job] = []
     private var running: [Job] = []
@@ -216,7 +219,13 @@ final class EventLoop: @unchecked Sendable {
                 if hasJobs { timeout = 0 }
             }
             do {
+                var stamped = false
                 _ = try selector.wait(timeoutNanoseconds: timeout) { event in
+                    if !stamped {
+                        // Once per turn, when the wait returned, before any handler runs.
+                        lastWake = MonotonicTime.now()
+                        stamped = true
+                    }
                     let index = Int(event.fd)
                     if index < handlers.count, let handler = handlers[index] {
                         handler.handleReadiness(event)
@@ -225,6 +234,7 @@ final class EventLoop: @unchecked Sendable {
             } catch {
                 fatalError("event loop \(name) cannot wait for events: \(error)")
             }
+
             if !timers.isEmpty {
                 // Fire only what was due when this phase began: a callback that schedules
                 // another due timer waits for the next turn, so timers cannot starve I/O.
