@@ -123,24 +123,6 @@ struct FaultTests {
         #expect(error?.message.hasPrefix("cannot resolve no-such-host.invalid: ") == true)
     }
 
-    @Test("the server refuses connections beyond its limit and keeps serving the others")
-    func connectionLimit() async throws {
-        try await withServer(configure: { $0.maximumConnections = 2 }, handlers: echoHandlers) { server, endpoint in
-            let events = server.events
-            let one = try await Connection.connect(to: endpoint, configuration: testConfiguration())
-            let two = try await Connection.connect(to: endpoint, configuration: testConfiguration())
-            _ = try await collect(2, from: events.filter { $0.kind == .peerConnected })
-            let three = try RawSocket.connect(to: endpoint)
-            #expect(try await three.waitForClose())
-            let rejected = try await collect(1, from: events.filter { $0.kind == .peerRejected })
-            #expect(rejected.first?.reason?.message == "the server is at its limit of 2 connections")
-            #expect(try await one.request(Request(type: 0x402)).type == 0x402)
-            #expect(try await two.request(Request(type: 0x402)).type == 0x402)
-            await one.close()
-            await two.close()
-        }
-    }
-
     @Test("cancelling run() flushes and closes every peer")
     func gracefulShutdown() async throws {
         let server = Server(configuration: .init(port: 0))

@@ -200,7 +200,7 @@ struct ServerResilienceTests {
         }
     }
 
-    @Test("a connection over the limit is refused with tooManyConnections and counted")
+    @Test("a connection over the limit is refused with tooManyConnections and counted; the others keep being served")
     func connectionLimit() async throws {
         try await withServer(configure: { $0.maximumConnections = 2 }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
@@ -219,6 +219,7 @@ struct ServerResilienceTests {
             #expect(metrics.acceptedConnections == 2)
             #expect(metrics.connectedPeers == 2)
             #expect(try await one.request(Request(type: 0x402)).type == 0x402)
+            #expect(try await two.request(Request(type: 0x402)).type == 0x402)
             await one.close()
             await two.close()
         }

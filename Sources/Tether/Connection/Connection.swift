@@ -375,12 +375,17 @@ public actor Connection {
         for (serial, entry) in table.removeInFlight() {
             if let timer = entry.timer { loop.cancel(timer) }
             counters.requestsFailed += 1
-            entry.waiter.resume(throwing: TetherError(
-                code: .connectionLost,
-                message: "request \(hex(entry.type)) serial \(serial) failed: connection lost: \(reason.message)",
-                underlying: reason
-            ))
+            entry.waiter.resume(throwing: Self.lost(type: entry.type, serial: serial, reason: reason))
         }
+    }
+
+    /// The error of a request that was in flight when the connection broke for `reason`.
+    static func lost(type: UInt32, serial: UInt32, reason: TetherError) -> TetherError {
+        TetherError(
+            code: .connectionLost,
+            message: "request \(hex(type)) serial \(serial) failed: connection lost: \(reason.message)",
+            underlying: reason
+        )
     }
 
     // MARK: App lifecycle
@@ -497,7 +502,7 @@ public actor Connection {
             } else if entry.isQueued {
                 error = TetherError(code: .notConnected, message: "request \(hex(entry.type)) serial \(serial) was never sent: \(reason.message)", underlying: reason)
             } else {
-                error = TetherError(code: .connectionLost, message: "request \(hex(entry.type)) serial \(serial) failed: connection lost: \(reason.message)", underlying: reason)
+                error = Self.lost(type: entry.type, serial: serial, reason: reason)
             }
             entry.waiter.resume(throwing: error)
         }

@@ -68,21 +68,13 @@ struct RequestTable<Waiter> {
     mutating func removeAnswered(serial: UInt32) -> Entry? {
         // One hash lookup: this is the path of every response.
         guard let index = entries.index(forKey: serial), !entries.values[index].isQueued else { return nil }
-        inFlightCount -= 1
-        return entries.remove(at: index).value
+        return take(at: index)
     }
 
     /// Removes the entry only if it is still the request `id` (for timeouts and cancellation).
     mutating func remove(serial: UInt32, id: UInt64) -> Entry? {
         guard let index = entries.index(forKey: serial), entries.values[index].id == id else { return nil }
-        let entry = entries.remove(at: index).value
-        if entry.isQueued {
-            queuedCount -= 1
-            compact()
-        } else {
-            inFlightCount -= 1
-        }
-        return entry
+        return take(at: index)
     }
 
     /// The oldest queued request, now counted as in flight: the caller writes `frame`.
@@ -105,7 +97,7 @@ struct RequestTable<Waiter> {
     /// Removes every in-flight request, in serial order; queued ones stay.
     mutating func removeInFlight() -> [(serial: UInt32, entry: Entry)] {
         let serials = entries.compactMap { $0.value.isQueued ? nil : $0.key }.sorted()
-        return serials.map { (serial: $0, entry: take($0)!) }
+        return serials.map { (serial: $0, entry: take(at: entries.index(forKey: $0)!)) }
     }
 
     /// Removes and returns every entry, in flight and queued, in serial order.
@@ -119,8 +111,8 @@ struct RequestTable<Waiter> {
         return all
     }
 
-    private mutating func take(_ serial: UInt32) -> Entry? {
-        guard let entry = entries.removeValue(forKey: serial) else { return nil }
+    private mutating func take(at index: Dictionary<UInt32, Entry>.Index) -> Entry {
+        let entry = entries.remove(at: index).value
         if entry.isQueued {
             queuedCount -= 1
             compact()

@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 @testable import Tether
 
 /// Follows a connection's states from the moment it is made, so a test can await the next
@@ -45,62 +42,4 @@ actor StateWatcher {
 
     /// The phases seen so far.
     var phases: [ConnectionState.Phase] { seen.map(\.phase) }
-}
-
-/// A server that can be stopped and started again on the same port, for reconnect tests.
-final class RestartableServer: Sendable {
-    let port: Int
-    private let running = Lock<(server: Server, task: Task<Void, any Error>)?>(nil)
-    private let install: @Sendable (Server) -> Void
-    /// While the server is down, a socket bound to its port (not listening, so connections
-    /// are refused) keeps the port from being handed out as the source port of some other
-    /// test's outgoing connection, which would stop the server from binding it again.
-    private let reservation = Lock<Int32>(-1)
-
-    /// Starts a server on a free port of 127.0.0.1.
-    init(handlers: @escaping @Sendable (Server) -> Void = echoHandlers) async throws {
-        install = handlers
-        let server = Server(configuration: ServerConfiguration(port: 0))
-        handlers(server)
-        let task = Task { try await server.run() }
-        let address = try await bounded("the server to listen") { try await server.listeningAddress() }
-        port = address.port
-        running.withLock { $0 = (server, task) }
-    }
-
-    var endpoint: Endpoint { Endpoint(host: "127.0.0.1", port: port) }
-    var server: Server? { running.withLock { $0?.server } }
-
-    /// Stops the server (its peers are closed) and waits until it has.
-    func stop() async throws {
-        guard let current = running.withLock({ slot -> (server: Server, task: Task<Void, any Error>)? in
-            defer { slot = nil }
-            return slot
-        }) else { return }
-        current.task.cancel()
-        try await bounded("the server to stop") { try await current.task.value }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))
-        let address = SocketAddress(ipAddress: "127.0.0.1", port: port)!
-        guard address.withSockAddr({ bind(fd, $0, $1) }) == 0 else {
-            let error = Errno.current
-            Glibc.close(fd)
-            throw error
-        }
-        reservation.withLock { $0 = fd }
-    }
-
-    /// Starts a new server on the same port.
-    func start() async throws {
-        let server = Server(configuration: ServerConfiguration(port: port))
-        install(server)
-        let task = Task { try await server.run() }
-        _ = try await bounded("the server to listen again") { try await server.listeningAddress() }
-        running.withLock { $0 = (server, task) }
-        reservation.withLock { fd in
-            if fd >= 0 { Glibc.close(fd) }
-            fd = -1
-        }
-    }
 }
