@@ -242,3 +242,12 @@ enum MonotonicTime {
         .nanoseconds(Int64(clamping: nanoseconds))
     }
 }
+
+/// Wall-clock time (`clock_gettime(CLOCK_REALTIME)`), for timestamps that must outlive the process.
+enum WallClock {
+    static func millisecondsSince1970() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000
+    }
+}
