@@ -18,6 +18,7 @@ extension Connection: ChannelDelegate {
             while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
                 dispatch(frame)
             }
+            if session != nil, self.channel === channel { acknowledgeIfDue() }
         } catch {
             protocolFailure(error, from: channel)
         }
@@ -51,9 +52,14 @@ extension Connection: ChannelDelegate {
         frameFeed.publish(frame)
         switch configuration.profile.classify(frame.type) {
         case .message:
+            if awaitingHello, frame.type == configuration.session?.wireTypes.hello {
+                helloAnswered(frame)
+                return
+            }
             completeRequest(with: frame)
         case .notification:
             counters.notificationsReceived += 1
+            if session != nil, frame.serial != 0, !acceptSequenced(frame) { return }
             notificationFeed.publish(frame)
         case .heartbeat:
             heartbeatAcked(frame)

@@ -79,6 +79,12 @@ public actor Connection {
     var random = SystemRandomNumberGenerator()
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
+    /// Where the session stands, with ``ConnectionConfiguration/session``.
+    var session: ClientSessionState?
+    /// Set from the hello until the server accepts it; requests and frames wait meanwhile.
+    var awaitingHello = false
+    var helloTimer: LoopTimer?
+    var acknowledgeTimer: LoopTimer?
 
     struct QueuedSend {
         var id: UInt64
@@ -98,6 +104,7 @@ public actor Connection {
     let notificationFeed: Broadcaster<Frame>
     let heartbeatFeed: Broadcaster<Heartbeat>
     let stateFeed: Broadcaster<ConnectionState>
+    let sessionFeed: Broadcaster<SessionEvent>
 
     init(endpoint: Endpoint, configuration: ConnectionConfiguration) {
         self.endpoint = endpoint
@@ -110,6 +117,8 @@ public actor Connection {
         notificationFeed = Broadcaster(bufferSize: size)
         heartbeatFeed = Broadcaster(bufferSize: size)
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
+        sessionFeed = Broadcaster(bufferSize: size)
+        session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter) }
         stateFeed.publish(.connecting)
     }
 
@@ -283,10 +292,22 @@ public actor Connection {
         remoteAddress = address
         localAddress = channel.localAddress
         currentEndpoint = endpoint
+        if configuration.session != nil {
+            // Connected, but not ready: the session hello goes first, and the rest waits
+            // for the server's answer (``sessionWelcomed(_:)``).
+            sendHello(on: channel)
+            startHeartbeats()
+            return
+        }
+        startHeartbeats()
+        becomeReady()
+    }
+
+    /// The connection is up (and its session accepted): requests may go.
+    func becomeReady() {
         attempt = 0
         counters.connects += 1
         setState(.connected)
-        startHeartbeats()
         if let waiter = openWaiter {
             openWaiter = nil
             waiter.resume()
@@ -295,7 +316,7 @@ public actor Connection {
     }
 
     /// A connect failed: try again by the policy, or give up.
-    private func attemptFailed(_ error: TetherError) {
+    func attemptFailed(_ error: TetherError) {
         endpointIndex += 1
         let policy = configuration.reconnect
         if counters.connects == 0 && !policy.appliesToFirstConnect {
@@ -337,6 +358,12 @@ public actor Connection {
     /// by the policy. Queued requests and frames stay queued for the next connection.
     func connectionLost(_ reason: TetherError) {
         guard channel != nil else { return }
+        if awaitingHello {
+            // Lost before the session was accepted: a failed attempt, not a lost connection.
+            detachChannel(graceful: false)
+            attemptFailed(reason)
+            return
+        }
         detachChannel(graceful: false)
         failInFlight(reason)
         if configuration.reconnect.isEnabled {
@@ -351,6 +378,8 @@ public actor Connection {
         if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         heartbeatTimer = nil
         heartbeatMachine = nil
+        if graceful { acknowledgeNow() }
+        stopSession()
         guard let channel else { return }
         self.channel = nil
         channel.delegate = nil
@@ -521,6 +550,7 @@ public actor Connection {
         }
         setState(failed ? .failed(reason) : .closed(reason))
         stateFeed.finish()
+        sessionFeed.finish()
         frameFeed.finish()
         notificationFeed.finish()
         heartbeatFeed.finish()

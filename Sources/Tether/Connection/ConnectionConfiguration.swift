@@ -183,6 +183,10 @@ public struct ConnectionConfiguration: Sendable {
     /// for it, bounded by their own timeout and ``Limits/maximumQueuedRequests``; when
     /// `false` they fail at once with ``TetherError/Code/notConnected``. Default `true`.
     public var requestsWaitForConnection: Bool = true
+    /// Who this client is, for a server with mailboxes: with a session the connection sends
+    /// a hello first on every connection, resumes its pushes where it left off, and drops
+    /// duplicates, so no push is lost or delivered twice across disconnects. Default `nil`.
+    public var session: SessionConfiguration?
     /// Whether to set `TCP_NODELAY` so small frames go out at once. Default `true`.
     public var noDelay: Bool = true
     /// How long ``Connection/close()`` lets queued bytes drain before the socket is closed

@@ -133,6 +133,9 @@ public struct ConnectionMetrics: Sendable, Hashable {
     public var lateResponses = 0
     /// Notifications received.
     public var notificationsReceived = 0
+    /// Sequenced notifications dropped because they had been delivered before (a session's
+    /// replay overlapping what arrived before a disconnect).
+    public var duplicateNotifications = 0
     /// Elements dropped because a subscriber's buffer was full (a slow consumer).
     public var droppedElements = 0
     /// Heartbeats that got no ack in time.

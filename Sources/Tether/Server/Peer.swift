@@ -1,3 +1,5 @@
+import Synchronization
+
 /// One accepted connection of a ``Server``.
 ///
 /// Handlers receive the peer so they can push to it or close it. The actor runs on an
@@ -10,12 +12,24 @@ public actor Peer {
     public nonisolated let remoteAddress: SocketAddress
     nonisolated let loop: EventLoop
     private weak var server: Server?
-    private let configuration: ServerConfiguration
+    let configuration: ServerConfiguration
     private let handlers: HandlerTable
+    /// The server's mailboxes, when it has them: sessions are accepted only then.
+    let hub: MailboxHub?
     private var pendingFD: Int32
-    private var channel: SocketChannel?
+    var channel: SocketChannel?
     private var codec: any FrameCodec
-    private var closeReason: TetherError?
+    var closeReason: TetherError?
+    /// Set once, as the peer ends; read by the mailbox hub from other threads.
+    private let ended = Atomic<Bool>(false)
+    /// The client identified on this connection, once its hello was accepted.
+    var session: PeerSession?
+    /// The client id of a hello under way or accepted: what to detach at the end.
+    var claimedClientID: String?
+    /// The task replaying stored pushes, while one runs.
+    var replayTask: Task<Void, Never>?
+    /// The replay waiting for the outbound buffer to drain.
+    var writableWaiter: UnsafeContinuation<Void, Never>?
     /// Requests decoded and not yet handed to a handler task, and the run loop waiting for them.
     private var inbox: [Frame] = []
     /// The batch being handled; swapped with ``inbox`` so taking a batch copies nothing.
@@ -25,7 +39,7 @@ public actor Peer {
     private var inboxWaiter: UnsafeContinuation<Bool, Never>?
     /// This peer's counters; the byte counts are taken from the socket when asked for, and
     /// kept here when the peer ends.
-    private var counts = PeerMetrics()
+    var counts = PeerMetrics()
     /// ``ServerConfiguration/idleTimeout`` in nanoseconds; `nil` when there is none.
     private let idleNanoseconds: UInt64?
     /// When the socket last read something (monotonic nanoseconds); kept only with an idle
@@ -49,6 +63,7 @@ public actor Peer {
         self.server = server
         self.configuration = server.configuration
         self.handlers = server.handlers
+        self.hub = server.hub
         self.pendingFD = fd
         self.codec = server.configuration.profile.makeCodec(server.configuration.limits.maximumPayloadLength)
         self.idleNanoseconds = server.configuration.idleTimeout.map { MonotonicTime.nanoseconds(of: $0) }
@@ -57,6 +72,9 @@ public actor Peer {
     deinit {
         if pendingFD >= 0 { Syscall.closeDescriptor(pendingFD) }
     }
+
+    /// Whether the peer has ended; safe to read from any thread.
+    nonisolated var hasEnded: Bool { ended.load(ordering: .sequentiallyConsistent) }
 
     /// Serves the peer until its connection closes or the task is cancelled.
     func run() async {
@@ -86,6 +104,10 @@ public actor Peer {
                 // next request is looked at: no job is queued for it.
                 while await nextBatch() {
                     for frame in batch {
+                        if let hub, frame.type == hub.configuration.wireTypes.hello {
+                            tasks.addImmediateTask { [self] in await hello(frame, hub: hub) }
+                            continue
+                        }
                         guard let entry = handlers.handler(for: frame.type) else { continue }
                         tasks.addImmediateTask { [self] in
                             guard let response = await Self.invoke(entry.handler, Request(frame: frame), self) else { return }
@@ -156,7 +178,7 @@ public actor Peer {
         }
     }
 
-    private func respond(_ response: Response, to request: Frame) {
+    func respond(_ response: Response, to request: Frame) {
         guard let channel else { return }
         let frame = Frame(
             type: response.type == 0 ? request.type : response.type,
@@ -192,14 +214,16 @@ public actor Peer {
         end(TetherError(code: .connectionClosed, message: "server shut down"), graceful: true)
     }
 
-    private func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
+    func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
         try channel.write(frame, with: codec)
         counts.framesOut += 1
     }
 
-    private func end(_ reason: TetherError, graceful: Bool) {
+    func end(_ reason: TetherError, graceful: Bool) {
         guard closeReason == nil else { return }
         closeReason = reason
+        ended.store(true, ordering: .sequentiallyConsistent)
+        endSession()
         inbox.removeAll()
         if let waiter = inboxWaiter {
             inboxWaiter = nil
@@ -227,6 +251,14 @@ public actor Peer {
 }
 
 extension Peer: ChannelDelegate {
+    nonisolated func channelWritable(_ channel: SocketChannel) {
+        assumeIsolated { peer in
+            guard peer.channel === channel, let waiter = peer.writableWaiter else { return }
+            peer.writableWaiter = nil
+            waiter.resume()
+        }
+    }
+
     nonisolated func channelRead(_ channel: SocketChannel) {
         assumeIsolated { $0.decodeFrames(from: channel) }
     }
@@ -287,7 +319,9 @@ extension Peer: ChannelDelegate {
                 // An ack that does not fit is dropped: the peer's heartbeat misses it.
             }
         case .message, .notification:
-            if handlers.handler(for: frame.type) != nil {
+            if let hub, frame.type == hub.configuration.wireTypes.acknowledgement {
+                acknowledged(frame, hub: hub)
+            } else if handlers.handler(for: frame.type) != nil || frame.type == hub?.configuration.wireTypes.hello {
                 deliver(frame)
             } else {
                 respond(.error("unknown type \(hex(frame.type))"), to: frame)

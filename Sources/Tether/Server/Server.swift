@@ -42,6 +42,8 @@ public final class Server: Sendable {
     let handlers = HandlerTable()
     let state = Lock(State())
     let eventFeed: Broadcaster<ServerEvent>
+    /// Sessions and mailboxes, when ``ServerConfiguration/mailboxes`` is set.
+    let hub: MailboxHub?
 
     /// Creates a server; nothing listens until ``run()``.
     ///
@@ -49,6 +51,7 @@ public final class Server: Sendable {
     public init(configuration: ServerConfiguration = .init()) {
         self.configuration = configuration
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
+        hub = configuration.mailboxes.map(MailboxHub.init)
     }
 
     /// Registers the handler for requests of `type`, replacing any earlier one.
@@ -85,6 +88,13 @@ public final class Server: Sendable {
         }
         var metrics = ended
         metrics.connectedPeers = live.count
+        if let counts = hub?.counts {
+            metrics.pushesStored = counts.stored
+            metrics.offlinePushes = counts.offline
+            metrics.sessionsResumed = counts.resumed
+            metrics.sessionsRejected = counts.rejected
+            metrics.offlineCallbacksDropped = counts.callbacksDropped
+        }
         for peer in live {
             metrics.add(await peer.metrics)
         }
@@ -190,13 +200,17 @@ public final class Server: Sendable {
         // so neither the peer nor its handler tasks ever wait for a cooperative thread. The
         // preference costs each handler task one allocation but saves a hop through the global
         // executor per request: measured, 27.8 µs against 42.8 µs p50 at one request in flight.
+        hub?.start()
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
+                if let hub { tasks.addTask { await hub.run() } }
                 for await (fd, remote) in accepted {
                     guard let peer = admit(fd: fd, remote: remote, loop: group.next()) else { continue }
                     tasks.addImmediateTask(executorPreference: peer.loop.taskExecutor) { await peer.run() }
                 }
                 for peer in peers { await peer.shutdown() }
+                // Pushes already queued are still stored; later ones fail.
+                hub?.stop()
             }
         } onCancel: {
             acceptLoop.execute {

@@ -15,9 +15,12 @@ public struct PeerMetrics: Sendable, Hashable {
     public var requestsHandled = 0
     /// Heartbeats of the peer answered with an ack.
     public var heartbeatsAcked = 0
+    /// Stored pushes written to the peer while its session caught up from its mailbox.
+    public var notificationsReplayed = 0
 
     /// Adds `other`'s counts to these.
     mutating func add(_ other: PeerMetrics) {
+        notificationsReplayed += other.notificationsReplayed
         bytesIn += other.bytesIn
         bytesOut += other.bytesOut
         framesIn += other.framesIn
@@ -58,9 +61,23 @@ public struct ServerMetrics: Sendable, Hashable {
     public var requestsHandled = 0
     /// Heartbeats of peers answered with an ack.
     public var heartbeatsAcked = 0
+    /// Pushes stored in clients' mailboxes (``Server/push(_:toClient:)``).
+    public var pushesStored = 0
+    /// Of those, pushes stored for a client that was not connected.
+    public var offlinePushes = 0
+    /// Stored pushes written to peers while their sessions caught up.
+    public var notificationsReplayed = 0
+    /// Session hellos accepted.
+    public var sessionsResumed = 0
+    /// Session hellos refused by ``Server/authenticate(_:)``.
+    public var sessionsRejected = 0
+    /// Offline-push callbacks dropped because
+    /// ``MailboxConfiguration/offlineCallbackBufferSize`` was full.
+    public var offlineCallbacksDropped = 0
 
     /// Adds the traffic counts of one peer.
     mutating func add(_ peer: PeerMetrics) {
+        notificationsReplayed += peer.notificationsReplayed
         bytesIn += peer.bytesIn
         bytesOut += peer.bytesOut
         framesIn += peer.framesIn

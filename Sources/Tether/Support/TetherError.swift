@@ -44,6 +44,8 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case systemCall
             case encodingFailed
             case decodingFailed
+            case sessionRejected
+            case storeFailed
         }
 
         let value: Value
@@ -101,6 +103,11 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         public static let encodingFailed = Code(value: .encodingFailed)
         /// Content could not be decoded (for example as JSON).
         public static let decodingFailed = Code(value: .decodingFailed)
+        /// The server refused the session hello (an unknown client, a bad token); the
+        /// connection does not retry it.
+        public static let sessionRejected = Code(value: .sessionRejected)
+        /// A mailbox store could not be opened, read or written.
+        public static let storeFailed = Code(value: .storeFailed)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }

@@ -1,0 +1,155 @@
+extension Connection {
+    // MARK: Public
+
+    /// The sequence of the last sequenced push delivered to subscribers, with
+    /// ``ConnectionConfiguration/session``; 0 before the first, or without a session.
+    ///
+    /// Save it when the app stops, and pass it as ``SessionConfiguration/resumeAfter`` next
+    /// time, to resume where it left off.
+    public var lastSequence: UInt64 { session?.lastSequence ?? 0 }
+
+    /// Session events, with ``ConnectionConfiguration/session``: each resume, each gap (pushes
+    /// the server could no longer deliver, with the range), and a reset of the server's
+    /// sequence. It ends when the connection closes for good.
+    public nonisolated var sessionEvents: Subscription<SessionEvent> { sessionFeed.subscribe() }
+
+    /// Tells the server that the app has every push up to `sequence`, so its mailbox can
+    /// delete them: for sessions with ``SessionConfiguration/acknowledgesAutomatically``
+    /// off, once the app has stored what it received.
+    ///
+    /// It goes out at once when connected; otherwise with the next hello. Sequences above
+    /// ``lastSequence`` count as ``lastSequence``.
+    ///
+    /// - Parameter sequence: The highest sequence the app has; lower ones are implied.
+    public func acknowledge(through sequence: UInt64) {
+        guard var state = session, let through = state.acknowledge(through: sequence) else { return }
+        session = state
+        sendAcknowledgement(through)
+    }
+
+    // MARK: Hello
+
+    /// Writes the session hello, first on a new connection, and arms its timeout.
+    func sendHello(on channel: SocketChannel) {
+        guard let settings = configuration.session, var state = session else { return }
+        awaitingHello = true
+        if settings.acknowledgesAutomatically { _ = state.acknowledge() }
+        session = state
+        let hello = SessionWire.Hello(
+            clientID: settings.clientID,
+            token: settings.token,
+            lastSequence: state.lastSequence,
+            acknowledged: state.lastAcknowledged
+        )
+        do {
+            try write(Frame(type: settings.wireTypes.hello, serial: 0, payload: SessionWire.encode(hello)), on: channel)
+        } catch {
+            connectionLost(error)
+            return
+        }
+        let timeout = settings.helloTimeout ?? configuration.connectTimeout
+        helloTimer = loop.schedule(after: timeout) { [self] in
+            assumeIsolated { connection in
+                connection.helloTimer = nil
+                guard connection.awaitingHello, let channel = connection.channel else { return }
+                // The answer may have arrived after this turn's readiness check.
+                channel.readPending()
+                guard connection.awaitingHello, connection.channel === channel else { return }
+                connection.connectionLost(TetherError(
+                    code: .timedOut,
+                    message: "\(channel.remoteAddress) did not answer the session hello within \(describe(timeout))"
+                ))
+            }
+        }
+    }
+
+    /// The server answered the hello: accepted (resume, then ready), refused for good
+    /// (fail, no reconnect), or refused for now (a failed attempt).
+    func helloAnswered(_ frame: Frame) {
+        guard let settings = configuration.session, var state = session else { return }
+        awaitingHello = false
+        if let helloTimer { loop.cancel(helloTimer) }
+        helloTimer = nil
+        let server = remoteAddress?.description ?? currentEndpoint.description
+        if let welcome = SessionWire.decode(SessionWire.Welcome.self, from: frame.payload), welcome.accepted {
+            for event in state.welcomed(welcome) { sessionFeed.publish(event) }
+            session = state
+            becomeReady()
+            return
+        }
+        let refusal = SessionWire.decode(SessionWire.Refusal.self, from: frame.payload)
+        let message = refusal?.error ?? Response(frame: frame).errorMessage ?? "unexpected answer \(Response(frame: frame).text)"
+        if refusal?.rejected == false {
+            connectionLost(TetherError(code: .sessionRejected, message: "\(server) could not resume client \(settings.clientID) now: \(message)"))
+            return
+        }
+        finish(TetherError(code: .sessionRejected, message: "\(server) rejected the session of client \(settings.clientID): \(message)"), graceful: false, failed: true)
+    }
+
+    // MARK: Pushes
+
+    /// Judges a sequenced push: `true` to deliver it, `false` for a duplicate.
+    func acceptSequenced(_ frame: Frame) -> Bool {
+        guard var state = session else { return true }
+        let receipt = state.receive(serial: frame.serial)
+        session = state
+        switch receipt {
+        case .deliver:
+            return true
+        case .duplicate:
+            counters.duplicateNotifications += 1
+            return false
+        case .deliverAfterGap(let sequence, let missed):
+            sessionFeed.publish(SessionEvent(kind: .gap, lastSequence: sequence, missed: missed))
+            return true
+        }
+    }
+
+    // MARK: Acknowledgements
+
+    /// After a read: acknowledges when enough pushes are waiting, or arms the timer that will.
+    func acknowledgeIfDue() {
+        guard let settings = configuration.session, settings.acknowledgesAutomatically, !awaitingHello,
+              let state = session, state.unacknowledged > 0 else { return }
+        if state.unacknowledged >= UInt64(max(1, settings.acknowledgeEvery)) {
+            acknowledgeNow()
+        } else if acknowledgeTimer == nil {
+            acknowledgeTimer = loop.schedule(after: settings.acknowledgeDelay) { [self] in
+                assumeIsolated { connection in
+                    connection.acknowledgeTimer = nil
+                    connection.acknowledgeNow()
+                }
+            }
+        }
+    }
+
+    /// Acknowledges everything delivered, if the connection is up and acknowledges by itself.
+    func acknowledgeNow() {
+        guard configuration.session?.acknowledgesAutomatically == true, var state = session,
+              let through = state.acknowledge() else { return }
+        session = state
+        sendAcknowledgement(through)
+    }
+
+    private func sendAcknowledgement(_ through: UInt64) {
+        if let acknowledgeTimer { loop.cancel(acknowledgeTimer) }
+        acknowledgeTimer = nil
+        guard let settings = configuration.session, let channel, !awaitingHello else { return }
+        let frame = Frame(
+            type: settings.wireTypes.acknowledgement,
+            serial: UInt32(truncatingIfNeeded: through),
+            payload: SessionWire.acknowledgement(through: through)
+        )
+        // One that does not fit is not lost: the next acknowledgement or hello covers it.
+        try? write(frame, on: channel)
+    }
+
+    /// The socket is going: the hello and acknowledgement timers go with it.
+    func stopSession() {
+        awaitingHello = false
+        if let helloTimer { loop.cancel(helloTimer) }
+        helloTimer = nil
+        if let acknowledgeTimer { loop.cancel(acknowledgeTimer) }
+        acknowledgeTimer = nil
+    }
+}

@@ -1,0 +1,40 @@
+/// Mailboxes for identified clients: where a server keeps their pushes, and for how long.
+///
+/// With mailboxes a server accepts session hellos (``SessionConfiguration``), numbers each
+/// push to a client id, stores it, writes it at once when the client is connected, and
+/// replays what a client missed when it comes back:
+///
+/// ```swift
+/// var configuration = ServerConfiguration(port: 9000)
+/// configuration.mailboxes = try .sqlite(path: "/var/lib/chat/mailboxes.sqlite")
+/// let server = Server(configuration: configuration)
+/// try await server.push(Frame(type: 0x10, payload: body), toClient: "alice")
+/// ```
+public struct MailboxConfiguration: Sendable {
+    /// Where the mailboxes are kept.
+    public var store: any MailboxStore
+    /// The bounds of each client's mailbox. Default 10,000 messages, 7 days.
+    public var limits = MailboxLimits()
+    /// The frame types of hello and acknowledgement; must match the clients'.
+    public var wireTypes = SessionWireTypes()
+    /// How many stored pushes a resuming peer reads from the store at a time. Default 256.
+    public var replayBatchSize: Int = 256
+    /// How many offline-push callbacks (``Server/onOfflinePush(_:)``) may wait to run;
+    /// beyond it they are dropped and counted in ``ServerMetrics/offlineCallbacksDropped``.
+    /// Default 65,536.
+    public var offlineCallbackBufferSize: Int = 65_536
+    /// The wall clock that stamps and ages messages. Default the system's; tests inject their own.
+    public var clock: @Sendable () -> MailboxTime = { MailboxTime.now() }
+
+    /// Mailboxes in `store`.
+    ///
+    /// - Parameter store: Where the mailboxes are kept.
+    public init(store: any MailboxStore) {
+        self.store = store
+    }
+
+    /// Mailboxes in memory, lost when the process ends.
+    public static var inMemory: MailboxConfiguration {
+        MailboxConfiguration(store: InMemoryMailboxStore())
+    }
+}

@@ -1,0 +1,314 @@
+import Synchronization
+
+/// The server side of sessions: orders every mailbox write, and routes each stored push to
+/// the peer its client is connected on, if any.
+///
+/// Appends, resumes and acknowledgements go through one queue, worked off by one task
+/// (``run()``) in order, consecutive appends in one store call. That order is what makes
+/// delivery exact: a push is written live only after it is stored, a resume is registered
+/// at a point in the queue (pushes before it are replayed from the store, pushes after it
+/// are written live), and both kinds reach a peer through its event loop, in queue order.
+final class MailboxHub: Sendable {
+    typealias Authenticator = @Sendable (ClientHello) async throws -> Void
+    typealias OfflineCallback = @Sendable (OfflinePush) async -> Void
+
+    /// A session hello accepted by the authenticator, to register in queue order.
+    struct Resume {
+        var clientID: String
+        var peer: Peer
+        var lastSequence: UInt64
+        var acknowledged: UInt64
+        var helloSerial: UInt32
+    }
+
+    enum Operation {
+        case append([MailboxMessage.Draft], CheckedContinuation<[UInt64], any Error>)
+        case resume(Resume, CheckedContinuation<Void, any Error>)
+        case acknowledge(clientID: String, through: UInt64)
+    }
+
+    struct State {
+        var queue: [Operation] = []
+        var waiter: CheckedContinuation<Void, Never>?
+        var running = false
+        var stopped = false
+        /// The peer each connected client is on.
+        var peers: [String: Peer] = [:]
+        var authenticator: Authenticator?
+        var offlineCallback: OfflineCallback?
+        var metrics = Counts()
+    }
+
+    struct Counts {
+        var stored = 0
+        var offline = 0
+        var resumed = 0
+        var rejected = 0
+        var callbacksDropped = 0
+    }
+
+    let configuration: MailboxConfiguration
+    let state = Lock(State())
+    private let offlineFeed: AsyncStream<(OfflineCallback, OfflinePush)>
+    private let offlineSink: AsyncStream<(OfflineCallback, OfflinePush)>.Continuation
+
+    init(configuration: MailboxConfiguration) {
+        self.configuration = configuration
+        (offlineFeed, offlineSink) = AsyncStream.makeStream(
+            bufferingPolicy: .bufferingOldest(max(1, configuration.offlineCallbackBufferSize))
+        )
+    }
+
+    var store: any MailboxStore { configuration.store }
+
+    // MARK: Requests from the server and its peers
+
+    /// Stores pushes and delivers them; returns their sequences once they are stored.
+    func append(_ drafts: [MailboxMessage.Draft]) async throws -> [UInt64] {
+        guard !drafts.isEmpty else { return [] }
+        return try await withCheckedThrowingContinuation { continuation in
+            enqueue(.append(drafts, continuation))
+        }
+    }
+
+    /// Registers `peer` as where `clientID` is connected, and has the peer begin its
+    /// replay from the store, in queue order.
+    func resume(_ request: Resume) async throws {
+        try await withCheckedThrowingContinuation { continuation in
+            enqueue(.resume(request, continuation))
+        }
+    }
+
+    func acknowledge(_ clientID: String, through sequence: UInt64) {
+        let operation = Operation.acknowledge(clientID: clientID, through: sequence)
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard !state.stopped else { return nil }
+            state.queue.append(operation)
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// `peer` ended: pushes for its client go to the mailbox only from now on.
+    func detach(_ clientID: String, peer: Peer) {
+        state.withLock { state in
+            if state.peers[clientID] === peer { state.peers.removeValue(forKey: clientID) }
+        }
+    }
+
+    func peer(for clientID: String) -> Peer? {
+        state.withLock { $0.peers[clientID] }
+    }
+
+    var authenticator: Authenticator? { state.withLock { $0.authenticator } }
+
+    private func enqueue(_ operation: Operation) {
+        let outcome = state.withLock { state -> Result<CheckedContinuation<Void, Never>?, TetherError> in
+            guard state.running, !state.stopped else {
+                return .failure(TetherError(
+                    code: .notConnected,
+                    message: state.stopped ? "the server has stopped" : "the server is not running; call run() first"
+                ))
+            }
+            state.queue.append(operation)
+            defer { state.waiter = nil }
+            return .success(state.waiter)
+        }
+        switch outcome {
+        case .success(let waiter):
+            waiter?.resume()
+        case .failure(let error):
+            Self.fail(operation, error)
+        }
+    }
+
+    private static func fail(_ operation: Operation, _ error: any Error) {
+        switch operation {
+        case .append(_, let continuation): continuation.resume(throwing: error)
+        case .resume(_, let continuation): continuation.resume(throwing: error)
+        case .acknowledge: break
+        }
+    }
+
+    // MARK: The queue's task
+
+    /// Marks the hub running; call before ``run()`` so pushes made meanwhile queue.
+    func start() {
+        state.withLock { $0.running = true }
+    }
+
+    /// Works off the queue until ``stop()``, then finishes what was queued and returns.
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask { [offlineFeed] in
+                for await (callback, push) in offlineFeed { await callback(push) }
+            }
+            while let batch = await nextBatch() {
+                await process(batch)
+            }
+            offlineSink.finish()
+        }
+    }
+
+    /// Ends ``run()`` once the queue is empty; later requests fail.
+    func stop() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.stopped = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    private func nextBatch() async -> [Operation]? {
+        while true {
+            let taken = state.withLock { state -> [Operation]?? in
+                if !state.queue.isEmpty {
+                    defer { state.queue.removeAll(keepingCapacity: true) }
+                    return .some(state.queue)
+                }
+                return state.stopped ? .some(nil) : nil
+            }
+            if let taken { return taken }
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { state -> Bool in
+                    if !state.queue.isEmpty || state.stopped { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
+    }
+
+    private func process(_ batch: [Operation]) async {
+        var index = 0
+        while index < batch.count {
+            switch batch[index] {
+            case .append:
+                var drafts: [MailboxMessage.Draft] = []
+                var waiters: [(CheckedContinuation<[UInt64], any Error>, Int)] = []
+                while index < batch.count, case .append(let more, let continuation) = batch[index] {
+                    waiters.append((continuation, more.count))
+                    drafts += more
+                    index += 1
+                }
+                await store(drafts, waiters)
+            case .resume(let request, let continuation):
+                index += 1
+                await begin(request, continuation)
+            case .acknowledge:
+                var through: [String: UInt64] = [:]
+                while index < batch.count, case .acknowledge(let clientID, let sequence) = batch[index] {
+                    through[clientID] = max(through[clientID] ?? 0, sequence)
+                    index += 1
+                }
+                for (clientID, sequence) in through {
+                    // A failed acknowledgement only leaves messages to be replayed again.
+                    try? await store.acknowledge(clientID, through: sequence)
+                }
+            }
+        }
+    }
+
+    private func store(_ drafts: [MailboxMessage.Draft], _ waiters: [(CheckedContinuation<[UInt64], any Error>, Int)]) async {
+        let sequences: [UInt64]
+        do {
+            sequences = try await store.append(drafts, limits: configuration.limits, now: configuration.clock())
+        } catch {
+            let failure = TetherError(code: .storeFailed, message: "pushes could not be stored: \(error)", underlying: error as? TetherError)
+            for (waiter, _) in waiters { waiter.resume(throwing: failure) }
+            return
+        }
+        let (peers, callback) = state.withLock { state in
+            state.metrics.stored += drafts.count
+            return (drafts.map { state.peers[$0.clientID] }, state.offlineCallback)
+        }
+        var offline = 0
+        for (position, draft) in drafts.enumerated() {
+            let sequence = sequences[position]
+            let frame = Frame(type: draft.type, serial: UInt32(truncatingIfNeeded: sequence), payload: draft.payload)
+            if let peer = peers[position] {
+                peer.loop.execute {
+                    peer.assumeIsolated { $0.deliverSequenced(frame, sequence: sequence, for: draft.clientID) }
+                }
+            } else {
+                offline += 1
+                if let callback, case .dropped = offlineSink.yield((callback, OfflinePush(clientID: draft.clientID, sequence: sequence, frame: frame))) {
+                    state.withLock { $0.metrics.callbacksDropped += 1 }
+                }
+            }
+        }
+        if offline > 0 { state.withLock { $0.metrics.offline += offline } }
+        var start = 0
+        for (waiter, count) in waiters {
+            waiter.resume(returning: Array(sequences[start..<start + count]))
+            start += count
+        }
+    }
+
+    private func begin(_ request: Resume, _ continuation: CheckedContinuation<Void, any Error>) async {
+        let (clientID, peer, helloSerial) = (request.clientID, request.peer, request.helloSerial)
+        let summary: MailboxSummary
+        do {
+            summary = try await store.openMailbox(for: clientID, limits: configuration.limits, now: configuration.clock())
+        } catch {
+            continuation.resume(throwing: TetherError(code: .storeFailed, message: "the mailbox of \(clientID) could not be opened: \(error)", underlying: error as? TetherError))
+            return
+        }
+        let plan = ResumePlan(clientSequence: request.lastSequence, summary: summary)
+        let acknowledged = min(request.acknowledged, request.lastSequence, summary.lastSequence)
+        if acknowledged > summary.acknowledged {
+            // Only frees space: a failure leaves those messages to be acknowledged later.
+            try? await store.acknowledge(clientID, through: acknowledged)
+        }
+        let replaced = state.withLock { state -> Peer? in
+            // A peer that ended before this point has already detached: do not attach it.
+            guard !peer.hasEnded else { return nil }
+            state.metrics.resumed += 1
+            defer { state.peers[clientID] = peer }
+            return state.peers[clientID]
+        }
+        if let replaced, replaced !== peer {
+            let address = peer.remoteAddress
+            replaced.loop.execute {
+                replaced.assumeIsolated { $0.replaced(clientID: clientID, by: address) }
+            }
+        }
+        peer.loop.execute {
+            peer.assumeIsolated { $0.beginSession(clientID: clientID, plan: plan, helloSerial: helloSerial) }
+        }
+        continuation.resume()
+    }
+
+    func rejected() {
+        state.withLock { $0.metrics.rejected += 1 }
+    }
+
+    var counts: Counts { state.withLock { $0.metrics } }
+}
+
+/// A client's hello, as ``Server/authenticate(_:)`` sees it.
+public struct ClientHello: Sendable, Hashable {
+    /// The identity the client claims.
+    public var clientID: String
+    /// Its credential, if it sent one.
+    public var token: String?
+    /// The last push sequence it says it has.
+    public var lastSequence: UInt64
+    /// The connection it came on.
+    public var peer: PeerID
+    /// Where that connection comes from.
+    public var address: SocketAddress
+}
+
+/// A push stored for a client that is not connected: what ``Server/onOfflinePush(_:)`` gets.
+public struct OfflinePush: Sendable, Hashable {
+    /// The client it is for.
+    public var clientID: String
+    /// Its sequence in the client's mailbox.
+    public var sequence: UInt64
+    /// The push as it will be written when the client comes back.
+    public var frame: Frame
+}

@@ -1,0 +1,196 @@
+/// A client identified on a peer: where its pushes stand on this connection.
+struct PeerSession {
+    let clientID: String
+    /// The highest sequence written to this connection.
+    var lastWritten: UInt64
+    /// Whether pushes are being replayed from the store rather than written live.
+    var replaying: Bool
+    /// The replay ends once it has written this far: the store's last sequence when the
+    /// session began, raised by each live push that arrives during the replay.
+    var replayTarget: UInt64
+}
+
+extension Peer {
+    /// The client id of the session on this connection, once the server accepted its hello.
+    public var clientID: String? { session?.clientID }
+
+    /// Handles a session hello: checks it, asks the server's authenticator, and has the
+    /// hub register the session. The answer is written by ``beginSession(clientID:plan:helloSerial:)``.
+    func hello(_ frame: Frame, hub: MailboxHub) async {
+        guard claimedClientID == nil else {
+            refuse(frame, "this connection is already identified as \(claimedClientID ?? "")", rejected: true)
+            return
+        }
+        guard let hello = SessionWire.decode(SessionWire.Hello.self, from: frame.payload) else {
+            refuse(frame, "malformed session hello: expected {\"clientID\": …, \"lastSequence\": …}", rejected: true)
+            return
+        }
+        guard !hello.clientID.isEmpty, hello.clientID.utf8.count <= SessionWire.maximumClientIDLength else {
+            refuse(frame, "client id must be 1 to \(SessionWire.maximumClientIDLength) bytes", rejected: true)
+            return
+        }
+        claimedClientID = hello.clientID
+        if let authenticate = hub.authenticator {
+            let check = ClientHello(clientID: hello.clientID, token: hello.token, lastSequence: hello.lastSequence, peer: id, address: remoteAddress)
+            do {
+                try await authenticate(check)
+            } catch {
+                claimedClientID = nil
+                hub.rejected()
+                let reason = (error as? TetherError)?.message ?? String(describing: error)
+                refuse(frame, "client id \(hello.clientID) was rejected: \(reason)", rejected: true)
+                close()
+                return
+            }
+        }
+        guard closeReason == nil else { return }
+        do {
+            try await hub.resume(MailboxHub.Resume(
+                clientID: hello.clientID,
+                peer: self,
+                lastSequence: hello.lastSequence,
+                acknowledged: hello.acknowledged ?? hello.lastSequence,
+                helloSerial: frame.serial
+            ))
+        } catch {
+            claimedClientID = nil
+            let reason = (error as? TetherError)?.message ?? String(describing: error)
+            refuse(frame, reason, rejected: false)
+        }
+    }
+
+    private func refuse(_ frame: Frame, _ message: String, rejected: Bool) {
+        respond(Response(payload: SessionWire.encode(SessionWire.Refusal(error: message, rejected: rejected))), to: frame)
+    }
+
+    /// The hub registered this peer for `clientID`: answer the hello, then replay what the
+    /// client missed. Runs in the hub's order, before any live push that follows it.
+    func beginSession(clientID: String, plan: ResumePlan, helloSerial: UInt32) {
+        guard let channel, closeReason == nil else { return }
+        replayTask?.cancel()
+        session = PeerSession(
+            clientID: clientID,
+            lastWritten: plan.resumeAfter,
+            replaying: plan.lastSequence > plan.resumeAfter,
+            replayTarget: plan.lastSequence
+        )
+        let hello = hub?.configuration.wireTypes.hello ?? 0
+        do {
+            try write(Frame(type: hello, serial: helloSerial, payload: SessionWire.encode(plan.welcome(for: clientID))), on: channel)
+        } catch {
+            end(error, graceful: false)
+            return
+        }
+        if session?.replaying == true { startReplay() }
+    }
+
+    /// A push stored for this peer's client: written at once, unless a replay is catching up.
+    func deliverSequenced(_ frame: Frame, sequence: UInt64, for clientID: String) {
+        guard var current = session, current.clientID == clientID, let channel else { return }
+        defer { session = current }
+        if current.replaying {
+            current.replayTarget = max(current.replayTarget, sequence)
+            return
+        }
+        guard sequence > current.lastWritten else { return }
+        if channel.pendingOutboundBytes > configuration.limits.outboundHighWaterMark {
+            // A client that reads slowly catches up from the store once its buffer drains,
+            // rather than growing the buffer without bound.
+            current.replaying = true
+            current.replayTarget = sequence
+            session = current
+            startReplay()
+            return
+        }
+        do {
+            try write(frame, on: channel)
+            current.lastWritten = sequence
+        } catch {
+            session = current
+            end(error, graceful: false)
+        }
+    }
+
+    private func startReplay() {
+        replayTask = Task(executorPreference: loop.taskExecutor) { [self] in await replay() }
+    }
+
+    /// Writes stored pushes after ``PeerSession/lastWritten`` page by page, waiting for the
+    /// outbound buffer to drain between pages, until it reaches ``PeerSession/replayTarget``.
+    private func replay() async {
+        guard let hub else { return }
+        let batchSize = max(1, hub.configuration.replayBatchSize)
+        while !Task.isCancelled, let current = session, current.replaying, let channel {
+            if channel.pendingOutboundBytes > configuration.limits.outboundHighWaterMark {
+                await outboundDrained(channel)
+                continue
+            }
+            let page: [MailboxMessage]
+            do {
+                page = try await hub.store.messages(for: current.clientID, after: current.lastWritten, limit: batchSize)
+            } catch {
+                end(TetherError(code: .storeFailed, message: "replaying the mailbox of \(current.clientID) failed: \(error)", underlying: error as? TetherError), graceful: false)
+                return
+            }
+            guard !Task.isCancelled, var latest = session, latest.clientID == current.clientID, let channel = self.channel else { return }
+            for message in page where message.sequence > latest.lastWritten {
+                let frame = Frame(type: message.type, serial: UInt32(truncatingIfNeeded: message.sequence), payload: message.payload)
+                do {
+                    try write(frame, on: channel)
+                } catch {
+                    end(error, graceful: false)
+                    return
+                }
+                latest.lastWritten = message.sequence
+                counts.notificationsReplayed += 1
+            }
+            // Done when the target is reached, or when the store has nothing more (what is
+            // missing was dropped meanwhile; the client sees the jump).
+            if latest.lastWritten >= latest.replayTarget || page.isEmpty {
+                latest.replaying = false
+            }
+            session = latest
+        }
+        replayTask = nil
+    }
+
+    /// Waits until the outbound buffer is down to half the high-water mark, or the peer ends.
+    private func outboundDrained(_ channel: SocketChannel) async {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            guard self.channel === channel, closeReason == nil, writableWaiter == nil else {
+                continuation.resume()
+                return
+            }
+            writableWaiter = continuation
+            channel.writableThreshold = configuration.limits.outboundHighWaterMark / 2
+        }
+    }
+
+    /// An acknowledgement from the client: the hub may delete what it has.
+    func acknowledged(_ frame: Frame, hub: MailboxHub) {
+        guard let session, let through = SessionWire.acknowledged(frame.payload) else { return }
+        hub.acknowledge(session.clientID, through: min(through, session.lastWritten))
+    }
+
+    /// The same client id connected again on another peer: this older connection goes.
+    func replaced(clientID: String, by address: SocketAddress) {
+        guard session?.clientID == clientID || claimedClientID == clientID else { return }
+        end(TetherError(
+            code: .connectionClosed,
+            message: "client \(clientID) connected again from \(address); closed its older connection from \(remoteAddress)"
+        ), graceful: true)
+    }
+
+    /// The peer is ending: stop the replay and take the client off the hub.
+    func endSession() {
+        replayTask?.cancel()
+        replayTask = nil
+        if let waiter = writableWaiter {
+            writableWaiter = nil
+            waiter.resume()
+        }
+        if let hub, let clientID = claimedClientID {
+            hub.detach(clientID, peer: self)
+        }
+    }
+}

@@ -1,0 +1,105 @@
+extension Server {
+    /// Pushes a frame to an identified client, connected or not.
+    ///
+    /// The push gets the next number of the client's sequence and is stored in its mailbox
+    /// (``ServerConfiguration/mailboxes``) before this call returns. When the client is
+    /// connected it is written at once, with the sequence in its serial; otherwise it waits
+    /// in the mailbox, and ``onOfflinePush(_:)`` hears of it. A client that comes back gets
+    /// what it missed, in order, then live pushes; it acknowledges what it has, and the
+    /// mailbox deletes it.
+    ///
+    /// - Parameters:
+    ///   - frame: The notification; its type and payload are kept, its serial is replaced.
+    ///   - clientID: The client.
+    /// - Returns: The push's sequence number in the client's mailbox.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/invalidArgument`` when the server
+    ///   has no mailboxes, ``TetherError/Code/notConnected`` when it is not running, and
+    ///   ``TetherError/Code/storeFailed`` when the store failed (then nothing was stored).
+    @discardableResult
+    public func push(_ frame: Frame, toClient clientID: String) async throws(TetherError) -> UInt64 {
+        try await push(frame, toClients: [clientID])[0]
+    }
+
+    /// Pushes a frame to several identified clients, in one write to the store.
+    ///
+    /// Each client gets the frame with its own next sequence number; see
+    /// ``push(_:toClient:)``.
+    ///
+    /// - Parameters:
+    ///   - frame: The notification; its type and payload are kept, its serial is replaced.
+    ///   - clientIDs: The clients.
+    /// - Returns: The sequence number given to each client, in the same order.
+    /// - Throws: ``TetherError``, as ``push(_:toClient:)``.
+    @discardableResult
+    public func push(_ frame: Frame, toClients clientIDs: [String]) async throws(TetherError) -> [UInt64] {
+        let hub = try requireMailboxes()
+        let drafts = clientIDs.map { MailboxMessage.Draft(clientID: $0, type: frame.type, payload: frame.payload) }
+        do {
+            return try await hub.append(drafts)
+        } catch let error as TetherError {
+            throw error
+        } catch {
+            throw TetherError(code: .storeFailed, message: "pushes could not be stored: \(error)")
+        }
+    }
+
+    /// Every client id the mailbox store knows: clients that ever identified, and clients
+    /// that were ever pushed to.
+    ///
+    /// - Returns: The client ids, sorted.
+    /// - Throws: ``TetherError`` when the server has no mailboxes or the store fails.
+    public func clientIDs() async throws(TetherError) -> [String] {
+        let hub = try requireMailboxes()
+        do {
+            return try await hub.store.clientIDs().sorted()
+        } catch {
+            throw TetherError(code: .storeFailed, message: "the client ids could not be read: \(error)", underlying: error as? TetherError)
+        }
+    }
+
+    /// The peer an identified client is connected on now, if any.
+    ///
+    /// - Parameter clientID: The client.
+    /// - Returns: Its peer's id, or `nil` when it is not connected.
+    public func peer(forClient clientID: String) -> PeerID? {
+        hub?.peer(for: clientID)?.id
+    }
+
+    /// Sets the check every session hello must pass, replacing any earlier one.
+    ///
+    /// The check runs before the client's mailbox is touched. Throwing rejects the hello:
+    /// the client gets the error's message, stops reconnecting, and its connection closes.
+    /// Without a check every client id is accepted.
+    ///
+    /// ```swift
+    /// server.authenticate { hello in
+    ///     guard tokens[hello.clientID] == hello.token else {
+    ///         throw TetherError(code: .sessionRejected, message: "bad token")
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// - Parameter check: Accepts a hello by returning, rejects it by throwing.
+    public func authenticate(_ check: @escaping @Sendable (ClientHello) async throws -> Void) {
+        hub?.state.withLock { $0.authenticator = check }
+    }
+
+    /// Sets what runs when a push is stored for a client that is not connected: the place
+    /// to ask a push service (APNs, FCM) to wake the client's device.
+    ///
+    /// Calls run one at a time, in order, apart from the pushes themselves: a slow callback
+    /// delays the next callback, never a push. Up to
+    /// ``MailboxConfiguration/offlineCallbackBufferSize`` may wait.
+    ///
+    /// - Parameter callback: Runs once per offline push.
+    public func onOfflinePush(_ callback: @escaping @Sendable (OfflinePush) async -> Void) {
+        hub?.state.withLock { $0.offlineCallback = callback }
+    }
+
+    private func requireMailboxes() throws(TetherError) -> MailboxHub {
+        guard let hub else {
+            throw TetherError(code: .invalidArgument, message: "this server has no mailboxes: set ServerConfiguration.mailboxes to push to client ids")
+        }
+        return hub
+    }
+}

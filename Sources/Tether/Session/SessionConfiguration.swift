@@ -1,0 +1,127 @@
+/// The frame types a session uses on the wire. Client and server must agree on them.
+///
+/// In the seed profile the hello is a request (above `0x400`) and the acknowledgement a
+/// client-to-server notification (`0x2…0x400`); sequenced pushes are ordinary notifications
+/// whose serial carries the sequence.
+public struct SessionWireTypes: Sendable, Hashable {
+    /// The hello a client sends first on every connection, and the server's answer to it.
+    /// Default `0x401`.
+    public var hello: UInt32 = 0x401
+    /// The acknowledgement a client sends for the pushes it has. Default `0x400`.
+    public var acknowledgement: UInt32 = 0x400
+
+    /// The defaults: hello `0x401`, acknowledgement `0x400`.
+    public init() {}
+
+    /// Other types.
+    ///
+    /// - Parameters:
+    ///   - hello: The hello request type.
+    ///   - acknowledgement: The acknowledgement type.
+    public init(hello: UInt32, acknowledgement: UInt32) {
+        self.hello = hello
+        self.acknowledgement = acknowledgement
+    }
+}
+
+/// Who a client is, and where it left off: sent to the server first on every connection.
+///
+/// With a session, a ``Connection`` sends a hello (its ``clientID``, its ``token`` and the
+/// last push sequence it has) as the first frame of every connection, reconnects included,
+/// and holds every request until the server accepts it. The server replays the pushes the
+/// client missed, in order, then continues live; the connection drops duplicates, so each
+/// subscriber of ``Connection/notifications`` sees every sequenced push exactly once, in
+/// order, across any number of disconnects.
+///
+/// ```swift
+/// var configuration = ConnectionConfiguration()
+/// configuration.session = SessionConfiguration(clientID: "alice", token: savedToken,
+///                                              resumeAfter: savedSequence)
+/// ```
+public struct SessionConfiguration: Sendable, Hashable {
+    /// The client's stable identity: its mailbox on the server. At most 256 bytes of UTF-8.
+    public var clientID: String
+    /// A credential for the server's ``Server/authenticate(_:)`` check.
+    public var token: String?
+    /// The last sequence the app had already processed before this connection was made,
+    /// for example one saved from ``Connection/lastSequence`` before the app was last
+    /// stopped; pushes up to it are not replayed. Default 0: everything the mailbox holds.
+    public var resumeAfter: UInt64 = 0
+    /// The frame types of hello and acknowledgement.
+    public var wireTypes = SessionWireTypes()
+    /// Whether the connection acknowledges pushes by itself as it delivers them to
+    /// subscribers, which lets the server delete them. Set it to `false` to acknowledge
+    /// with ``Connection/acknowledge(through:)`` once the app has stored what it received.
+    /// Default `true`.
+    public var acknowledgesAutomatically: Bool = true
+    /// An automatic acknowledgement goes out once this many pushes are unacknowledged.
+    /// Default 64.
+    public var acknowledgeEvery: Int = 64
+    /// ... or this long after the first unacknowledged push, whichever comes first. Default 500 ms.
+    public var acknowledgeDelay: Duration = .milliseconds(500)
+    /// How long the server may take to answer the hello before the attempt counts as
+    /// failed; `nil` uses ``ConnectionConfiguration/connectTimeout``. Default `nil`.
+    public var helloTimeout: Duration?
+
+    /// A session for `clientID`.
+    ///
+    /// - Parameters:
+    ///   - clientID: The client's stable identity.
+    ///   - token: A credential for the server to check.
+    ///   - resumeAfter: The last sequence the app already has; 0 for none.
+    public init(clientID: String, token: String? = nil, resumeAfter: UInt64 = 0) {
+        self.clientID = clientID
+        self.token = token
+        self.resumeAfter = resumeAfter
+    }
+}
+
+/// Something that happened to a client's session: it was resumed, pushes were lost, or
+/// the server's sequence went back.
+public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
+    /// What happened.
+    public struct Kind: Hashable, Sendable, CustomStringConvertible {
+        enum Value: Hashable, Sendable { case resumed, gap, reset }
+        let value: Value
+
+        /// The server accepted the hello; it replays what follows ``SessionEvent/lastSequence``
+        /// up to ``SessionEvent/serverSequence``, then continues live.
+        public static let resumed = Kind(value: .resumed)
+        /// Pushes ``SessionEvent/missed`` can no longer be delivered: the mailbox dropped
+        /// them (``SessionEvent/reason`` says why). The next push delivered follows them.
+        public static let gap = Kind(value: .gap)
+        /// The server knows fewer pushes than this client had seen (its mailbox store was
+        /// replaced or emptied); the client's sequence restarts at ``SessionEvent/lastSequence``.
+        public static let reset = Kind(value: .reset)
+
+        /// A short textual form, for logs and messages.
+        public var description: String { String(describing: value) }
+    }
+
+    /// What happened.
+    public var kind: Kind
+    /// The client's last sequence after the event.
+    public var lastSequence: UInt64
+    /// The server's last sequence for this client, for ``Kind/resumed`` and ``Kind/reset``.
+    public var serverSequence: UInt64?
+    /// The sequences lost, for ``Kind/gap``.
+    public var missed: ClosedRange<UInt64>?
+    /// Why they were lost, for ``Kind/gap``: `nil` when the server did not say (a jump the
+    /// client saw by itself).
+    public var reason: MailboxLossReason?
+
+    /// A short textual form, for logs and messages.
+    public var description: String {
+        switch kind.value {
+        case .resumed:
+            let server = serverSequence ?? lastSequence
+            let waiting = server > lastSequence ? server - lastSequence : 0
+            return "resumed after \(lastSequence); \(waiting) waiting"
+        case .gap:
+            let range = missed.map { "\($0.lowerBound)…\($0.upperBound)" } ?? "?"
+            return "lost \(range)" + (reason.map { " (\($0))" } ?? "")
+        case .reset:
+            return "server sequence went back to \(serverSequence ?? 0); restarting after \(lastSequence)"
+        }
+    }
+}

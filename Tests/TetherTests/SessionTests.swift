@@ -1,0 +1,297 @@
+import Synchronization
+import Testing
+@testable import Tether
+
+/// A client configuration with a session for `clientID`, reconnecting quickly.
+func sessionConfiguration(
+    _ clientID: String,
+    token: String? = nil,
+    reconnectAfter initial: Duration = .milliseconds(20),
+    _ change: (inout ConnectionConfiguration) -> Void = { _ in }
+) -> ConnectionConfiguration {
+    reconnecting(after: initial) {
+        $0.session = SessionConfiguration(clientID: clientID, token: token)
+        change(&$0)
+    }
+}
+
+/// A push whose payload is its index, for tests that check order and completeness.
+func indexed(_ index: Int, type: UInt32 = 0x10) -> Frame {
+    Frame(type: type, serial: 0, payload: Array("\(index)".utf8))
+}
+
+func index(of frame: Frame) -> Int? {
+    Int(String(decoding: frame.payload, as: UTF8.self))
+}
+
+/// A manual wall clock for mailbox ages.
+final class ManualMailboxClock: Sendable {
+    private let now = Atomic<Int64>(1_800_000_000_000)
+    func read() -> MailboxTime { MailboxTime(millisecondsSince1970: now.load(ordering: .relaxed)) }
+    func advance(by duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        now.add(seconds * 1000 + attoseconds / 1_000_000_000_000_000, ordering: .relaxed)
+    }
+}
+
+/// Waits, within the bound, until the server sees `clientID` connected (its hello accepted).
+func awaitClient(_ clientID: String, on server: Server) async throws {
+    try await bounded("\(clientID) to be connected on the server") {
+        while server.peer(forClient: clientID) == nil { try await Task.sleep(for: .milliseconds(1)) }
+    }
+}
+
+@Suite("Sessions and mailboxes", .timeLimit(.minutes(1)))
+struct SessionTests {
+    @Test("pushes to a connected client carry its sequence 1, 2, 3 in their serials, and the hello is the first frame")
+    func sequencedPushes() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("alice"))
+            let frames = connection.frames
+            try await awaitClient("alice", on: server)
+            var sequences: [UInt64] = []
+            for number in 0..<3 {
+                sequences.append(try await server.push(indexed(number), toClient: "alice"))
+            }
+            #expect(sequences == [1, 2, 3])
+            let received = try await collect(3, from: frames, "three pushes")
+            #expect(received == [
+                Frame(type: 0x10, serial: 1, payload: Array("0".utf8)),
+                Frame(type: 0x10, serial: 2, payload: Array("1".utf8)),
+                Frame(type: 0x10, serial: 3, payload: Array("2".utf8)),
+            ])
+            #expect(await connection.lastSequence == 3)
+            let peers = server.peers
+            #expect(peers.count == 1)
+            #expect(await peers[0].clientID == "alice")
+            let metrics = await server.metrics()
+            #expect(metrics.pushesStored == 3)
+            #expect(metrics.offlinePushes == 0)
+            #expect(metrics.sessionsResumed == 1)
+            await connection.close()
+        }
+    }
+
+    @Test("the client suspended, 100 pushes stored; resumed: all 100 delivered in order, then live ones")
+    func suspendAndResume() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("bob"))
+            let watcher = StateWatcher(connection)
+            let notifications = connection.notifications
+            try await watcher.next(.connected)
+            try await awaitClient("bob", on: server)
+            await connection.suspend()
+            try await watcher.next(.suspended)
+            try await bounded("bob to be gone on the server") {
+                while server.peer(forClient: "bob") != nil { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            let offline = Lock<[UInt64]>([])
+            server.onOfflinePush { push in offline.withLock { $0.append(push.sequence) } }
+            for number in 0..<100 {
+                try await server.push(indexed(number), toClient: "bob")
+            }
+            await connection.resume()
+            try await watcher.next(.connected)
+            let replayed = try await collect(100, from: notifications, "the 100 stored pushes")
+            #expect(replayed.map(index(of:)) == Array(0..<100))
+            #expect(replayed.map(\.serial) == Array(1...100))
+            for number in 100..<105 {
+                try await server.push(indexed(number), toClient: "bob")
+            }
+            let live = try await collect(5, from: notifications, "the live pushes")
+            #expect(live.map(index(of:)) == Array(100..<105))
+            #expect(await connection.lastSequence == 105)
+            try await bounded("the offline callbacks") {
+                while offline.withLock({ $0.count }) < 100 { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            #expect(offline.withLock { $0 } == Array(1...100))
+            let metrics = await server.metrics()
+            #expect(metrics.offlinePushes == 100)
+            #expect(metrics.notificationsReplayed == 100)
+            await connection.close()
+        }
+    }
+
+    @Test("1,000 pushes while the connection is cut 20 times at random moments: the subscriber sees 0…999, each once, in order")
+    func pushesAcrossCuts() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: sessionConfiguration("carol", reconnectAfter: .milliseconds(5)))
+                let notifications = connection.notifications
+                try await awaitClient("carol", on: server)
+                var random = SplitMix(seed: 0x5EED_0008)
+                var cuts = Set<Int>()
+                while cuts.count < 20 { cuts.insert(Int.random(in: 1..<1000, using: &random)) }
+                let receiving = Task {
+                    try await collect(1000, from: notifications, "1,000 pushes")
+                }
+                var done = 0
+                for number in 0..<1000 {
+                    if cuts.contains(number) {
+                        // Each cut hits a live session: wait for the client to be back (its
+                        // hello accepted) first. Pushes go on at once, while it is down and
+                        // while it replays.
+                        try await until("session \(done + 1)", connection) { [done] in $0.connects == done + 1 }
+                        proxy.cutAll()
+                        done += 1
+                    }
+                    try await server.push(indexed(number), toClient: "carol")
+                }
+                let received = try await receiving.value
+                #expect(received.map(index(of:)) == Array(0..<1000))
+                #expect(await connection.lastSequence == 1000)
+                let metrics = await connection.metrics
+                Attachment.record("connects \(metrics.connects), duplicates dropped \(metrics.duplicateNotifications), proxy connections \(proxy.counters.accepted)", named: "cuts.txt")
+                #expect(metrics.connects == 21)
+                #expect(proxy.counters.accepted == 21)
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("a mailbox over its limit: the resuming client gets a gap event that names the lost range, then the rest")
+    func overflowGap() async throws {
+        try await withServer(configure: {
+            $0.mailboxes = .inMemory
+            $0.mailboxes?.limits = MailboxLimits(maximumMessages: 10, maximumAge: nil)
+        }, handlers: echoHandlers) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("dave"))
+            let watcher = StateWatcher(connection)
+            let notifications = connection.notifications
+            let events = connection.sessionEvents
+            try await watcher.next(.connected)
+            await connection.suspend()
+            try await watcher.next(.suspended)
+            for number in 0..<25 {
+                try await server.push(indexed(number), toClient: "dave")
+            }
+            await connection.resume()
+            let seen = try await collect(2, from: events, "the events")
+            #expect(seen == [
+                SessionEvent(kind: .gap, lastSequence: 15, missed: 1...15, reason: .overflow),
+                SessionEvent(kind: .resumed, lastSequence: 15, serverSequence: 25),
+            ])
+            let delivered = try await collect(10, from: notifications, "the 10 kept")
+            #expect(delivered.map(index(of:)) == Array(15..<25))
+            #expect(delivered.map(\.serial) == Array(16...25))
+            await connection.close()
+        }
+    }
+
+    @Test("messages older than the mailbox's age limit (an injected clock) are reported as expired")
+    func expiredGap() async throws {
+        let clock = ManualMailboxClock()
+        try await withServer(configure: {
+            $0.mailboxes = .inMemory
+            $0.mailboxes?.limits = MailboxLimits(maximumMessages: 100, maximumAge: .seconds(60))
+            $0.mailboxes?.clock = { clock.read() }
+        }, handlers: echoHandlers) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("erin"))
+            let watcher = StateWatcher(connection)
+            let notifications = connection.notifications
+            let events = connection.sessionEvents
+            try await watcher.next(.connected)
+            await connection.suspend()
+            try await watcher.next(.suspended)
+            for number in 0..<3 { try await server.push(indexed(number), toClient: "erin") }
+            clock.advance(by: .seconds(61))
+            for number in 3..<5 { try await server.push(indexed(number), toClient: "erin") }
+            await connection.resume()
+            let seen = try await collect(2, from: events, "the events")
+            #expect(seen == [
+                SessionEvent(kind: .gap, lastSequence: 3, missed: 1...3, reason: .expired),
+                SessionEvent(kind: .resumed, lastSequence: 3, serverSequence: 5),
+            ])
+            let delivered = try await collect(2, from: notifications, "the 2 kept")
+            #expect(delivered.map(index(of:)) == [3, 4])
+            await connection.close()
+        }
+    }
+
+    @Test("a rejected hello: connect throws sessionRejected with the server's reason, and a rejection on reconnect ends in failed without more attempts")
+    func rejectedHello() async throws {
+        let allowed = Lock<Set<String>>(["frank"])
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: { server in
+            echoHandlers(server)
+            server.authenticate { hello in
+                guard allowed.withLock({ $0.contains(hello.clientID) }), hello.token == "secret" else {
+                    throw TetherError(code: .sessionRejected, message: "unknown client or bad token")
+                }
+            }
+        }) { server, endpoint in
+            let error = await #expect(throws: TetherError.self) {
+                try await Connection.connect(to: endpoint, configuration: sessionConfiguration("frank", token: "wrong"))
+            }
+            #expect(error?.code == .sessionRejected)
+            #expect(error?.message == "\(endpoint.host):\(endpoint.port) rejected the session of client frank: client id frank was rejected: unknown client or bad token")
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: sessionConfiguration("frank", token: "secret"))
+                let watcher = StateWatcher(connection)
+                try await watcher.next(.connected)
+                allowed.withLock { $0.removeAll() }
+                proxy.cutAll()
+                let failed = try await watcher.next(.failed)
+                #expect(failed.reason?.code == .sessionRejected)
+                #expect(await watcher.phases == [.connected, .reconnecting, .connecting, .failed])
+                #expect(proxy.counters.accepted == 2)
+                let request = await #expect(throws: TetherError.self) { try await connection.request(Request(type: 0x402, json: [:])) }
+                #expect(request?.code == .notConnected)
+            }
+            #expect(await server.metrics().sessionsRejected == 2)
+        }
+    }
+
+    @Test("requests made while the hello waits for the server go out only after it is accepted")
+    func requestsWaitForHello() async throws {
+        let gate = Lock<CheckedContinuation<Void, Never>?>(nil)
+        let hellos = Atomic<Int>(0)
+        let handledBeforeAccept = Atomic<Int>(0)
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: { server in
+            server.handle(type: 0x402) { request, peer in
+                if await peer.clientID == nil { handledBeforeAccept.add(1, ordering: .relaxed) }
+                return Response(json: ["echo": request.json ?? nil])
+            }
+            server.authenticate { _ in
+                // The second hello (after the cut) waits until the test opens the gate.
+                if hellos.add(1, ordering: .relaxed).newValue == 2 {
+                    await withCheckedContinuation { continuation in gate.withLock { $0 = continuation } }
+                }
+            }
+        }) { server, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: sessionConfiguration("gina"))
+                let watcher = StateWatcher(connection)
+                try await watcher.next(.connected)
+                proxy.cutAll()
+                try await watcher.next(.reconnecting)
+                try await watcher.next(.connecting)
+                try await bounded("the second hello to be held") {
+                    while gate.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(1)) }
+                }
+                let reply = Task { try await connection.request(Request(type: 0x402, json: ["n": 7])) }
+                try await until("the request to be queued", connection) { $0.queuedRequests == 1 }
+                #expect(await connection.currentState.phase == .connecting)
+                gate.withLock { $0 }?.resume()
+                #expect(try await bounded("the reply") { try await reply.value }.json == ["echo": ["n": 7]])
+                #expect(handledBeforeAccept.load(ordering: .relaxed) == 0)
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("the same client id connecting again closes its older connection; pushes go to the new one")
+    func replacedConnection() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            let old = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("hana") { $0.reconnect = .disabled })
+            try await awaitClient("hana", on: server)
+            let fresh = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("hana"))
+            let final = try await finalState(of: old)
+            #expect(final.reason?.code == .peerClosed)
+            let notifications = fresh.notifications
+            try await server.push(indexed(1), toClient: "hana")
+            #expect(try await collect(1, from: notifications, "the push").map(index(of:)) == [1])
+            #expect(server.peerCount == 1)
+            await fresh.close()
+        }
+    }
+}
