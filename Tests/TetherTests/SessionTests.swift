@@ -294,4 +294,108 @@ struct SessionTests {
             await fresh.close()
         }
     }
+
+    @Test("a server whose store was replaced (in memory, restarted): the client hears a reset and takes the new sequence from 1")
+    func resetAfterStoreLoss() async throws {
+        let server = try await RestartableServer(configure: { $0.mailboxes = .inMemory })
+        let connection = try await Connection.connect(to: server.endpoint, configuration: sessionConfiguration("ivan"))
+        let watcher = StateWatcher(connection)
+        let notifications = connection.notifications
+        let events = connection.sessionEvents
+        try await watcher.next(.connected)
+        try await awaitClient("ivan", on: server.server!)
+        for number in 0..<3 { try await server.server!.push(indexed(number), toClient: "ivan") }
+        #expect(try await collect(3, from: notifications, "the first pushes").map(\.serial) == [1, 2, 3])
+        try await server.stop()
+        try await watcher.next(.reconnecting)
+        try await server.start()
+        try await watcher.next(.connected)
+        #expect(try await collect(2, from: events, "the events") == [
+            SessionEvent(kind: .reset, lastSequence: 0, serverSequence: 0),
+            SessionEvent(kind: .resumed, lastSequence: 0, serverSequence: 0),
+        ])
+        try await server.server!.push(indexed(10), toClient: "ivan")
+        let next = try await collect(1, from: notifications, "the first push of the new store")
+        #expect(next == [Frame(type: 0x10, serial: 1, payload: Array("10".utf8))])
+        await connection.close()
+        try await server.stop()
+    }
+
+    @Test("with manual acknowledgement the mailbox keeps pushes until acknowledge(through:); automatic ones empty it as pushes arrive")
+    func acknowledgementsEmptyTheMailbox() async throws {
+        let store = InMemoryMailboxStore()
+        let limits = MailboxLimits()
+        let now = MailboxTime(millisecondsSince1970: 0)
+        try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
+            let manual = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("judy") {
+                $0.session?.acknowledgesAutomatically = false
+            })
+            let automatic = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("kim") {
+                $0.session?.acknowledgeEvery = 10
+            })
+            let manualPushes = manual.notifications
+            let automaticPushes = automatic.notifications
+            try await awaitClient("judy", on: server)
+            try await awaitClient("kim", on: server)
+            for number in 0..<25 {
+                try await server.push(indexed(number), toClients: ["judy", "kim"])
+            }
+            _ = try await collect(25, from: manualPushes, "judy's pushes")
+            _ = try await collect(25, from: automaticPushes, "kim's pushes")
+            // kim acknowledged at 10 and 20 by count, and the rest after the delay.
+            try await bounded("kim's mailbox to empty") {
+                while try await store.openMailbox(for: "kim", limits: limits, now: now).count > 0 {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+            }
+            #expect(try await store.openMailbox(for: "judy", limits: limits, now: now).count == 25)
+            await manual.acknowledge(through: 20)
+            try await bounded("judy's acknowledgement to arrive") {
+                while try await store.openMailbox(for: "judy", limits: limits, now: now).acknowledged < 20 {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+            }
+            let judy = try await store.openMailbox(for: "judy", limits: limits, now: now)
+            #expect(judy.count == 5)
+            #expect(try await store.messages(for: "judy", after: 0, limit: 100).map(\.sequence) == Array(21...25))
+            await manual.close()
+            await automatic.close()
+        }
+    }
+
+    @Test("pushes to a connected client are written live and do not reach the offline callback; pushes to one never seen do")
+    func offlineCallback() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            let calls = Lock<[OfflinePush]>([])
+            server.onOfflinePush { push in calls.withLock { $0.append(push) } }
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("lena"))
+            let notifications = connection.notifications
+            try await awaitClient("lena", on: server)
+            #expect(try await server.push(indexed(1), toClients: ["lena", "mo", "lena", "mo"]) == [1, 1, 2, 2])
+            #expect(try await collect(2, from: notifications, "lena's pushes").map(\.serial) == [1, 2])
+            try await bounded("the offline callbacks") {
+                while calls.withLock({ $0.count }) < 2 { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            #expect(calls.withLock { $0 } == [
+                OfflinePush(clientID: "mo", sequence: 1, frame: Frame(type: 0x10, serial: 1, payload: Array("1".utf8))),
+                OfflinePush(clientID: "mo", sequence: 2, frame: Frame(type: 0x10, serial: 2, payload: Array("1".utf8))),
+            ])
+            #expect(try await server.clientIDs() == ["lena", "mo"])
+            await connection.close()
+        }
+    }
+
+    @Test("pushing to a client id on a server without mailboxes is an invalid-argument error")
+    func noMailboxes() async throws {
+        try await withServer(handlers: echoHandlers) { server, endpoint in
+            let error = await #expect(throws: TetherError.self) { try await server.push(indexed(0), toClient: "x") }
+            #expect(error?.code == .invalidArgument)
+            // A client with a session is refused for good: the server does not know the hello.
+            let refused = await #expect(throws: TetherError.self) {
+                try await Connection.connect(to: endpoint, configuration: sessionConfiguration("x"))
+            }
+            #expect(refused?.code == .sessionRejected)
+            #expect(refused?.message == "\(endpoint.host):\(endpoint.port) rejected the session of client x: unknown type 0x401")
+        }
+    }
 }

@@ -8,15 +8,22 @@ final class RestartableServer: Sendable {
     let port: Int
     private let running = Lock<(server: Server, task: Task<Void, any Error>)?>(nil)
     private let install: @Sendable (Server) -> Void
+    private let configure: @Sendable (inout ServerConfiguration) -> Void
     /// While the server is down, a socket bound to its port (not listening, so connections
     /// are refused) keeps the port from being handed out as the source port of some other
     /// test's outgoing connection, which would stop the server from binding it again.
     private let reservation = Lock<Int32>(-1)
 
     /// Starts a server on a free port of 127.0.0.1.
-    init(handlers: @escaping @Sendable (Server) -> Void = echoHandlers) async throws {
+    init(
+        configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
+        handlers: @escaping @Sendable (Server) -> Void = echoHandlers
+    ) async throws {
         install = handlers
-        let server = Server(configuration: ServerConfiguration(port: 0))
+        self.configure = configure
+        var configuration = ServerConfiguration(port: 0)
+        configure(&configuration)
+        let server = Server(configuration: configuration)
         handlers(server)
         let task = Task { try await server.run() }
         let address = try await bounded("the server to listen") { try await server.listeningAddress() }
@@ -49,7 +56,9 @@ final class RestartableServer: Sendable {
 
     /// Starts a new server on the same port.
     func start() async throws {
-        let server = Server(configuration: ServerConfiguration(port: port))
+        var configuration = ServerConfiguration(port: port)
+        configure(&configuration)
+        let server = Server(configuration: configuration)
         install(server)
         let task = Task { try await server.run() }
         _ = try await bounded("the server to listen again") { try await server.listeningAddress() }

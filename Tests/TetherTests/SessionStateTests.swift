@@ -1,0 +1,88 @@
+import Testing
+@testable import Tether
+
+/// The pure parts of sessions: the client's sequence bookkeeping and the server's resume plan.
+@Suite("Session state")
+struct SessionStateTests {
+    @Test("a 32-bit serial maps to the 64-bit sequence nearest the last one, across the wrap", arguments: [
+        (UInt32(1), UInt64(0), UInt64(1)),
+        (5, 3, 5),
+        (2, 7, 2),
+        (0xFFFF_FFFF, 0xFFFF_FFFE, 0xFFFF_FFFF),
+        (1, 0xFFFF_FFFF, 0x1_0000_0001),
+        (0xFFFF_FFFF, 0x1_0000_0002, 0xFFFF_FFFF),
+        (3, 0x5_0000_0001, 0x5_0000_0003),
+    ])
+    func unwrap(serial: UInt32, near: UInt64, expected: UInt64) {
+        #expect(ClientSessionState.sequence(of: serial, near: near) == expected)
+    }
+
+    @Test("receipts: the next one is delivered, an old one is a duplicate, a jump is delivered after a gap")
+    func receipts() {
+        var state = ClientSessionState(resumeAfter: 10)
+        #expect(state.receive(serial: 11) == .deliver(11))
+        #expect(state.receive(serial: 11) == .duplicate(11))
+        #expect(state.receive(serial: 4) == .duplicate(4))
+        #expect(state.receive(serial: 15) == .deliverAfterGap(15, missed: 12...14))
+        #expect(state.lastSequence == 15)
+    }
+
+    @Test("acknowledgements move forward only and never past what was delivered")
+    func acknowledgements() {
+        var state = ClientSessionState(resumeAfter: 0)
+        #expect(state.acknowledge() == nil)
+        _ = state.receive(serial: 1)
+        _ = state.receive(serial: 2)
+        #expect(state.unacknowledged == 2)
+        #expect(state.acknowledge(through: 9) == 2)
+        #expect(state.acknowledge(through: 1) == nil)
+        #expect(state.unacknowledged == 0)
+    }
+
+    @Test("a welcome with a gap moves the sequence past it; one below the client's sequence is a reset")
+    func welcomes() {
+        var state = ClientSessionState(resumeAfter: 2)
+        let gap = SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 30, resumeAfter: 20, gap: .init(first: 3, last: 20, reason: "overflow"))
+        #expect(state.welcomed(gap) == [
+            SessionEvent(kind: .gap, lastSequence: 20, missed: 3...20, reason: .overflow),
+            SessionEvent(kind: .resumed, lastSequence: 20, serverSequence: 30),
+        ])
+        #expect(state.receive(serial: 21) == .deliver(21))
+        let reset = SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 4, resumeAfter: 0, gap: nil)
+        #expect(state.welcomed(reset) == [
+            SessionEvent(kind: .reset, lastSequence: 0, serverSequence: 4),
+            SessionEvent(kind: .resumed, lastSequence: 0, serverSequence: 4),
+        ])
+        #expect(state.receive(serial: 1) == .deliver(1))
+    }
+
+    static func summary(last: UInt64, acknowledged: UInt64 = 0, lost: UInt64 = 0, reason: MailboxLossReason? = nil) -> MailboxSummary {
+        MailboxSummary(lastSequence: last, acknowledged: acknowledged, lostThrough: lost, lossReason: reason, count: 0)
+    }
+
+    @Test("resume plans: from the client's sequence when the mailbox reaches back that far, otherwise from the first available with a gap")
+    func plans() {
+        let plain = ResumePlan(clientSequence: 5, summary: Self.summary(last: 9, acknowledged: 3))
+        #expect(plain == ResumePlan.make(last: 9, after: 5, gap: nil))
+        let lost = ResumePlan(clientSequence: 5, summary: Self.summary(last: 40, acknowledged: 3, lost: 30, reason: .overflow))
+        #expect(lost == ResumePlan.make(last: 40, after: 30, gap: .init(first: 6, last: 30, reason: "overflow")))
+        let expired = ResumePlan(clientSequence: 0, summary: Self.summary(last: 3, lost: 3, reason: .expired))
+        #expect(expired == ResumePlan.make(last: 3, after: 3, gap: .init(first: 1, last: 3, reason: "expired")))
+        let forgotten = ResumePlan(clientSequence: 1, summary: Self.summary(last: 12, acknowledged: 10))
+        #expect(forgotten == ResumePlan.make(last: 12, after: 10, gap: .init(first: 2, last: 10, reason: "acknowledged")))
+        let replaced = ResumePlan(clientSequence: 50, summary: Self.summary(last: 4))
+        #expect(replaced == ResumePlan.make(last: 4, after: 0, gap: nil))
+        let upToDate = ResumePlan(clientSequence: 9, summary: Self.summary(last: 9, acknowledged: 9))
+        #expect(upToDate == ResumePlan.make(last: 9, after: 9, gap: nil))
+    }
+}
+
+extension ResumePlan {
+    static func make(last: UInt64, after: UInt64, gap: SessionWire.Gap?) -> ResumePlan {
+        var plan = ResumePlan(clientSequence: 0, summary: MailboxSummary(lastSequence: 0, acknowledged: 0, lostThrough: 0, lossReason: nil, count: 0))
+        plan.lastSequence = last
+        plan.resumeAfter = after
+        plan.gap = gap
+        return plan
+    }
+}
