@@ -398,4 +398,60 @@ struct SessionTests {
             #expect(refused?.message == "\(endpoint.host):\(endpoint.port) rejected the session of client x: unknown type 0x401")
         }
     }
+
+    @Test("a store that fails while a client resumes: that attempt is refused for now, and the client retries until it works")
+    func storeFailureIsRetried() async throws {
+        let store = FlakyMailboxStore(failingOpens: [2])
+        try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: sessionConfiguration("nora"))
+                let watcher = StateWatcher(connection)
+                try await watcher.next(.connected)
+                proxy.cutAll()
+                let refused = try await watcher.next("the refused resume") { $0.reason?.code == .sessionRejected }
+                #expect(refused.phase == .reconnecting)
+                #expect(refused.reason?.message == "127.0.0.1:\(proxy.endpoint.port) could not resume client nora now: the mailbox of nora could not be opened: the store is down")
+                try await watcher.next(.connected)
+                #expect(await watcher.phases == [.connected, .reconnecting, .connecting, .reconnecting, .connecting, .connected])
+                #expect(store.opens == 3)
+                await connection.close()
+            }
+        }
+    }
+}
+
+/// An in-memory store whose `openMailbox` fails on the given calls (1 for the first).
+final class FlakyMailboxStore: MailboxStore {
+    private let base = InMemoryMailboxStore()
+    private let failing: Set<Int>
+    private let count = Lock(0)
+
+    init(failingOpens: Set<Int>) { failing = failingOpens }
+
+    var opens: Int { count.withLock { $0 } }
+
+    func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
+        try await base.append(messages, limits: limits, now: now)
+    }
+
+    func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
+        let call = count.withLock { value -> Int in
+            value += 1
+            return value
+        }
+        if failing.contains(call) { throw TetherError(code: .storeFailed, message: "the store is down") }
+        return try await base.openMailbox(for: clientID, limits: limits, now: now)
+    }
+
+    func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
+        try await base.messages(for: clientID, after: sequence, limit: limit)
+    }
+
+    func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
+        try await base.acknowledge(clientID, through: sequence)
+    }
+
+    func clientIDs() async throws -> [String] {
+        try await base.clientIDs()
+    }
 }

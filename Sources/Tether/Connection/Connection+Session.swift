@@ -80,6 +80,8 @@ extension Connection {
         let refusal = SessionWire.decode(SessionWire.Refusal.self, from: frame.payload)
         let message = refusal?.error ?? Response(frame: frame).errorMessage ?? "unexpected answer \(Response(frame: frame).text)"
         if refusal?.rejected == false {
+            // A passing failure on the server's side: this attempt failed, the next may not.
+            awaitingHello = true
             connectionLost(TetherError(code: .sessionRejected, message: "\(server) could not resume client \(settings.clientID) now: \(message)"))
             return
         }

@@ -296,7 +296,7 @@ public actor Connection {
             // Connected, but not ready: the session hello goes first, and the rest waits
             // for the server's answer (``sessionWelcomed(_:)``).
             sendHello(on: channel)
-            startHeartbeats()
+            if self.channel === channel { startHeartbeats() }
             return
         }
         startHeartbeats()
