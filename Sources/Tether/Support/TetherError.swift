@@ -44,6 +44,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case systemCall
             case encodingFailed
             case decodingFailed
+            case storeFailed
         }
 
         let value: Value
@@ -101,6 +102,8 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         public static let encodingFailed = Code(value: .encodingFailed)
         /// Content could not be decoded (for example as JSON).
         public static let decodingFailed = Code(value: .decodingFailed)
+        /// A mailbox store could not be opened, read or written.
+        public static let storeFailed = Code(value: .storeFailed)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
