@@ -14,7 +14,7 @@ enum MailboxStoreKind: String, CaseIterable, Sendable, CustomTestStringConvertib
 }
 
 /// A fresh directory under the system's temporary directory, removed with everything in it.
-private struct TemporaryDirectory {
+struct TemporaryDirectory {
     let path: String
 
     init() throws {

@@ -33,6 +33,19 @@ public struct MailboxConfiguration: Sendable {
         self.store = store
     }
 
+    /// Mailboxes in a SQLite file, created if absent: they survive a restart of the server.
+    ///
+    /// - Parameters:
+    ///   - path: The database file.
+    ///   - durability: What a write survives once it has returned.
+    /// - Returns: The configuration, with the default limits.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the file cannot be
+    ///   opened or created, or is not a usable Tether mailbox store (corrupt, truncated, or
+    ///   another application's database).
+    public static func sqlite(path: String, durability: SQLiteMailboxStore.Durability = .normal) throws(TetherError) -> MailboxConfiguration {
+        MailboxConfiguration(store: try SQLiteMailboxStore(path: path, synchronous: durability))
+    }
+
     /// Mailboxes in memory, lost when the process ends.
     public static var inMemory: MailboxConfiguration {
         MailboxConfiguration(store: InMemoryMailboxStore())

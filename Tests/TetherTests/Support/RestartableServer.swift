@@ -8,7 +8,7 @@ final class RestartableServer: Sendable {
     let port: Int
     private let running = Lock<(server: Server, task: Task<Void, any Error>)?>(nil)
     private let install: @Sendable (Server) -> Void
-    private let configure: @Sendable (inout ServerConfiguration) -> Void
+    private let configure: @Sendable (inout ServerConfiguration) throws -> Void
     /// While the server is down, a socket bound to its port (not listening, so connections
     /// are refused) keeps the port from being handed out as the source port of some other
     /// test's outgoing connection, which would stop the server from binding it again.
@@ -16,13 +16,13 @@ final class RestartableServer: Sendable {
 
     /// Starts a server on a free port of 127.0.0.1.
     init(
-        configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
+        configure: @escaping @Sendable (inout ServerConfiguration) throws -> Void = { _ in },
         handlers: @escaping @Sendable (Server) -> Void = echoHandlers
     ) async throws {
         install = handlers
         self.configure = configure
         var configuration = ServerConfiguration(port: 0)
-        configure(&configuration)
+        try configure(&configuration)
         let server = Server(configuration: configuration)
         handlers(server)
         let task = Task { try await server.run() }
@@ -57,7 +57,7 @@ final class RestartableServer: Sendable {
     /// Starts a new server on the same port.
     func start() async throws {
         var configuration = ServerConfiguration(port: port)
-        configure(&configuration)
+        try configure(&configuration)
         let server = Server(configuration: configuration)
         install(server)
         let task = Task { try await server.run() }

@@ -1,0 +1,66 @@
+import Foundation
+import Testing
+@testable import Tether
+
+/// Sessions over a real SQLite file: mailboxes outlive the server process's `Server`.
+@Suite("Sessions on SQLite", .timeLimit(.minutes(1)))
+struct SessionStorageTests {
+    @Test("the server restarted on the same SQLite file while the client is offline: the mailbox is still there and replays in order")
+    func restartWhileOffline() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let file = directory.file("mailboxes.sqlite")
+        let server = try await RestartableServer(configure: { $0.mailboxes = try .sqlite(path: file) })
+        let connection = try await Connection.connect(to: server.endpoint, configuration: sessionConfiguration("olga"))
+        let watcher = StateWatcher(connection)
+        let notifications = connection.notifications
+        try await watcher.next(.connected)
+        try await awaitClient("olga", on: server.server!)
+        for number in 0..<2 { try await server.server!.push(indexed(number), toClient: "olga") }
+        #expect(try await collect(2, from: notifications, "the live pushes").map(\.serial) == [1, 2])
+        await connection.suspend()
+        try await watcher.next(.suspended)
+        for number in 2..<7 { try await server.server!.push(indexed(number), toClient: "olga") }
+        try await server.stop()
+        try await server.start()
+        await connection.resume()
+        try await watcher.next(.connected)
+        let replayed = try await collect(5, from: notifications, "the pushes stored before the restart")
+        #expect(replayed.map(index(of:)) == Array(2..<7))
+        #expect(replayed.map(\.serial) == Array(3...7))
+        try await server.server!.push(indexed(7), toClient: "olga")
+        #expect(try await collect(1, from: notifications, "a live push after the restart") == [Frame(type: 0x10, serial: 8, payload: Array("7".utf8))])
+        #expect(await connection.metrics.duplicateNotifications == 0)
+        await connection.close()
+        try await server.stop()
+    }
+
+    @Test("a corrupt or truncated store file is a clear error when the server is configured, and the file is left as it was")
+    func corruptFile() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let garbage = directory.file("garbage.sqlite")
+        let bytes = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 7919) })
+        try bytes.write(to: URL(fileURLWithPath: garbage))
+        let error = #expect(throws: TetherError.self) { try MailboxConfiguration.sqlite(path: garbage) }
+        #expect(error?.code == .storeFailed)
+        #expect(error?.message == "mailbox store \(garbage) is not a usable database: file is not a database")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: garbage)) == bytes)
+
+        // A real store with many pages, cut in half.
+        let truncated = directory.file("truncated.sqlite")
+        do {
+            let store = try SQLiteMailboxStore(path: truncated)
+            let drafts = (0..<2000).map { MailboxMessage.Draft(clientID: "c\($0 % 10)", type: 0x10, payload: Array(repeating: 0x61, count: 200)) }
+            _ = try await store.append(drafts, limits: MailboxLimits(), now: MailboxTime(millisecondsSince1970: 0))
+        }
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: truncated)[.size] as? Int)
+        let handle = try #require(FileHandle(forWritingAtPath: truncated))
+        try handle.truncate(atOffset: UInt64(size / 2))
+        try handle.close()
+        let cut = #expect(throws: TetherError.self) { try MailboxConfiguration.sqlite(path: truncated) }
+        #expect(cut?.code == .storeFailed)
+        #expect(cut?.message.hasPrefix("mailbox store \(truncated) ") == true)
+        #expect(cut?.message.contains("malformed") == true)
+    }
+}
