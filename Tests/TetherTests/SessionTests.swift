@@ -418,6 +418,46 @@ struct SessionTests {
             }
         }
     }
+
+    @Test("bad hellos on the wire: malformed JSON, an empty or oversized client id, a second hello; each gets a refusal, and other peers are untouched")
+    func badHellos() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            let good = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("pat"))
+            let goodPushes = good.notifications
+            let cases: [(payload: String, error: String)] = [
+                ("{not json", "malformed session hello: expected {\"clientID\": …, \"lastSequence\": …}"),
+                (#"{"clientID": "", "lastSequence": 0}"#, "client id must be 1 to 256 bytes"),
+                (#"{"clientID": "\#(String(repeating: "x", count: 257))", "lastSequence": 0}"#, "client id must be 1 to 256 bytes"),
+            ]
+            for (serial, bad) in cases.enumerated() {
+                let raw = try RawSocket.connect(to: endpoint)
+                defer { raw.close() }
+                try raw.write(seedBytes(type: 0x401, serial: UInt32(serial + 1), payload: Array(bad.payload.utf8)))
+                let answer = try #require(try await raw.readFrame())
+                #expect(answer.serial == UInt32(serial + 1))
+                #expect(answer.payload == SessionWire.encode(SessionWire.Refusal(error: bad.error, rejected: true)))
+            }
+            let twice = try RawSocket.connect(to: endpoint)
+            defer { twice.close() }
+            let hello = SessionWire.encode(SessionWire.Hello(clientID: "quinn", token: nil, lastSequence: 0))
+            try twice.write(seedBytes(type: 0x401, serial: 1, payload: hello) + seedBytes(type: 0x401, serial: 2, payload: hello))
+            // Answers are matched by serial: the refusal may come first.
+            var answers: [UInt32: Frame] = [:]
+            for _ in 0..<2 {
+                let answer = try #require(try await twice.readFrame())
+                answers[answer.serial] = answer
+            }
+            #expect(answers[1]?.payload == SessionWire.encode(SessionWire.Welcome(accepted: true, clientID: "quinn", lastSequence: 0, resumeAfter: 0)))
+            #expect(answers[2]?.payload == SessionWire.encode(SessionWire.Refusal(error: "this connection is already identified as quinn", rejected: true)))
+            // A garbage acknowledgement is ignored; the session goes on.
+            try twice.write(seedBytes(type: 0x400, serial: 9, payload: Array("{]".utf8)))
+            try await server.push(indexed(5), toClient: "quinn")
+            #expect(try await twice.readFrame() == Frame(type: 0x10, serial: 1, payload: Array("5".utf8)))
+            try await server.push(indexed(6), toClient: "pat")
+            #expect(try await collect(1, from: goodPushes, "pat's push").map(\.serial) == [1])
+            await good.close()
+        }
+    }
 }
 
 /// An in-memory store whose `openMailbox` fails on the given calls (1 for the first).

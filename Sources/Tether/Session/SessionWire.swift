@@ -39,8 +39,10 @@ enum SessionWire {
     static let maximumClientIDLength = 256
 
     static func encode(_ value: some Encodable) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
         // These types always encode.
-        (try? Array(JSONEncoder().encode(value))) ?? []
+        return (try? Array(encoder.encode(value))) ?? []
     }
 
     static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8]) -> T? {
