@@ -16,9 +16,14 @@ let package = Package(
     dependencies: [],
     targets: [
         .target(name: "CTetherShims"),
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]
+        ),
         .target(
             name: "Tether",
-            dependencies: ["CTetherShims"],
+            dependencies: ["CTetherShims", "CSQLite"],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -28,7 +33,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether"],
+            dependencies: ["Tether", "CSQLite"],
             swiftSettings: strict
         ),
     ],
