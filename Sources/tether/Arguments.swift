@@ -103,11 +103,13 @@ enum Parse {
     }
 
     /// Like ``seconds(_:option:)``, but `0` or `off` switches the limit off: `nil`.
-    static func secondsOrOff(_ text: String, option: String) throws(ArgumentError) -> Duration? {
+    ///
+    /// - Parameter maximum: The most seconds allowed; a day unless given.
+    static func secondsOrOff(_ text: String, option: String, maximum: Int = 86_400) throws(ArgumentError) -> Duration? {
         if text.lowercased() == "off" { return nil }
         if let value = Double(text), value == 0 { return nil }
-        guard let value = Double(text), value.isFinite, value > 0, value <= 86_400 else {
-            throw ArgumentError("\(option) '\(text)' is not a positive number of seconds (at most 86400), 0 or off")
+        guard let value = Double(text), value.isFinite, value > 0, value <= Double(maximum) else {
+            throw ArgumentError("\(option) '\(text)' is not a positive number of seconds (at most \(maximum)), 0 or off")
         }
         return .nanoseconds(Int64((value * 1e9).rounded()))
     }

@@ -7,6 +7,7 @@ import Darwin
 #endif
 import Dispatch
 import Foundation
+import Synchronization
 import Tether
 
 /// `tether demo`: a server and a client in one process, every feature once, in about a second and a half.
@@ -15,13 +16,15 @@ struct DemoCommand: Command {
     static let summary = "run a server and a client in one process and show what Tether does"
     static let synopsis = "tether demo"
     static let help = """
-        Starts the seed demo server on 127.0.0.1 (a free port) and connects a client to it
-        in the same process, then shows:
+        Starts the seed demo server on 127.0.0.1 (a free port), with mailboxes in memory,
+        and connects a client to it in the same process, identified with a session as
+        client `demo`, then shows:
 
           1. a request and its response, and an error response for an unknown type
           2. five concurrent requests that the server answers out of order, each matched
              to its request by serial
-          3. a push received with `for await` on connection.notifications
+          3. a push to the client id, received with `for await` on
+             connection.notifications; its serial is its sequence in the client's mailbox
           4. heartbeats every 200 ms with their round-trip times
           5. a reconnect: the server stops, and the client prints each state change as
              it retries with backoff (200 ms, then ×1.6 per attempt); a request made
@@ -29,7 +32,12 @@ struct DemoCommand: Command {
              client comes back by itself, the queued request is answered and requests
              flow again. Prints the time from reconnecting to connected, and the
              connection's metrics
-          6. a clean close and the final state
+          6. the app lifecycle: the client goes to the background (suspend()), the server
+             pushes five notifications to its client id, stored in its mailbox while it is
+             away (onOfflinePush hears each); the client comes back (resume()), its
+             session resumes and it catches up on all five, in order, then gets one live
+             push
+          7. a clean close and the final state
 
         Ends by itself in about a second and a half and exits 0; exits 1 if any step
         fails. Every wait is bounded, and the whole demo gives up after 10 s.
@@ -42,6 +50,8 @@ struct DemoCommand: Command {
     static let stepLimit: Duration = .seconds(3)
     /// Bound on the whole demo.
     static let overallLimit = 10
+    /// The client id of the demo's session.
+    static let clientID = "demo"
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {}
 
@@ -53,8 +63,8 @@ struct DemoCommand: Command {
             exit(ExitStatus.failure.code)
         }
 
-        // The server running now: step 5 stops it and starts another.
-        var running = DemoServer(port: 0)
+        // The server running now: step 5 stops it and starts another, with the same mailboxes.
+        var running = DemoServer(port: 0, store: InMemoryMailboxStore())
         do {
             try await Self.tour(&running)
         } catch {
@@ -77,18 +87,20 @@ struct DemoCommand: Command {
         configuration.heartbeat = .every(.milliseconds(200))
         // Short, so that step 5 takes well under a second.
         configuration.reconnect = .backoff(initialDelay: .milliseconds(200))
+        configuration.session = SessionConfiguration(clientID: clientID)
         let connection = try await Connection.connect(
             to: Endpoint(host: address.ipAddress, port: address.port),
             configuration: configuration
         )
         let local = await connection.localAddress?.description ?? "?"
-        Console.out("client connected from \(local)")
+        Console.out("client connected from \(local), identified as client \(clientID)")
 
         try await requestAndResponse(connection)
         try await outOfOrder(connection)
         try await push(running.server, connection)
         try await heartbeats(connection)
         try await reconnect(&running, address: address, connection)
+        try await lifecycle(running.server, connection)
         try await close(connection)
     }
 
@@ -138,8 +150,8 @@ struct DemoCommand: Command {
         Console.out("\n3. push")
         let pushes = connection.notifications(ofType: SeedService.pushType)
         let frame = SeedService.push(type: SeedService.pushType, sequence: 1, time: Date().ISO8601Format())
-        let peers = await server.broadcast(frame)
-        Console.out("   server broadcast \(hex(frame.type)) serial \(frame.serial) to \(peers) peer\(peers == 1 ? "" : "s")")
+        let sequence = try await server.push(frame, toClient: clientID)
+        Console.out("   server pushed \(hex(frame.type)) to client \(clientID): sequence \(sequence) in its mailbox, sent as the serial")
         let received = try await withTimeout(stepLimit, waitingFor: "the push") {
             for await push in pushes { return push }
             throw TetherError(code: .connectionClosed, message: "the connection closed before the push arrived")
@@ -200,10 +212,10 @@ struct DemoCommand: Command {
         }
         Console.out("   -> \(hex(request.type)) \(embeddedJSON(request.payload)): waits in the queue (metrics.queuedRequests = \(waiting))")
 
-        let restarted = DemoServer(port: address.port)
+        let restarted = DemoServer(port: address.port, store: running.store)
         running = restarted
         let again = try await restarted.listeningAddress()
-        Console.out("   new server listening on \(again), with the same handlers")
+        Console.out("   new server listening on \(again), with the same handlers and mailboxes")
 
         let connectedAt = try await withTimeout(stepLimit, waitingFor: "the client to reconnect") {
             for await state in states {
@@ -224,8 +236,64 @@ struct DemoCommand: Command {
         Console.out("   metrics: \(metrics.connects) connects, \(metrics.reconnectAttempts) reconnect attempts, requests \(metrics.requestsCompleted) completed / \(metrics.requestsFailed) failed")
     }
 
+    private static func lifecycle(_ server: Server, _ connection: Connection) async throws {
+        let count = 5
+        Console.out("\n6. app lifecycle: background, pushes stored offline, catch-up on resume")
+        let pushes = connection.notifications(ofType: SeedService.pushType)
+        let events = connection.sessionEvents
+        let offline = SequenceLog()
+        server.onOfflinePush { push in offline.append(push.sequence) }
+
+        await connection.suspend()
+        try await withTimeout(stepLimit, waitingFor: "the server to see the client leave") {
+            while server.peer(forClient: clientID) != nil { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        Console.out("   client suspended (the app went to the background) after sequence \(await connection.lastSequence)")
+
+        var sequences: [UInt64] = []
+        for number in 1...count {
+            let frame = Frame(type: SeedService.pushType, payload: JSONValue.object(["message": .int(number)]).encoded)
+            sequences.append(try await server.push(frame, toClient: clientID))
+        }
+        let heard = try await withTimeout(stepLimit, waitingFor: "the offline callbacks") {
+            while offline.values.count < count { try await Task.sleep(for: .milliseconds(1)) }
+            return offline.values
+        }
+        Console.out("   server pushed \(count) notifications to client \(clientID) while it was away: stored in its mailbox as sequences \(list(sequences)) (onOfflinePush heard \(list(heard)))")
+
+        await connection.resume()
+        Console.out("   client resumed (back in the foreground)")
+        let resumed = try await withTimeout(stepLimit, waitingFor: "the session to resume") {
+            for await event in events where event.kind == .resumed { return event }
+            throw TetherError(code: .connectionClosed, message: "the connection closed before its session resumed")
+        }
+        Console.out("   session \(resumed)")
+        let caughtUp = try await withTimeout(stepLimit, waitingFor: "the \(count) stored pushes") {
+            var received: [Frame] = []
+            for await push in pushes {
+                received.append(push)
+                if received.count == count { return received }
+            }
+            throw TetherError(code: .connectionClosed, message: "the connection closed after \(received.count) of the stored pushes")
+        }
+        for push in caughtUp {
+            Console.out("   <- \(hex(push.type)) serial \(push.serial): \(push.payloadText)  caught up")
+        }
+        guard caughtUp.map({ UInt64($0.serial) }) == sequences else {
+            throw TetherError(code: .protocolError, message: "caught up on serials \(caughtUp.map(\.serial)) instead of \(list(sequences))")
+        }
+
+        let live = Frame(type: SeedService.pushType, payload: JSONValue.object(["message": .int(count + 1)]).encoded)
+        let sequence = try await server.push(live, toClient: clientID)
+        let received = try await withTimeout(stepLimit, waitingFor: "the live push") {
+            for await push in pushes { return push }
+            throw TetherError(code: .connectionClosed, message: "the connection closed before the live push arrived")
+        }
+        Console.out("   <- \(hex(received.type)) serial \(received.serial): \(received.payloadText)  live (sequence \(sequence)); last sequence \(await connection.lastSequence)")
+    }
+
     private static func close(_ connection: Connection) async throws {
-        Console.out("\n6. close")
+        Console.out("\n7. close")
         let states = connection.states
         await connection.close()
         let seen = try await withTimeout(stepLimit, waitingFor: "the closed state") {
@@ -242,21 +310,44 @@ struct DemoCommand: Command {
     }
 }
 
+/// `2, 3, 4`.
+private func list(_ sequences: [UInt64]) -> String {
+    sequences.map(String.init).joined(separator: ", ")
+}
+
+/// Sequences heard by a callback, in order.
+private final class SequenceLog: Sendable {
+    private let state = Mutex<[UInt64]>([])
+
+    func append(_ sequence: UInt64) {
+        state.withLock { $0.append(sequence) }
+    }
+
+    var values: [UInt64] { state.withLock { $0 } }
+}
+
 /// A seed server in a task of its own, so the demo can stop it and start another on its port.
 private struct DemoServer: Sendable {
     let server: Server
+    /// Its mailboxes, handed on to the next server.
+    let store: any MailboxStore
     private let task: Task<Void, Never>
     /// What ``Server/run()`` returned or threw, once it has.
     private let stopped: AsyncStream<Result<Void, any Error>>
 
     /// Starts a server on 127.0.0.1.
     ///
-    /// - Parameter port: The port; 0 picks a free one.
-    init(port: Int) {
-        let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: port))
+    /// - Parameters:
+    ///   - port: The port; 0 picks a free one.
+    ///   - store: Where its mailboxes are kept.
+    init(port: Int, store: any MailboxStore) {
+        var configuration = ServerConfiguration(host: "127.0.0.1", port: port)
+        configuration.mailboxes = MailboxConfiguration(store: store)
+        let server = Server(configuration: configuration)
         SeedService.install(on: server)
         let (stopped, ended) = AsyncStream<Result<Void, any Error>>.makeStream()
         self.server = server
+        self.store = store
         self.stopped = stopped
         task = Task {
             do {

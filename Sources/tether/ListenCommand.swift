@@ -5,6 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Synchronization
 import Tether
 
 /// `tether listen`: print pushes as JSON lines, across reconnects.
@@ -12,7 +13,8 @@ struct ListenCommand: Command {
     static let name = "listen"
     static let summary = "print the server's pushes as JSON lines; reconnects by itself"
     static let synopsis = """
-        tether listen HOST:PORT [--type TYPE] [--count N] [--max-attempts N] [--reconnect-delay SECONDS] \
+        tether listen HOST:PORT [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
+        [--max-attempts N] [--reconnect-delay SECONDS] \
         [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N]
         """
     static let help = """
@@ -31,6 +33,17 @@ struct ListenCommand: Command {
           tether: connected
           tether: reconnecting (attempt 2 in 1.6 s): connection refused by 127.0.0.1:9000
 
+        With --client-id it identifies to the server (`tether serve`) with a session: the
+        server keeps the pushes for that client id in a mailbox while it is away and
+        replays them, in order, when it comes back, after a broken connection or a restart
+        of this command. The serial printed is the push's sequence in the client's mailbox.
+        The sequence of the last push printed is saved in a state file, and the next start
+        resumes after it. Pushes are acknowledged (the server may delete them) only once
+        saved. Session events are printed on stderr:
+
+          tether: session resumed after 12; 3 waiting
+          tether: session lost 13…20 (overflow): the server no longer had them
+
         Heartbeats find a peer that stopped answering: by default one every 10 s, 5 s for
         its ack, and the connection counts as lost (and reconnects) after 3 misses in a row.
 
@@ -40,6 +53,11 @@ struct ListenCommand: Command {
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
+          --client-id ID                 identify as this client and resume where it left
+                                         off (1 to 256 bytes)
+          --token TOKEN                  a credential sent with the client id
+          --state FILE                   where the last sequence is kept (default
+                                         $HOME/.tether/listen-ID.state)
           --type TYPE                    only pushes of this type (0x2…0x400)
           --count N                      stop after N pushes
           --max-attempts N               give up after N failed reconnect attempts in a
@@ -59,8 +77,29 @@ struct ListenCommand: Command {
     var maximumAttempts: Int?
     var reconnectDelay: Duration = .seconds(1)
     var heartbeat = HeartbeatOptions()
+    var clientID: String?
+    var token: String?
+    var statePath: String?
+
+    /// The longest client id, in bytes of UTF-8.
+    static let maximumClientIDLength = 256
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        if let clientID = try arguments.option("--client-id") {
+            guard (1...Self.maximumClientIDLength).contains(clientID.utf8.count) else {
+                throw ArgumentError("--client-id must be 1 to \(Self.maximumClientIDLength) bytes")
+            }
+            self.clientID = clientID
+        }
+        if let token = try arguments.option("--token") {
+            guard clientID != nil else { throw ArgumentError("--token needs --client-id") }
+            self.token = token
+        }
+        if let path = try arguments.option("--state") {
+            guard clientID != nil else { throw ArgumentError("--state needs --client-id") }
+            guard !path.isEmpty else { throw ArgumentError("--state needs a file name") }
+            statePath = path
+        }
         if let type = try arguments.option("--type") {
             let value = try Parse.frameType(type, option: "--type")
             guard Profile.seed.classify(value) == .notification else {
@@ -98,6 +137,8 @@ struct ListenCommand: Command {
         /// The connection reached a final state by itself (the state sequence ended).
         case ended
         case signal(Int32)
+        /// The state file could not be written.
+        case failed(TetherError)
         case idle
     }
 
@@ -107,12 +148,24 @@ struct ListenCommand: Command {
         if !heartbeat.isEmpty {
             configuration.heartbeat = heartbeat.applied(to: configuration.heartbeat)
         }
+        var stateFile: SequenceFile?
+        if let clientID {
+            let file = try SequenceFile(path: statePath ?? SequenceFile.defaultPath(for: clientID))
+            var session = SessionConfiguration(clientID: clientID, token: token, resumeAfter: file.latest)
+            // Acknowledged once saved, so a push is never deleted before it is on disk.
+            session.acknowledgesAutomatically = false
+            configuration.session = session
+            stateFile = file
+        }
         // Caught from here on: a signal during the first connect takes effect once it is over.
         let watcher = SignalWatcher([SIGINT, SIGTERM])
         defer { watcher.cancel() }
         let signals = watcher.signals
 
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+        if let stateFile {
+            return await listen(on: connection, saving: stateFile, signals: signals)
+        }
         let pushes = type.map { connection.notifications(ofType: $0) } ?? connection.notifications
         let states = connection.states
         let count = count
@@ -121,7 +174,7 @@ struct ListenCommand: Command {
             group.addTask {
                 var received = 0
                 for await push in pushes {
-                    Console.out(#"{"type":\#(push.type),"serial":\#(push.serial),"content":\#(embeddedJSON(push.payload))}"#)
+                    Console.out(Self.line(for: push, serial: UInt64(push.serial)))
                     received += 1
                     if let count, received >= count { return .counted }
                 }
@@ -139,17 +192,123 @@ struct ListenCommand: Command {
                 for await number in signals { return .signal(number) }
                 return .idle
             }
-            var outcome = Outcome.idle
-            for await next in group {
-                if case .idle = next { continue }
-                outcome = next
-                break
-            }
-            // Stops the state task before close(), so our own close is not reported.
-            group.cancelAll()
-            return outcome
+            return await Self.first(of: &group)
         }
+        return await Self.finish(connection, outcome)
+    }
 
+    /// Listens with a session: prints each push, saves its sequence, and acknowledges what
+    /// is saved.
+    private func listen(on connection: Connection, saving file: SequenceFile, signals: AsyncStream<Int32>) async -> ExitStatus {
+        let resumeAfter = file.latest
+        let (pushes, events, current, early) = await connection.sessionSubscriptions()
+        // The answer to the first hello came before connect() returned, so its events, and
+        // the pushes replayed right behind it, were published before anything could
+        // subscribe. Told apart by the count of those pushes, and reported here.
+        if current < resumeAfter {
+            Console.err("tether: session reset: the server's sequence went back; restarting after \(current)")
+            file.advance(to: current, force: true)
+        } else {
+            Console.err("tether: session resumed after \(resumeAfter)")
+            let replayed = UInt64(early)
+            if current > resumeAfter + replayed {
+                Console.err("tether: session lost \(resumeAfter + 1)…\(current - replayed): the server no longer had them")
+            }
+            if replayed > 0, current >= replayed {
+                Console.err("tether: session pushes \(current - replayed + 1)…\(current) were replayed before they could be subscribed to: not printed")
+            }
+            file.advance(to: current)
+        }
+        let states = connection.states
+        let count = count
+        let type = type
+        let (saves, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        wake.yield()
+
+        let outcome = await withTaskGroup(of: Outcome.self) { group in
+            group.addTask {
+                var received = 0
+                for await push in pushes {
+                    guard push.serial != 0 else {
+                        // Not part of the session's sequence.
+                        if type == nil || push.type == type {
+                            Console.out(Self.line(for: push, serial: 0))
+                            received += 1
+                        }
+                        if let count, received >= count { return .counted }
+                        continue
+                    }
+                    let sequence = file.sequence(of: push.serial)
+                    if type == nil || push.type == type {
+                        Console.out(Self.line(for: push, serial: sequence))
+                        received += 1
+                    }
+                    file.advance(to: sequence, force: true)
+                    wake.yield()
+                    if let count, received >= count { return .counted }
+                }
+                return .idle
+            }
+            group.addTask {
+                for await event in events {
+                    Console.err("tether: session \(event)" + Self.explanation(of: event))
+                    // A gap moves the sequence on. After a reset the next push sets it (its
+                    // serial is read near the old sequence, which finds the lower one), so a
+                    // push printed before this event is handled is never saved as unseen.
+                    if event.kind == .gap {
+                        file.advance(to: event.lastSequence)
+                        wake.yield()
+                    }
+                }
+                return .idle
+            }
+            group.addTask {
+                // Writes the state file whenever it is behind, then acknowledges what it wrote.
+                for await _ in saves {
+                    do throws(TetherError) {
+                        if let saved = try file.save() { await connection.acknowledge(through: saved) }
+                    } catch {
+                        return .failed(error)
+                    }
+                }
+                return .idle
+            }
+            group.addTask {
+                for await state in states {
+                    Console.err("tether: \(state)")
+                }
+                return Task.isCancelled ? .idle : .ended
+            }
+            group.addTask {
+                for await number in signals { return .signal(number) }
+                return .idle
+            }
+            return await Self.first(of: &group)
+        }
+        wake.finish()
+        do throws(TetherError) {
+            if let saved = try file.save() { await connection.acknowledge(through: saved) }
+        } catch {
+            return await Self.finish(connection, .failed(error))
+        }
+        return await Self.finish(connection, outcome)
+    }
+
+    /// The first outcome that ends listening; the other tasks are cancelled.
+    private static func first(of group: inout TaskGroup<Outcome>) async -> Outcome {
+        var outcome = Outcome.idle
+        for await next in group {
+            if case .idle = next { continue }
+            outcome = next
+            break
+        }
+        // Stops the state task before close(), so our own close is not reported.
+        group.cancelAll()
+        return outcome
+    }
+
+    /// Closes the connection as `outcome` asks, and says how to exit.
+    private static func finish(_ connection: Connection, _ outcome: Outcome) async -> ExitStatus {
         switch outcome {
         case .counted:
             await connection.close()
@@ -161,9 +320,185 @@ struct ListenCommand: Command {
         case .ended:
             // Its state line, just printed, says why.
             return .failure
+        case .failed(let error):
+            Console.fail(error.message)
+            await connection.close()
+            return .failure
         case .idle:
             await connection.close()
             return .failure
         }
+    }
+
+    /// `{"type":2,"serial":7,"content":{…}}`.
+    private static func line(for push: Frame, serial: UInt64) -> String {
+        #"{"type":\#(push.type),"serial":\#(serial),"content":\#(embeddedJSON(push.payload))}"#
+    }
+
+    /// What a session event means for the pushes printed.
+    private static func explanation(of event: SessionEvent) -> String {
+        switch event.kind {
+        case .gap: ": the server no longer had them"
+        case .reset: ": the server's mailbox was replaced or emptied"
+        default: ""
+        }
+    }
+}
+
+extension Connection {
+    /// Subscribes to notifications and session events in one turn of the connection, and
+    /// returns the last sequence and the count of notifications received before then: what
+    /// was published before the subscriptions existed.
+    fileprivate func sessionSubscriptions() -> (Subscription<Frame>, Subscription<SessionEvent>, UInt64, Int) {
+        (notifications, sessionEvents, lastSequence, metrics.notificationsReceived)
+    }
+}
+
+/// The last sequence `listen --client-id` has printed, kept in a small file across runs:
+/// the number in decimal and a newline, replaced atomically (a temporary file, fsync, then
+/// rename) each time it is saved.
+final class SequenceFile: Sendable {
+    /// The file.
+    let path: String
+
+    private struct State {
+        /// The sequence printed last.
+        var latest: UInt64
+        /// The sequence the file holds.
+        var saved: UInt64
+    }
+
+    private let state: Mutex<State>
+    /// Held while the file is written, so two saves never interleave.
+    private let writing = Mutex<Void>(())
+
+    /// Reads the file, a missing one meaning 0, and writes it back: a file that cannot be
+    /// written fails now rather than at the first push.
+    ///
+    /// - Throws: ``TetherError`` when the file cannot be read or written, or does not hold
+    ///   a sequence.
+    init(path: String) throws(TetherError) {
+        self.path = path
+        let sequence = try Self.load(path)
+        try Self.store(sequence, to: path)
+        state = Mutex(State(latest: sequence, saved: sequence))
+    }
+
+    /// `$HOME/.tether/listen-ID.state`, creating `$HOME/.tether`. Bytes of the client id
+    /// other than letters, digits, `.`, `_` and `-` are written as `%XX`.
+    ///
+    /// - Throws: ``TetherError`` when `HOME` is not set or the directory cannot be made.
+    static func defaultPath(for clientID: String) throws(TetherError) -> String {
+        guard let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty else {
+            throw TetherError(code: .invalidArgument, message: "HOME is not set: give the state file with --state FILE")
+        }
+        let directory = home + "/.tether"
+        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
+            throw TetherError(code: .systemCall, message: "cannot create \(directory): \(String(cString: strerror(errno)))")
+        }
+        var name = ""
+        for byte in clientID.utf8 {
+            let safe = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == 0x2E || byte == 0x5F || byte == 0x2D
+            if safe {
+                name.append(Character(Unicode.Scalar(byte)))
+            } else {
+                let digits = String(byte, radix: 16, uppercase: true)
+                name += "%" + (digits.count == 1 ? "0" : "") + digits
+            }
+        }
+        return "\(directory)/listen-\(name).state"
+    }
+
+    /// The sequence printed last.
+    var latest: UInt64 { state.withLock { $0.latest } }
+
+    /// The 64-bit sequence a push's 32-bit serial stands for: the one nearest the last.
+    func sequence(of serial: UInt32) -> UInt64 {
+        let near = latest
+        let delta = Int64(Int32(bitPattern: serial &- UInt32(truncatingIfNeeded: near)))
+        if delta < 0, UInt64(-delta) > near { return UInt64(serial) }
+        return delta < 0 ? near - UInt64(-delta) : near + UInt64(delta)
+    }
+
+    /// Moves the sequence to `sequence`: only forward, unless `force` (a push or a reset
+    /// decides where the sequence is, a gap only moves it on).
+    func advance(to sequence: UInt64, force: Bool = false) {
+        state.withLock { state in
+            if force || sequence > state.latest { state.latest = sequence }
+        }
+    }
+
+    /// Writes the sequence if the file is behind.
+    ///
+    /// - Returns: The sequence written, or `nil` when the file was up to date.
+    /// - Throws: ``TetherError`` when the file cannot be written.
+    func save() throws(TetherError) -> UInt64? {
+        try writing.withLock { _ throws(TetherError) -> UInt64? in
+            let sequence = state.withLock { $0.saved == $0.latest ? nil : $0.latest }
+            guard let sequence else { return nil }
+            try Self.store(sequence, to: path)
+            state.withLock { $0.saved = sequence }
+            return sequence
+        }
+    }
+
+    private static func load(_ path: String) throws(TetherError) -> UInt64 {
+        let fd = open(path, O_RDONLY)
+        if fd < 0 {
+            if errno == ENOENT { return 0 }
+            throw failure("cannot read the state file \(path)")
+        }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 256)
+        while bytes.count <= 64 {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw failure("cannot read the state file \(path)")
+            }
+            if count == 0 { break }
+            bytes += buffer[..<count]
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
+        let words = text.split(whereSeparator: \.isWhitespace)
+        guard bytes.count <= 64, words.count == 1, let sequence = UInt64(words[0]) else {
+            let shown = String(text.prefix(20)).debugDescription + (text.count > 20 ? "…" : "")
+            throw TetherError(
+                code: .decodingFailed,
+                message: "the state file \(path) is malformed: expected the last sequence (a whole number), found \(shown); fix or delete it"
+            )
+        }
+        return sequence
+    }
+
+    private static func store(_ sequence: UInt64, to path: String) throws(TetherError) {
+        let temporary = path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { throw failure("cannot write the state file \(temporary)") }
+        var bytes = Array("\(sequence)\n".utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                let error = failure("cannot write the state file \(temporary)")
+                close(fd)
+                throw error
+            }
+            bytes = bytes.dropFirst(written)
+        }
+        if fsync(fd) != 0 {
+            let error = failure("cannot write the state file \(temporary)")
+            close(fd)
+            throw error
+        }
+        close(fd)
+        guard rename(temporary, path) == 0 else { throw failure("cannot replace the state file \(path)") }
+    }
+
+    /// `message: <strerror(errno)>`.
+    private static func failure(_ message: String) -> TetherError {
+        TetherError(code: .systemCall, message: "\(message): \(String(cString: strerror(errno)))")
     }
 }

@@ -6,6 +6,7 @@ import Musl
 import Darwin
 #endif
 import Foundation
+import Synchronization
 import Tether
 
 /// `tether serve`: the seed demo server, until SIGINT or SIGTERM.
@@ -14,6 +15,7 @@ struct ServeCommand: Command {
     static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
     static let synopsis = """
         tether serve [--host HOST] [--port PORT] [--push-every SECONDS [--push-type TYPE]] \
+        [--store FILE] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS]
         """
     static let help = """
@@ -25,15 +27,31 @@ struct ServeCommand: Command {
           0x1    heartbeats are acked with the same serial
           other  answered with {"error": "unknown type 0x…"}
 
+        Sessions are on: a client that identifies (`tether listen --client-id ID`) gets a
+        mailbox, and pushes to it are numbered, stored, written at once when it is
+        connected and replayed when it comes back. The mailboxes are kept in memory, or in
+        the SQLite file given with --store, which keeps them across restarts of the server.
+
         Prints `listening on HOST:PORT` on stdout once it accepts connections; logs peers
-        on stderr, with the reason each one left (an idle or handshake timeout among them).
+        on stderr, with the reason each one left (an idle or handshake timeout among them),
+        and the client id each one identifies as.
 
         options:
           --host HOST                   address to listen on (default 127.0.0.1)
           --port PORT                   port; 0 picks a free one (default 9000)
-          --push-every SECONDS          broadcast a notification to every peer this often:
-                                        serial n, content {"seq": n, "time": "<ISO 8601>"}
+          --push-every SECONDS          push tick n this often, content {"seq": n, "time":
+                                        "<ISO 8601>"}: to every client id the server has
+                                        seen, connected or not (its mailbox keeps it; the
+                                        serial is the client's own sequence), and to every
+                                        connected peer that never identified (serial n);
+                                        logs `tick n: C clients (O offline)` on stderr
           --push-type TYPE              its type, 0x2…0x400 (default 0x2)
+          --store FILE                  keep the mailboxes in this SQLite file, created if
+                                        missing (default: in memory, lost on exit)
+          --mailbox-limit N             the most pushes one mailbox keeps; the oldest go
+                                        first, and the client is told (default 10000)
+          --mailbox-age SECONDS         drop pushes older than this; 0 or off keeps them
+                                        until the limit (default 604800, 7 days)
           --idle-timeout SECONDS        close a peer that sends nothing at all, not even a
                                         heartbeat, for this long; 0 or off keeps quiet
                                         peers (default 60)
@@ -49,6 +67,11 @@ struct ServeCommand: Command {
     var pushType = SeedService.pushType
     var idleTimeout = ServerConfiguration().idleTimeout
     var handshakeTimeout = ServerConfiguration().handshakeTimeout
+    var storePath: String?
+    var mailboxLimits = MailboxLimits()
+
+    /// The longest `--mailbox-age`: ten years.
+    static let maximumMailboxAge = 10 * 365 * 86_400
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         if let host = try arguments.option("--host") {
@@ -67,6 +90,16 @@ struct ServeCommand: Command {
             guard Profile.seed.classify(pushType) == .notification else {
                 throw ArgumentError("--push-type \(hex(pushType)) is not a notification type (0x2…0x400)")
             }
+        }
+        if let path = try arguments.option("--store") {
+            guard !path.isEmpty else { throw ArgumentError("--store needs a file name") }
+            storePath = path
+        }
+        if let limit = try arguments.option("--mailbox-limit") {
+            mailboxLimits.maximumMessages = try Parse.count(limit, option: "--mailbox-limit")
+        }
+        if let age = try arguments.option("--mailbox-age") {
+            mailboxLimits.maximumAge = try Parse.secondsOrOff(age, option: "--mailbox-age", maximum: Self.maximumMailboxAge)
         }
         if let timeout = try arguments.option("--idle-timeout") {
             idleTimeout = try Parse.secondsOrOff(timeout, option: "--idle-timeout")
@@ -87,8 +120,16 @@ struct ServeCommand: Command {
         var configuration = ServerConfiguration(host: host, port: port)
         configuration.idleTimeout = idleTimeout
         configuration.handshakeTimeout = handshakeTimeout
+        var mailboxes = try mailboxConfiguration()
+        mailboxes.limits = mailboxLimits
+        configuration.mailboxes = mailboxes
         let server = Server(configuration: configuration)
         SeedService.install(on: server)
+        let book = PeerBook()
+        server.authenticate { hello in
+            book.identified(hello.peer, as: hello.clientID)
+            Console.err("\(hello.peer) identified as client \(hello.clientID), resuming after \(hello.lastSequence)")
+        }
         let watcher = SignalWatcher([SIGINT, SIGTERM])
         defer { watcher.cancel() }
         let signals = watcher.signals
@@ -107,13 +148,14 @@ struct ServeCommand: Command {
             }
             group.addTask {
                 for await event in server.events {
-                    if let line = Self.logLine(for: event) { Console.err(line) }
+                    if let line = Self.logLine(for: event, book: book) { Console.err(line) }
+                    book.record(event)
                 }
                 return .idle
             }
             if let pushInterval {
                 group.addTask {
-                    try await Self.broadcast(on: server, every: pushInterval, type: pushType)
+                    try await Self.tick(on: server, book: book, every: pushInterval, type: pushType)
                     return .idle
                 }
             }
@@ -146,9 +188,16 @@ struct ServeCommand: Command {
         return .success
     }
 
+    /// The mailboxes: in the `--store` file, or in memory.
+    private func mailboxConfiguration() throws(TetherError) -> MailboxConfiguration {
+        guard let storePath else { return .inMemory }
+        return MailboxConfiguration(store: try SQLiteMailboxStore(path: storePath))
+    }
+
     /// `peer#3 connected from 127.0.0.1:53422`, or `nil` for events not worth a line.
-    private static func logLine(for event: ServerEvent) -> String? {
-        let peer = event.peer.map(String.init(describing:)) ?? "peer"
+    private static func logLine(for event: ServerEvent, book: PeerBook) -> String? {
+        var peer = event.peer.map(String.init(describing:)) ?? "peer"
+        if let id = event.peer, let clientID = book.clientID(of: id) { peer += " (client \(clientID))" }
         let reason = event.reason.map { ": \($0.message)" } ?? ""
         switch event.kind {
         case .peerConnected: return "\(peer) connected from \(event.address)"
@@ -158,15 +207,81 @@ struct ServeCommand: Command {
         }
     }
 
-    /// Broadcasts numbered pushes until cancelled.
-    private static func broadcast(on server: Server, every interval: Duration, type: UInt32) async throws {
+    /// Pushes tick after tick until cancelled: to every client id, stored in its mailbox,
+    /// and to every connected peer that has not identified.
+    private static func tick(on server: Server, book: PeerBook, every interval: Duration, type: UInt32) async throws {
         _ = try await server.listeningAddress()
         var sequence: UInt32 = 0
         while true {
             try await Task.sleep(for: interval)
             sequence = sequence == .max ? 1 : sequence + 1
-            let time = Date().ISO8601Format()
-            await server.broadcast(SeedService.push(type: type, sequence: sequence, time: time))
+            let frame = SeedService.push(type: type, sequence: sequence, time: Date().ISO8601Format())
+            do {
+                let clients = try await server.clientIDs()
+                if !clients.isEmpty {
+                    let offline = clients.count { server.peer(forClient: $0) == nil }
+                    try await server.push(frame, toClients: clients)
+                    Console.err("tick \(sequence): \(clients.count) client\(clients.count == 1 ? "" : "s") (\(offline) offline)")
+                }
+            } catch {
+                Console.err("tick \(sequence): \(error.message)")
+            }
+            // A client's connection must not get the tick twice, nor a serial outside its
+            // sequence: its pushes come from its mailbox only.
+            for peer in server.peers where book.isAnonymous(peer.id) {
+                guard await peer.clientID == nil else { continue }
+                try? await peer.push(frame)
+            }
+        }
+    }
+}
+
+/// What `serve` knows of its peers beyond ``Server/peers``: when each connected, and which
+/// ones sent a session hello (and as whom).
+private final class PeerBook: Sendable {
+    private struct State {
+        var connectedAt: [PeerID: ContinuousClock.Instant] = [:]
+        var clientIDs: [PeerID: String] = [:]
+    }
+
+    /// How long a new peer is given to identify before it counts as anonymous. A client
+    /// with a session sends its hello first thing, and a notification with a serial that
+    /// reaches it before the server's answer would be taken for one of its sequence.
+    static let grace: Duration = .milliseconds(100)
+
+    private let state = Mutex(State())
+
+    /// Notes connects and disconnects.
+    func record(_ event: ServerEvent) {
+        guard let peer = event.peer else { return }
+        state.withLock { state in
+            switch event.kind {
+            case .peerConnected:
+                state.connectedAt[peer] = ContinuousClock.now
+            case .peerDisconnected:
+                state.connectedAt.removeValue(forKey: peer)
+                state.clientIDs.removeValue(forKey: peer)
+            default:
+                break
+            }
+        }
+    }
+
+    /// `peer` sent a session hello for `clientID`.
+    func identified(_ peer: PeerID, as clientID: String) {
+        state.withLock { $0.clientIDs[peer] = clientID }
+    }
+
+    /// The client id `peer` identified as, if it did.
+    func clientID(of peer: PeerID) -> String? {
+        state.withLock { $0.clientIDs[peer] }
+    }
+
+    /// Whether `peer` has been connected for longer than ``grace`` without a hello.
+    func isAnonymous(_ peer: PeerID) -> Bool {
+        state.withLock { state in
+            guard state.clientIDs[peer] == nil, let connectedAt = state.connectedAt[peer] else { return false }
+            return ContinuousClock.now - connectedAt >= Self.grace
         }
     }
 }
