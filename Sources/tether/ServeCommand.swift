@@ -191,7 +191,7 @@ struct ServeCommand: Command {
     /// The mailboxes: in the `--store` file, or in memory.
     private func mailboxConfiguration() throws(TetherError) -> MailboxConfiguration {
         guard let storePath else { return .inMemory }
-        return MailboxConfiguration(store: try SQLiteMailboxStore(path: storePath))
+        return try .sqlite(path: storePath)
     }
 
     /// `peer#3 connected from 127.0.0.1:53422`, or `nil` for events not worth a line.
@@ -226,62 +226,37 @@ struct ServeCommand: Command {
             } catch {
                 Console.err("tick \(sequence): \(error.message)")
             }
-            // A client's connection must not get the tick twice, nor a serial outside its
-            // sequence: its pushes come from its mailbox only.
+            // An identified client gets its tick from its mailbox only, not twice.
             for peer in server.peers where book.isAnonymous(peer.id) {
-                guard await peer.clientID == nil else { continue }
                 try? await peer.push(frame)
             }
         }
     }
 }
 
-/// What `serve` knows of its peers beyond ``Server/peers``: when each connected, and which
-/// ones sent a session hello (and as whom).
+/// Which peers sent a session hello, and as whom: for the log, and so that the ticks for
+/// anonymous peers skip them (theirs come from their mailboxes).
 private final class PeerBook: Sendable {
-    private struct State {
-        var connectedAt: [PeerID: ContinuousClock.Instant] = [:]
-        var clientIDs: [PeerID: String] = [:]
-    }
+    private let clientIDs = Mutex<[PeerID: String]>([:])
 
-    /// How long a new peer is given to identify before it counts as anonymous. A client
-    /// with a session sends its hello first thing, and a notification with a serial that
-    /// reaches it before the server's answer would be taken for one of its sequence.
-    static let grace: Duration = .milliseconds(100)
-
-    private let state = Mutex(State())
-
-    /// Notes connects and disconnects.
+    /// Forgets peers that left.
     func record(_ event: ServerEvent) {
-        guard let peer = event.peer else { return }
-        state.withLock { state in
-            switch event.kind {
-            case .peerConnected:
-                state.connectedAt[peer] = ContinuousClock.now
-            case .peerDisconnected:
-                state.connectedAt.removeValue(forKey: peer)
-                state.clientIDs.removeValue(forKey: peer)
-            default:
-                break
-            }
-        }
+        guard let peer = event.peer, event.kind == .peerDisconnected else { return }
+        _ = clientIDs.withLock { $0.removeValue(forKey: peer) }
     }
 
     /// `peer` sent a session hello for `clientID`.
     func identified(_ peer: PeerID, as clientID: String) {
-        state.withLock { $0.clientIDs[peer] = clientID }
+        clientIDs.withLock { $0[peer] = clientID }
     }
 
     /// The client id `peer` identified as, if it did.
     func clientID(of peer: PeerID) -> String? {
-        state.withLock { $0.clientIDs[peer] }
+        clientIDs.withLock { $0[peer] }
     }
 
-    /// Whether `peer` has been connected for longer than ``grace`` without a hello.
+    /// Whether `peer` has not sent a session hello.
     func isAnonymous(_ peer: PeerID) -> Bool {
-        state.withLock { state in
-            guard state.clientIDs[peer] == nil, let connectedAt = state.connectedAt[peer] else { return false }
-            return ContinuousClock.now - connectedAt >= Self.grace
-        }
+        clientIDs.withLock { $0[peer] == nil }
     }
 }

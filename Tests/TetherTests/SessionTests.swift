@@ -290,7 +290,9 @@ struct SessionTests {
             let notifications = fresh.notifications
             try await server.push(indexed(1), toClient: "hana")
             #expect(try await collect(1, from: notifications, "the push").map(index(of:)) == [1])
-            #expect(server.peerCount == 1)
+            try await bounded("the older peer to be gone on the server") {
+                while server.peerCount != 1 { try await Task.sleep(for: .milliseconds(1)) }
+            }
             await fresh.close()
         }
     }
@@ -456,6 +458,63 @@ struct SessionTests {
             try await server.push(indexed(6), toClient: "pat")
             #expect(try await collect(1, from: goodPushes, "pat's push").map(\.serial) == [1])
             await good.close()
+        }
+    }
+
+    @Test("pushes replayed as a fresh connection opens reach a subscription made after connect() returns; with init and connect(), events too")
+    func replayOnFirstConnect() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            for number in 0..<5 { try await server.push(indexed(number), toClient: "rita") }
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("rita"))
+            let pushes = try await collect(5, from: connection.notifications, "the pushes stored before the first connect")
+            #expect(pushes.map(\.serial) == Array(1...5))
+            await connection.close()
+
+            for number in 5..<8 { try await server.push(indexed(number), toClient: "sam") }
+            let early = Connection(to: endpoint, configuration: sessionConfiguration("sam"))
+            let events = early.sessionEvents
+            let notifications = early.notifications
+            try await early.connect()
+            #expect(try await collect(1, from: events, "the first resume") == [SessionEvent(kind: .resumed, lastSequence: 0, serverSequence: 3)])
+            #expect(try await collect(3, from: notifications, "sam's pushes").map(index(of:)) == [5, 6, 7])
+            let again = await #expect(throws: TetherError.self) { try await early.connect() }
+            #expect(again?.code == .invalidArgument)
+            await early.close()
+        }
+    }
+
+    @Test("plain pushes to an identified client go out with serial 0 and leave its sequence alone")
+    func plainPushesToSessions() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("tom"))
+            let notifications = connection.notifications
+            try await awaitClient("tom", on: server)
+            #expect(await server.broadcast(Frame(type: 0x11, serial: 77, payload: [1])) == 1)
+            try await server.push(indexed(0), toClient: "tom")
+            #expect(try await collect(2, from: notifications, "both pushes") == [
+                Frame(type: 0x11, serial: 0, payload: [1]),
+                Frame(type: 0x10, serial: 1, payload: Array("0".utf8)),
+            ])
+            #expect(await connection.lastSequence == 1)
+            await connection.close()
+        }
+    }
+
+    @Test("a replay far larger than the subscriber buffer size loses nothing for a subscriber that consumes late")
+    func replayLargerThanBuffers() async throws {
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            let drafts = Array(repeating: "uma", count: 3000)
+            _ = try await server.push(indexed(0), toClients: drafts)
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("uma") {
+                $0.limits.subscriberBufferSize = 16
+            })
+            let notifications = connection.notifications
+            // Everything arrives before the subscriber reads a single element.
+            try await until("the replay to arrive", connection) { $0.notificationsReceived == 3000 }
+            let received = try await collect(3000, from: notifications, "the replay")
+            #expect(received.map(\.serial) == Array(1...3000))
+            #expect(await connection.metrics.droppedElements == 0)
+            await connection.close()
         }
     }
 }

@@ -59,7 +59,8 @@ extension Connection: ChannelDelegate {
             completeRequest(with: frame)
         case .notification:
             counters.notificationsReceived += 1
-            if session != nil, frame.serial != 0, !acceptSequenced(frame) { return }
+            // Before the welcome nothing is sequenced: pushes then are plain ones.
+            if session != nil, frame.serial != 0, !awaitingHello, !acceptSequenced(frame) { return }
             notificationFeed.publish(frame)
         case .heartbeat:
             heartbeatAcked(frame)

@@ -79,6 +79,8 @@ public actor Connection {
     var random = SystemRandomNumberGenerator()
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
+    /// Set by the first ``connect()``.
+    var opened = false
     /// Where the session stands, with ``ConnectionConfiguration/session``.
     var session: ClientSessionState?
     /// Set from the hello until the server accepts it; requests and frames wait meanwhile.
@@ -114,7 +116,11 @@ public actor Connection {
         self.codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         let size = configuration.limits.subscriberBufferSize
         frameFeed = Broadcaster(bufferSize: size)
-        notificationFeed = Broadcaster(bufferSize: size)
+        // With a session no push may be lost once it counts as delivered (and acknowledged):
+        // subscribers' buffers are unbounded, and pushes replayed as the connection opens are
+        // kept for the first subscriber, who usually subscribes just after connect() returns.
+        let sessions = configuration.session != nil
+        notificationFeed = Broadcaster(bufferSize: size, holdsUntilSubscribed: sessions, lossless: sessions)
         heartbeatFeed = Broadcaster(bufferSize: size)
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
         sessionFeed = Broadcaster(bufferSize: size)
@@ -150,6 +156,34 @@ public actor Connection {
         return connection
     }
 
+    /// Creates a connection without connecting yet: subscribe to its sequences first, then
+    /// call ``connect()``, so that nothing that arrives as it opens is missed (the pushes a
+    /// session replays on connect, the first states).
+    ///
+    /// ```swift
+    /// let connection = Connection(to: endpoint, configuration: configuration)
+    /// let pushes = connection.notifications
+    /// try await connection.connect()
+    /// for await push in pushes { … }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - endpoint: The host and port.
+    ///   - configuration: How the connection behaves.
+    public init(to endpoint: Endpoint, configuration: ConnectionConfiguration = .defaults) {
+        self.init(endpoint: endpoint, configuration: configuration)
+    }
+
+    /// Connects a connection made with ``init(to:configuration:)``, and returns once it is
+    /// connected; see ``connect(to:configuration:)`` for how.
+    ///
+    /// - Throws: ``TetherError`` as ``connect(to:configuration:)`` does, with
+    ///   ``TetherError/Code/invalidArgument`` when called a second time, or
+    ///   `CancellationError`.
+    public func connect() async throws {
+        try await open()
+    }
+
     /// Opens a connection, runs `body` with it, and closes it when `body` returns or throws.
     ///
     /// - Parameters:
@@ -177,6 +211,10 @@ public actor Connection {
     }
 
     private func open() async throws {
+        guard !opened else {
+            throw TetherError(code: .invalidArgument, message: "connect() was already called on the connection to \(endpoint)")
+        }
+        opened = true
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 openWaiter = continuation

@@ -23,6 +23,11 @@ public struct Limits: Sendable, Hashable {
     /// and ``Connection/heartbeats`` may have waiting. When a slow subscriber's buffer is
     /// full the oldest element is dropped for that subscriber and counted in
     /// ``ConnectionMetrics/droppedElements``. Default 4,096.
+    ///
+    /// With a ``ConnectionConfiguration/session`` the subscribers of
+    /// ``Connection/notifications`` are not bounded by it: a push delivered there has been
+    /// acknowledged to the server, so dropping it would lose it. A subscriber that stops
+    /// consuming then holds every push that arrives for it.
     public var subscriberBufferSize: Int = 4_096
 
     /// The defaults.

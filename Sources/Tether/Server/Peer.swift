@@ -195,11 +195,21 @@ public actor Peer {
 
     /// Sends a frame to this peer: a push, usually.
     ///
-    /// - Parameter frame: The frame, sent as is.
+    /// On a peer whose client sent a session hello, the serial of a push carries its
+    /// session sequence, so a push sent here (not through the client's mailbox) goes out with
+    /// serial 0, which the client delivers as an unsequenced push.
+    ///
+    /// - Parameter frame: The frame, sent as is but for that serial.
     /// - Throws: ``TetherError`` when the peer is gone or its outbound buffer is full.
     public func push(_ frame: Frame) throws(TetherError) {
         guard let channel else {
             throw TetherError(code: .notConnected, message: "\(id) at \(remoteAddress) is not connected")
+        }
+        if claimedClientID != nil, frame.serial != 0, configuration.profile.classify(frame.type) == .notification {
+            var plain = frame
+            plain.serial = 0
+            try write(plain, on: channel)
+            return
         }
         try write(frame, on: channel)
     }

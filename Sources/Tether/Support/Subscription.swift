@@ -52,26 +52,47 @@ final class Broadcaster<Element: Sendable>: Sendable {
         var finished = false
         /// Elements replayed to each new subscriber (the current state, for `states`).
         var replay: Element?
+        /// Elements published while nobody was subscribed, for the first subscriber.
+        var held: [Element] = []
         var dropped = 0
     }
 
     private let state = Lock(State())
     private let bufferSize: Int
     private let keepsLatest: Bool
+    private let holdsUntilSubscribed: Bool
+    private let lossless: Bool
 
     /// - Parameters:
     ///   - bufferSize: Elements each subscriber may have waiting.
     ///   - keepsLatest: Whether a new subscriber first gets the latest published element.
-    init(bufferSize: Int, keepsLatest: Bool = false) {
-        self.bufferSize = max(1, bufferSize)
+    ///   - holdsUntilSubscribed: Whether elements published while nobody is subscribed are
+    ///     kept for the first subscriber.
+    ///   - lossless: Whether nothing is ever dropped: subscribers' buffers and the held
+    ///     elements grow as needed, and `bufferSize` is ignored.
+    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false) {
+        self.bufferSize = lossless ? .max : max(1, bufferSize)
         self.keepsLatest = keepsLatest
+        self.holdsUntilSubscribed = holdsUntilSubscribed
+        self.lossless = lossless
     }
 
     func subscribe(where filter: (@Sendable (Element) -> Bool)? = nil) -> Subscription<Element> {
-        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(bufferSize))
+        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: lossless ? .unbounded : .bufferingNewest(bufferSize))
         let finished = state.withLock { state -> Bool in
             if let replay = state.replay, filter?(replay) ?? true {
                 continuation.yield(replay)
+            }
+            if !state.held.isEmpty {
+                // The first subscriber takes what was held; what its filter refuses is dropped.
+                for element in state.held {
+                    if filter?(element) ?? true {
+                        if case .dropped = continuation.yield(element) { state.dropped += 1 }
+                    } else {
+                        state.dropped += 1
+                    }
+                }
+                state.held.removeAll()
             }
             if state.finished { return true }
             let id = state.nextID
@@ -94,9 +115,17 @@ final class Broadcaster<Element: Sendable>: Sendable {
     /// Delivers `element` to every subscriber whose filter accepts it.
     func publish(_ element: Element) {
         // A subscriber that joins concurrently may miss this element: it subscribed "from now".
-        if !keepsLatest && subscriberCount.load(ordering: .relaxed) == 0 { return }
+        if !keepsLatest && !holdsUntilSubscribed && subscriberCount.load(ordering: .relaxed) == 0 { return }
         state.withLock { state in
             if keepsLatest { state.replay = element }
+            if holdsUntilSubscribed && state.subscribers.isEmpty && !state.finished {
+                if state.held.count >= bufferSize {
+                    state.held.removeFirst()
+                    state.dropped += 1
+                }
+                state.held.append(element)
+                return
+            }
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
                 if case .dropped = subscriber.continuation.yield(element) {
                     state.dropped += 1
