@@ -6,6 +6,8 @@ import PackageDescription
 //   bench-server  an echo server for the seed protocol: Tether's `Server` or SwiftNIO
 //   bench-client  a closed-loop load generator: Tether's `Connection`, a NIO
 //                 ChannelHandler client or a NIOAsyncChannel client with continuations
+//   bench-sessions  sessions and mailboxes: replay of a full mailbox, and sequenced
+//                 pushes to 1,000 identified clients, server and clients in one process
 //   bench-report  turns the RESULT lines of a run into the markdown tables
 //   TetherBenchmarks  package-benchmark: allocations per request round trip
 //
@@ -45,6 +47,13 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "bench-sessions",
+            dependencies: [
+                "BenchCore",
+                .product(name: "Tether", package: "Tether"),
             ]
         ),
         .executableTarget(

@@ -5,14 +5,14 @@
 # Tether's ratio to each peer.
 #
 #   scripts/bench.sh [--quick] [--duration S] [--warmup S] [--repeat N]
-#                    [--scenarios abcdefg] [--tether-executor default|loop] [--out FILE]
+#                    [--scenarios abcdefgh] [--tether-executor default|loop] [--out FILE]
 #
 #   --quick       1 s runs, 1 repetition, scenarios a–d, only tether↔tether,
 #                 nio↔nio-handler and c↔c
 #   --duration S  measured seconds per run (default 4)
 #   --warmup S    unmeasured seconds before each (default 1)
 #   --repeat N    repetitions; runs are interleaved (A B C A B C …) (default 3)
-#   --scenarios   which scenarios to run (default abcdefg; abcd with --quick)
+#   --scenarios   which scenarios to run (default abcdefgh; abcd with --quick)
 #   --tether-executor default|loop
 #                 where the Tether client's request tasks run: the global concurrent
 #                 executor, as an application's tasks do (default), or their connection's
@@ -22,7 +22,9 @@
 # Scenarios: a. 1 connection, 1 request in flight, 64 B; b. 1 connection, 100 in flight,
 # 64 B; c. 100 connections × 10 in flight, 64 B; d. 1 connection, 4 in flight, 1 MiB;
 # e. server memory per idle connection, 10,000 connections; f. push fan-out from one
-# server to 1,000 clients; g. heap allocations per request (package-benchmark).
+# server to 1,000 clients; g. heap allocations per request (package-benchmark); h. sessions:
+# replay of 200,000 stored pushes to one resuming client, and sequenced pushes to 1,000
+# identified clients, SQLite and in-memory mailboxes against plain broadcast (bench-sessions).
 #
 # All traffic stays on 127.0.0.1. Servers listen on random free high ports and are killed
 # with SIGKILL when the script exits.
@@ -42,7 +44,7 @@ duration_set=0
 warmup_set=0
 repeat_set=0
 
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -63,13 +65,13 @@ if [[ $quick == 1 ]]; then
     [[ $repeat_set == 1 ]] || repeat=1
     [[ -n $scenarios ]] || scenarios="abcd"
 fi
-[[ -n $scenarios ]] || scenarios="abcdefg"
+[[ -n $scenarios ]] || scenarios="abcdefgh"
 if [[ $tether_executor != default && $tether_executor != loop ]]; then
     echo "bench.sh: --tether-executor takes default or loop, not $tether_executor" >&2
     exit 2
 fi
-if [[ ! $scenarios =~ ^[a-g]+$ ]]; then
-    echo "bench.sh: --scenarios takes letters a to g, not $scenarios" >&2
+if [[ ! $scenarios =~ ^[a-h]+$ ]]; then
+    echo "bench.sh: --scenarios takes letters a to h, not $scenarios" >&2
     exit 2
 fi
 has() { [[ $scenarios == *"$1"* ]]; }
@@ -88,7 +90,8 @@ cc -O2 -Wall -Wextra -o "$cbin/client" "$package/c/client.c" -lpthread
 cc -O2 -Wall -Wextra -o "$cbin/idle" "$package/c/idle.c"
 cc -O2 -Wall -Wextra -o "$cbin/fanout" "$package/c/fanout.c"
 
-# 10,000 idle connections need as many descriptors on each side.
+# 10,000 idle connections need as many descriptors on each side; scenario h holds both
+# ends of 1,000 connections in one process.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 idle_connections=10000
 if (( $(ulimit -n) < idle_connections + 256 )); then
@@ -290,6 +293,44 @@ run_allocations() {
     grep 'scenario=g' "$results" | sed 's/^.*client=/      /' >&2 || true
 }
 
+# h: bench-sessions, server and clients in one process, one case per run. Replay of a full
+# mailbox to one client, from SQLite and from memory, then pushes to 1,000 identified
+# clients (one pusher, then 4 at once) with SQLite, in memory, and plain broadcast. The
+# in-memory pushes are fast enough to take more rounds for a measurable time.
+run_sessions() { # rep
+    local rep="$1" run store kind args expected output status line client this
+    for run in replay:sqlite replay:memory push:sqlite push:memory push:broadcast; do
+        kind="${run%%:*}" store="${run##*:}"
+        if [[ $kind == replay ]]; then
+            args="--messages 200000 --batch 1000"
+            expected="replay"
+        else
+            args="--clients 1000 --rounds $([[ $store == memory ]] && echo 400 || echo 100) --warmup 5"
+            expected="push1 push4"
+        fi
+        # shellcheck disable=SC2086
+        if output=$(timeout -s KILL 120 "$bin/bench-sessions" --case "$kind" --store "$store" --size 64 $args \
+                2>"$work/client.err"); then
+            status=ok
+        else
+            status="failed(rc=$?)"
+        fi
+        for client in $expected; do
+            if [[ $client == replay ]]; then
+                line=$(grep '^RESULT case=replay ' <<<"$output" | tail -1 || true)
+            else
+                line=$(grep "^RESULT case=push .* pushers=${client#push} " <<<"$output" | tail -1 || true)
+            fi
+            this="$status"
+            [[ -n $line ]] || this="failed(no-result)"
+            echo "RUN rep=$rep scenario=h server=$store client=$client status=$this $line" >> "$results"
+            printf '  h  %-9s %-10s %s %s\n' "$store" "$client" "$this" \
+                "$(grep -oE '(fill_aps|nps)=[0-9]*' <<<"$line" | tr '\n' ' ')" >&2
+        done
+        [[ $status == ok ]] || sed 's/^/      bench-sessions: /' "$work/client.err" | tail -5 >&2
+    done
+}
+
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2
 for rep in $(seq "$repeat"); do
     echo "--- repetition $rep of $repeat" >&2
@@ -312,6 +353,7 @@ for rep in $(seq "$repeat"); do
     if has e; then
         for server in tether nio c; do run_idle "$rep" "$server"; done
     fi
+    if has h; then run_sessions "$rep"; fi
 done
 if has g; then run_allocations; fi
 

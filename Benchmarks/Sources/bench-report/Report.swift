@@ -45,6 +45,7 @@ struct Metric {
     static let bytesPerConnection = Metric(key: "bytes_per_conn", title: "bytes per connection", higherIsBetter: false, decimals: 0)
     static let notifications = Metric(key: "nps", title: "notifications/s", higherIsBetter: true, decimals: 0)
     static let mallocs = Metric(key: "mallocs", title: "allocations per request", higherIsBetter: false, decimals: 0)
+    static let appends = Metric(key: "fill_aps", title: "appends/s", higherIsBetter: true, decimals: 0)
 }
 
 struct Scenario {
@@ -178,6 +179,50 @@ struct Report {
         ] + rows).joined(separator: "\n")
     }
 
+    /// Scenario h: mailbox fill and replay, and sequenced pushes against broadcast.
+    func sessions() -> String? {
+        let cells = runs.filter { $0.scenario == "h" }
+        guard !cells.isEmpty else { return nil }
+        func value(_ key: String) -> String {
+            guard let value = cells.lazy.compactMap({ $0.values[key] }).first else { return "?" }
+            return number(value, 0)
+        }
+        let stores = ["sqlite", "memory", "broadcast"]
+        let rows: [(client: String, title: String, metric: Metric)] = [
+            ("replay", "fill, \(value("messages")) pushes for 1 client, 1,000 per append", .appends),
+            ("replay", "replay \(value("messages")) to 1 resuming client", .notifications),
+            ("push1", "push to \(value("clients")) clients, 1 pusher", .notifications),
+            ("push4", "push to \(value("clients")) clients, 4 pushers at once", .notifications),
+        ]
+        var lines = [
+            "### Sessions and mailboxes",
+            "",
+            "Server and clients in one process over loopback, 64-byte pushes, medians of the repetitions (min–max). "
+                + "Fill and replay: the store's own `append` fills client r's mailbox while r is suspended; the replay is timed from its reconnect until "
+                + "its subscriber (its buffer raised to N: a replay does not wait for subscribers) has every push, checked 1…N by serial. "
+                + "Push: each round is one frame to every connected, identified client, with `push(_:toClients:)` (one store transaction a round; "
+                + "the server merges pushes that wait at once) or, for reference, the unsequenced `broadcast`; timed until every client has "
+                + "every push, each checking its serials are consecutive. Ratios: sequenced over broadcast.",
+            "",
+            "| h. sessions | metric | SQLite | in-memory | broadcast | SQLite ÷ broadcast | in-memory ÷ broadcast |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for row in rows where cells.contains(where: { $0.client == row.client }) {
+            let summaries = stores.map { summary("h", Pair(server: $0, client: row.client, title: ""), row.metric) }
+            var line = "| \(row.title) | \(row.metric.title) |"
+            for summary in summaries { line += " \(summary?.text(row.metric) ?? "–") |" }
+            for summary in summaries.prefix(2) {
+                if let mine = summary, let theirs = summaries[2], mine.median.isFinite, theirs.median.isFinite, theirs.median > 0 {
+                    line += " \(format(mine.median / theirs.median, decimals: 2))× |"
+                } else {
+                    line += " – |"
+                }
+            }
+            lines.append(line)
+        }
+        return lines.joined(separator: "\n")
+    }
+
     func matrix() -> String? {
         let servers = ["tether", "nio", "c"]
         let clients = ["tether", "nio-handler", "nio-async", "c"]
@@ -251,6 +296,7 @@ struct Report {
                 peers: [Pair(server: "nio", client: "fanout", title: "NIO server")]
             ),
             allocations(),
+            sessions(),
             matrix(),
         ]
         return sections.compactMap { $0 }.joined(separator: "\n\n")
