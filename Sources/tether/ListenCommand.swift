@@ -162,10 +162,15 @@ struct ListenCommand: Command {
         defer { watcher.cancel() }
         let signals = watcher.signals
 
-        let connection = try await Connection.connect(to: endpoint, configuration: configuration)
         if let stateFile {
-            return await listen(on: connection, saving: stateFile, signals: signals)
+            // Subscribed before connecting: the first connect already replays what was missed.
+            let connection = Connection(to: endpoint, configuration: configuration)
+            let pushes = connection.notifications
+            let events = connection.sessionEvents
+            try await connection.connect()
+            return await listen(on: connection, pushes: pushes, events: events, saving: stateFile, signals: signals)
         }
+        let connection = try await Connection.connect(to: endpoint, configuration: configuration)
         let pushes = type.map { connection.notifications(ofType: $0) } ?? connection.notifications
         let states = connection.states
         let count = count
@@ -199,26 +204,13 @@ struct ListenCommand: Command {
 
     /// Listens with a session: prints each push, saves its sequence, and acknowledges what
     /// is saved.
-    private func listen(on connection: Connection, saving file: SequenceFile, signals: AsyncStream<Int32>) async -> ExitStatus {
-        let resumeAfter = file.latest
-        let (pushes, events, current, early) = await connection.sessionSubscriptions()
-        // The answer to the first hello came before connect() returned, so its events, and
-        // the pushes replayed right behind it, were published before anything could
-        // subscribe. Told apart by the count of those pushes, and reported here.
-        if current < resumeAfter {
-            Console.err("tether: session reset: the server's sequence went back; restarting after \(current)")
-            file.advance(to: current, force: true)
-        } else {
-            Console.err("tether: session resumed after \(resumeAfter)")
-            let replayed = UInt64(early)
-            if current > resumeAfter + replayed {
-                Console.err("tether: session lost \(resumeAfter + 1)…\(current - replayed): the server no longer had them")
-            }
-            if replayed > 0, current >= replayed {
-                Console.err("tether: session pushes \(current - replayed + 1)…\(current) were replayed before they could be subscribed to: not printed")
-            }
-            file.advance(to: current)
-        }
+    private func listen(
+        on connection: Connection,
+        pushes: Subscription<Frame>,
+        events: Subscription<SessionEvent>,
+        saving file: SequenceFile,
+        signals: AsyncStream<Int32>
+    ) async -> ExitStatus {
         let states = connection.states
         let count = count
         let type = type
@@ -342,15 +334,6 @@ struct ListenCommand: Command {
         case .reset: ": the server's mailbox was replaced or emptied"
         default: ""
         }
-    }
-}
-
-extension Connection {
-    /// Subscribes to notifications and session events in one turn of the connection, and
-    /// returns the last sequence and the count of notifications received before then: what
-    /// was published before the subscriptions existed.
-    fileprivate func sessionSubscriptions() -> (Subscription<Frame>, Subscription<SessionEvent>, UInt64, Int) {
-        (notifications, sessionEvents, lastSequence, metrics.notificationsReceived)
     }
 }
 
