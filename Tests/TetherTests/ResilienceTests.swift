@@ -60,8 +60,9 @@ struct ResilienceTests {
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting {
                     // Margins wide enough that a healthy connection on a loaded 2-core machine
-                    // never misses two in a row: the test's last request must not be cut.
-                    $0.heartbeat = .every(.milliseconds(400), timeout: .milliseconds(300), maximumMissed: 2)
+                    // (the whole suite under the thread sanitizer included) never misses two
+                    // in a row: the test's last request must not be cut.
+                    $0.heartbeat = .every(.milliseconds(400), timeout: .milliseconds(400), maximumMissed: 2)
                 })
                 let watcher = StateWatcher(connection)
                 try await watcher.next(.connected)

@@ -75,7 +75,9 @@ struct ServerResilienceTests {
 
     @Test("heartbeats keep a peer alive across several idle timeouts")
     func idleResetByTraffic() async throws {
-        try await withServer(configure: { $0.idleTimeout = .milliseconds(500) }, handlers: echoHandlers) { server, endpoint in
+        // An idle timeout of 8 heartbeat intervals: wide enough for a loaded machine (the
+        // suite under the thread sanitizer) never to leave that long a silence.
+        try await withServer(configure: { $0.idleTimeout = .milliseconds(800) }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
             let connection = try await Connection.connect(
                 to: endpoint,
@@ -84,7 +86,7 @@ struct ServerResilienceTests {
             _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
             // Proving that something does not happen takes a wait: a bounded one, over more
             // than three idle timeouts, with nothing but heartbeats on the wire.
-            try await Task.sleep(for: .milliseconds(1600))
+            try await Task.sleep(for: .milliseconds(2500))
             #expect(await connection.currentState.phase == .connected)
             #expect(server.peerCount == 1)
             let quiet = await server.metrics()
