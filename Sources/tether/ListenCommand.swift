@@ -186,17 +186,7 @@ struct ListenCommand: Command {
                 // The connection ended; the state task reports how.
                 return .idle
             }
-            group.addTask {
-                for await state in states {
-                    Console.err("tether: \(state)")
-                }
-                // Cancelled, or the connection reached its final state, printed last.
-                return Task.isCancelled ? .idle : .ended
-            }
-            group.addTask {
-                for await number in signals { return .signal(number) }
-                return .idle
-            }
+            Self.watch(states, signals, in: &group)
             return await Self.first(of: &group)
         }
         return await Self.finish(connection, outcome)
@@ -265,16 +255,7 @@ struct ListenCommand: Command {
                 }
                 return .idle
             }
-            group.addTask {
-                for await state in states {
-                    Console.err("tether: \(state)")
-                }
-                return Task.isCancelled ? .idle : .ended
-            }
-            group.addTask {
-                for await number in signals { return .signal(number) }
-                return .idle
-            }
+            Self.watch(states, signals, in: &group)
             return await Self.first(of: &group)
         }
         wake.finish()
@@ -287,6 +268,22 @@ struct ListenCommand: Command {
     }
 
     /// The first outcome that ends listening; the other tasks are cancelled.
+    /// Adds the tasks both ways of listening share: state changes printed on stderr (ending
+    /// with the final state), and the signals that stop it.
+    private static func watch(_ states: Subscription<ConnectionState>, _ signals: AsyncStream<Int32>, in group: inout TaskGroup<Outcome>) {
+        group.addTask {
+            for await state in states {
+                Console.err("tether: \(state)")
+            }
+            // Cancelled, or the connection reached its final state, printed last.
+            return Task.isCancelled ? .idle : .ended
+        }
+        group.addTask {
+            for await number in signals { return .signal(number) }
+            return .idle
+        }
+    }
+
     private static func first(of group: inout TaskGroup<Outcome>) async -> Outcome {
         var outcome = Outcome.idle
         for await next in group {

@@ -79,15 +79,10 @@ final class MailboxHub: Sendable {
         }
     }
 
+    /// Queues an acknowledgement; once the server has stopped it is dropped, which only
+    /// leaves those messages to be replayed again.
     func acknowledge(_ clientID: String, through sequence: UInt64) {
-        let operation = Operation.acknowledge(clientID: clientID, through: sequence)
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard !state.stopped else { return nil }
-            state.queue.append(operation)
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
+        enqueue(.acknowledge(clientID: clientID, through: sequence))
     }
 
     /// `peer` ended: pushes for its client go to the mailbox only from now on.

@@ -98,7 +98,6 @@ extension Peer {
             // rather than growing the buffer without bound.
             current.replaying = true
             current.replayTarget = sequence
-            session = current
             startReplay()
             return
         }
@@ -106,7 +105,6 @@ extension Peer {
             try write(frame, on: channel)
             current.lastWritten = sequence
         } catch {
-            session = current
             end(error, graceful: false)
         }
     }
