@@ -11,6 +11,7 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .library(name: "Tether", targets: ["Tether"]),
+        .library(name: "TetherTLS", targets: ["TetherTLS"]),
         .executable(name: "tether", targets: ["tether"]),
     ],
     dependencies: [],
@@ -21,19 +22,31 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]
         ),
+        // OpenSSL 3 from the system, for TetherTLS only: code that uses Tether without TLS
+        // never needs its headers.
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"]), .brew(["openssl@3"])]
+        ),
         .target(
             name: "Tether",
             dependencies: ["CTetherShims", "CSQLite"],
             swiftSettings: strict
         ),
+        .target(
+            name: "TetherTLS",
+            dependencies: ["Tether", "COpenSSL"],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "tether",
-            dependencies: ["Tether"],
+            dependencies: ["Tether", "TetherTLS"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether", "CSQLite"],
+            dependencies: ["Tether", "TetherTLS", "CSQLite", "COpenSSL"],
             swiftSettings: strict
         ),
     ],

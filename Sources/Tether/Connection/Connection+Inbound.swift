@@ -7,6 +7,10 @@ extension Connection: ChannelDelegate {
         assumeIsolated { $0.channelEnded(channel, error: error) }
     }
 
+    nonisolated func channelSecured(_ channel: SocketChannel) {
+        assumeIsolated { $0.secured(channel) }
+    }
+
     nonisolated func channelWritable(_ channel: SocketChannel) {
         assumeIsolated { connection in
             if connection.channel === channel { connection.pump() }

@@ -111,7 +111,7 @@ extension Connection {
 
     /// After a read: acknowledges when enough pushes are waiting, or arms the timer that will.
     func acknowledgeIfDue() {
-        guard let settings = configuration.session, settings.acknowledgesAutomatically, !awaitingHello,
+        guard let settings = configuration.session, settings.acknowledgesAutomatically, !handshaking,
               let state = session, state.unacknowledged > 0 else { return }
         if state.unacknowledged >= UInt64(max(1, settings.acknowledgeEvery)) {
             acknowledgeNow()
@@ -136,7 +136,7 @@ extension Connection {
     private func sendAcknowledgement(_ through: UInt64) {
         if let acknowledgeTimer { loop.cancel(acknowledgeTimer) }
         acknowledgeTimer = nil
-        guard let settings = configuration.session, let channel, !awaitingHello else { return }
+        guard let settings = configuration.session, let channel, !handshaking else { return }
         let frame = Frame(
             type: settings.wireTypes.acknowledgement,
             serial: UInt32(truncatingIfNeeded: through),

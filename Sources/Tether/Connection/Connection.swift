@@ -86,6 +86,11 @@ public actor Connection {
     /// Set from the hello until the server accepts it; requests and frames wait meanwhile.
     var awaitingHello = false
     var helloTimer: LoopTimer?
+    /// Set from TCP connect until the TLS handshake finishes; requests and frames wait meanwhile.
+    var awaitingTLS = false
+    var tlsTimer: LoopTimer?
+    /// Whether a handshake (TLS, then the session hello) is under way on the socket.
+    var handshaking: Bool { awaitingTLS || awaitingHello }
     var acknowledgeTimer: LoopTimer?
 
     struct QueuedSend {
@@ -98,6 +103,10 @@ public actor Connection {
     public private(set) var remoteAddress: SocketAddress?
     /// The local address of the socket, once connected.
     public private(set) var localAddress: SocketAddress?
+    /// What the TLS handshake of the current (or last) connection settled: version, cipher,
+    /// ALPN and the server's certificate. `nil` without ``ConnectionConfiguration/tls``, or
+    /// before the first handshake finished.
+    public private(set) var tlsDetails: TLSDetails?
     /// The endpoint of the current (or last) connection: ``endpoint`` or one of
     /// ``ConnectionConfiguration/alternateEndpoints``.
     public private(set) var currentEndpoint: Endpoint
@@ -317,12 +326,22 @@ public actor Connection {
     }
 
     private func attach(fd: Int32, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
+        var security: (any TLSSession)?
+        if let tls = configuration.tls {
+            do {
+                security = try tls.provider.makeSession(host: endpoint.host, remoteAddress: address)
+            } catch {
+                Syscall.closeDescriptor(fd)
+                throw error
+            }
+        }
         let channel = try SocketChannel(
             fd: fd,
             remoteAddress: address,
             loop: loop,
             noDelay: configuration.noDelay,
-            maximumOutboundBytes: configuration.limits.maximumOutboundBytes
+            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
+            tls: security
         )
         channel.delegate = self
         self.channel = channel
@@ -330,6 +349,37 @@ public actor Connection {
         remoteAddress = address
         localAddress = channel.localAddress
         currentEndpoint = endpoint
+        if let tls = configuration.tls, security != nil {
+            // Connected, but not ready: the TLS handshake goes first (``channelSecured(_:)``).
+            awaitingTLS = true
+            let timeout = tls.handshakeTimeout
+            tlsTimer = loop.schedule(after: timeout) { [self] in
+                assumeIsolated { connection in
+                    connection.tlsTimer = nil
+                    guard connection.awaitingTLS, let channel = connection.channel else { return }
+                    // The last flight may have arrived after this turn's readiness check.
+                    channel.readPending()
+                    guard connection.awaitingTLS, connection.channel === channel, let security = channel.tls else { return }
+                    connection.connectionLost(security.handshakeTimeoutError(after: timeout))
+                }
+            }
+            return
+        }
+        start(on: channel)
+    }
+
+    /// The TLS handshake on `channel` finished: go on as a plain connection would.
+    func secured(_ channel: SocketChannel) {
+        guard awaitingTLS, self.channel === channel else { return }
+        awaitingTLS = false
+        if let tlsTimer { loop.cancel(tlsTimer) }
+        tlsTimer = nil
+        tlsDetails = channel.tls?.details
+        start(on: channel)
+    }
+
+    /// The socket is up (and secured): send the session hello, or be ready.
+    private func start(on channel: SocketChannel) {
         if configuration.session != nil {
             // Connected, but not ready: the session hello goes first, and the rest waits
             // for the server's answer (``sessionWelcomed(_:)``).
@@ -396,8 +446,9 @@ public actor Connection {
     /// by the policy. Queued requests and frames stay queued for the next connection.
     func connectionLost(_ reason: TetherError) {
         guard channel != nil else { return }
-        if awaitingHello {
-            // Lost before the session was accepted: a failed attempt, not a lost connection.
+        if handshaking {
+            // Lost before TLS finished or the session was accepted: a failed attempt, not a
+            // lost connection.
             detachChannel(graceful: false)
             attemptFailed(reason)
             return
@@ -415,6 +466,9 @@ public actor Connection {
     private func detachChannel(graceful: Bool) {
         if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         heartbeatTimer = nil
+        if let tlsTimer { loop.cancel(tlsTimer) }
+        tlsTimer = nil
+        awaitingTLS = false
         heartbeatMachine = nil
         if graceful { acknowledgeNow() }
         stopSession()

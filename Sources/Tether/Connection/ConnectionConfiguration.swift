@@ -192,6 +192,11 @@ public struct ConnectionConfiguration: Sendable {
     /// a hello first on every connection, resumes its pushes where it left off, and drops
     /// duplicates, so no push is lost or delivered twice across disconnects. Default `nil`.
     public var session: SessionConfiguration?
+    /// TLS for the connection: make one with `.client(…)` from the `TetherTLS` module. The
+    /// handshake runs on every connection, reconnects included, after TCP connects and
+    /// before anything else; the connection counts as connected only once it has finished.
+    /// A handshake that fails fails the attempt like a refused connect. Default `nil`: plain TCP.
+    public var tls: TLSConfiguration?
     /// Whether to set `TCP_NODELAY` so small frames go out at once. Default `true`.
     public var noDelay: Bool = true
     /// How long ``Connection/close()`` lets queued bytes drain before the socket is closed

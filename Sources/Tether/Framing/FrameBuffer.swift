@@ -221,7 +221,7 @@ public struct FrameBuffer: Sendable {
 
     /// Lets `body` write up to `count` bytes into spare storage after the writer index, then
     /// advances the writer index by what `body` returns. Used by socket reads.
-    mutating func withWritableSpace<E: Error>(
+    package mutating func withWritableSpace<E: Error>(
         minimum count: Int,
         _ body: (UnsafeMutableRawBufferPointer) throws(E) -> Int
     ) throws(E) -> Int {

@@ -50,6 +50,11 @@ public actor Peer {
     private var idleTimer: LoopTimer?
     /// Set from the start until the first complete frame.
     private var handshakeTimer: LoopTimer?
+    /// Set from the start until the TLS handshake finishes, with ``ServerConfiguration/tls``.
+    private var tlsTimer: LoopTimer?
+    /// What the TLS handshake settled, once it has: version, cipher, ALPN and the client's
+    /// certificate, when it sent one. `nil` without ``ServerConfiguration/tls``.
+    public private(set) var tlsDetails: TLSDetails?
 
     /// Runs the actor on its event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -80,13 +85,23 @@ public actor Peer {
     func run() async {
         let fd = pendingFD
         pendingFD = -1
-        do {
+        do throws(TetherError) {
+            var security: (any TLSSession)?
+            if let tls = configuration.tls {
+                do {
+                    security = try tls.provider.makeSession(host: nil, remoteAddress: remoteAddress)
+                } catch {
+                    Syscall.closeDescriptor(fd)
+                    throw error
+                }
+            }
             let channel = try SocketChannel(
                 fd: fd,
                 remoteAddress: remoteAddress,
                 loop: loop,
                 noDelay: configuration.noDelay,
-                maximumOutboundBytes: configuration.limits.maximumOutboundBytes
+                maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
+                tls: security
             )
             channel.delegate = self
             self.channel = channel
@@ -247,6 +262,10 @@ public actor Peer {
             loop.cancel(handshakeTimer)
             self.handshakeTimer = nil
         }
+        if let tlsTimer {
+            loop.cancel(tlsTimer)
+            self.tlsTimer = nil
+        }
         guard let channel else { return }
         counts.bytesIn = channel.bytesRead
         counts.bytesOut = channel.bytesWritten
@@ -261,6 +280,17 @@ public actor Peer {
 }
 
 extension Peer: ChannelDelegate {
+    nonisolated func channelSecured(_ channel: SocketChannel) {
+        assumeIsolated { peer in
+            guard peer.channel === channel else { return }
+            if let timer = peer.tlsTimer {
+                peer.loop.cancel(timer)
+                peer.tlsTimer = nil
+            }
+            peer.tlsDetails = channel.tls?.details
+        }
+    }
+
     nonisolated func channelWritable(_ channel: SocketChannel) {
         assumeIsolated { peer in
             guard peer.channel === channel, let waiter = peer.writableWaiter else { return }
@@ -350,6 +380,8 @@ extension Peer: TimerTarget {
         assumeIsolated { peer in
             if tag == Self.idleTag {
                 peer.idleCheck()
+            } else if tag == Self.tlsTag {
+                peer.tlsExpired()
             } else {
                 peer.handshakeExpired()
             }
@@ -358,6 +390,7 @@ extension Peer: TimerTarget {
 
     private static let idleTag: UInt64 = 1
     private static let handshakeTag: UInt64 = 2
+    private static let tlsTag: UInt64 = 3
 
     /// Arms the idle check and the handshake timeout, as the socket is attached.
     private func startTimers() {
@@ -369,6 +402,18 @@ extension Peer: TimerTarget {
         if let timeout = configuration.handshakeTimeout {
             handshakeTimer = loop.schedule(at: now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.handshakeTag, detail: 0)
         }
+        if let tls = configuration.tls {
+            tlsTimer = loop.schedule(at: now &+ MonotonicTime.nanoseconds(of: tls.handshakeTimeout), target: self, tag: Self.tlsTag, detail: 0)
+        }
+    }
+
+    private func tlsExpired() {
+        tlsTimer = nil
+        guard let channel, let security = channel.tls else { return }
+        // The last flight may have arrived after this turn's readiness check.
+        channel.readPending()
+        guard self.channel === channel, !security.isEstablished, let timeout = configuration.tls?.handshakeTimeout else { return }
+        end(security.handshakeTimeoutError(after: timeout), graceful: false)
     }
 
     /// Reads do not touch the timer: they only record their time. When the timer fires, a

@@ -169,6 +169,7 @@ public final class Server: Sendable {
         precondition(!alreadyRunning, "Server.run() may be called only once")
         let address: SocketAddress
         do {
+            try configuration.tls?.provider.prepare()
             address = try await bindAddress()
         } catch {
             fail(error)

@@ -42,6 +42,11 @@ public struct ServerConfiguration: Sendable {
     /// numbers and stores each push to a client id (``Server/push(_:toClient:)``), and
     /// replays what a client missed when it comes back. Default `nil`: no sessions.
     public var mailboxes: MailboxConfiguration?
+    /// TLS for every peer: make one with `.server(…)` from the `TetherTLS` module. Its
+    /// certificate and key are loaded when the server starts. A peer's TLS handshake must
+    /// finish within ``TLSConfiguration/handshakeTimeout``; one that fails or stalls closes
+    /// that peer only. Default `nil`: plain TCP.
+    public var tls: TLSConfiguration?
 
     /// The defaults.
     public init() {}

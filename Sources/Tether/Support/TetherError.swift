@@ -46,6 +46,8 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case decodingFailed
             case sessionRejected
             case storeFailed
+            case tlsFailed
+            case certificateRejected
         }
 
         let value: Value
@@ -108,6 +110,15 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         public static let sessionRejected = Code(value: .sessionRejected)
         /// A mailbox store could not be opened, read or written.
         public static let storeFailed = Code(value: .storeFailed)
+        /// TLS failed: the handshake (no common protocol, a peer that is not speaking TLS,
+        /// a required client certificate missing), a record that does not decrypt, or a
+        /// stream that ended without the peer's close_notify, which may be truncated. Also
+        /// a TLS configuration whose certificate, key or trust roots cannot be loaded.
+        public static let tlsFailed = Code(value: .tlsFailed)
+        /// The peer's certificate did not pass: its chain does not verify (expired,
+        /// untrusted, self-signed), it is not for the host connected to, or its public key
+        /// matches none of the pinned ones.
+        public static let certificateRejected = Code(value: .certificateRejected)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
@@ -155,7 +166,7 @@ extension TetherError: Hashable {
 }
 
 /// Formats durations the way error messages print them: `5 s`, `250 ms`, `1.5 s`.
-func describe(_ duration: Duration) -> String {
+package func describe(_ duration: Duration) -> String {
     let (seconds, attoseconds) = duration.components
     let millis = seconds * 1000 + attoseconds / 1_000_000_000_000_000
     if millis % 1000 == 0 { return "\(millis / 1000) s" }

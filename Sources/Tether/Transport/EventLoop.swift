@@ -54,6 +54,9 @@ final class EventLoop: @unchecked Sendable {
     /// The buffer sockets read into when they hold no partial frame: one per loop instead of
     /// one per connection, so an idle connection owns no read buffer at all.
     var readBuffer = FrameBuffer(capacity: 64 << 10)
+    /// Where TLS connections read ciphertext: their session takes all of it at once, so one
+    /// buffer per loop serves every connection. Allocated on first use.
+    var sealedReadBuffer = FrameBuffer(capacity: 0)
     private var thread: ThreadID?
     private var joinable: BlockingThread?
     private var stopped = false

@@ -8,10 +8,13 @@ protocol ChannelDelegate: AnyObject {
     /// The outbound buffer has drained to ``SocketChannel/writableThreshold``, which is
     /// cleared first.
     func channelWritable(_ channel: SocketChannel)
+    /// The TLS handshake finished: ``SocketChannel/tls`` holds its details.
+    func channelSecured(_ channel: SocketChannel)
 }
 
 extension ChannelDelegate {
     func channelWritable(_ channel: SocketChannel) {}
+    func channelSecured(_ channel: SocketChannel) {}
 }
 
 /// A connected, nonblocking TCP socket registered with an event loop.
@@ -35,6 +38,12 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     var inbound = FrameBuffer()
     var outbound = FrameBuffer(capacity: 0)
     var delegate: (any ChannelDelegate)?
+    /// TLS between the socket and the codec, when the connection uses it.
+    let tls: (any TLSSession)?
+    /// With TLS: encrypted bytes waiting to be written.
+    private var sealed = FrameBuffer(capacity: 0)
+    /// With TLS: the peer sent its close_notify.
+    private var peerSentCloseNotify = false
     let maximumOutboundBytes: Int
     /// Bytes read from and written to the socket so far, for metrics.
     private(set) var bytesRead = 0
@@ -53,9 +62,17 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     static let idleBufferLimit = 16 << 20
 
     /// Takes ownership of a connected descriptor and registers it for reading.
-    init(fd: Int32, remoteAddress: SocketAddress, loop: EventLoop, noDelay: Bool, maximumOutboundBytes: Int) throws(TetherError) {
+    init(
+        fd: Int32,
+        remoteAddress: SocketAddress,
+        loop: EventLoop,
+        noDelay: Bool,
+        maximumOutboundBytes: Int,
+        tls: (any TLSSession)? = nil
+    ) throws(TetherError) {
         loop.preconditionInLoop()
         self.fd = fd
+        self.tls = tls
         self.loop = loop
         self.remoteAddress = remoteAddress
         self.localAddress = try? Syscall.localAddress(fd)
@@ -69,6 +86,15 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
             Syscall.closeDescriptor(fd)
             self.fd = -1
             throw TetherError(code: .systemCall, message: "cannot watch the socket of \(remoteAddress): \(error)")
+        }
+        if let tls {
+            do {
+                try tls.start(output: &sealed)
+            } catch {
+                close()
+                throw error
+            }
+            scheduleFlush()
         }
     }
 
@@ -91,17 +117,29 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     }
 
     private func readNow() {
+        if tls != nil {
+            readSealed()
+            return
+        }
         // A channel that has never held part of a frame owns no buffer: it borrows the loop's.
         let borrowed = inbound.capacity == 0
         if borrowed { swap(&inbound, &loop.readBuffer) }
         defer { settleInbound(borrowed: borrowed) }
-        var gotBytes = false
-        var closeError: TetherError?
+        let outcome = readSocket(into: &inbound)
+        if outcome.count > 0 { delegate?.channelRead(self) }
+        if let closeError = outcome.error, fd >= 0 { fail(closeError) }
+    }
+
+    /// Reads what the socket holds now into `buffer`, up to four times 16 KiB or more;
+    /// returns the byte count and the error that ends the channel, if any (end of stream
+    /// included).
+    private func readSocket(into buffer: inout FrameBuffer) -> (count: Int, error: TetherError?) {
+        var total = 0
         for _ in 0..<4 {
             var full = false
             var endOfStream = false
             do {
-                let count = try inbound.withWritableSpace(minimum: 16 << 10) { (space) throws(Errno) -> Int in
+                let count = try buffer.withWritableSpace(minimum: 16 << 10) { (space) throws(Errno) -> Int in
                     switch try Syscall.readBytes(fd, space.baseAddress!, space.count) {
                     case .processed(let count):
                         full = count == space.count
@@ -112,20 +150,53 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                     }
                 }
                 if endOfStream {
-                    closeError = TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection")
-                    break
+                    return (total, TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
                 }
                 if count == 0 { break }
-                gotBytes = true
+                total += count
                 bytesRead += count
                 if !full { break }
             } catch {
-                closeError = socketError(error, doing: "reading from")
-                break
+                return (total, socketError(error, doing: "reading from"))
             }
         }
-        if gotBytes { delegate?.channelRead(self) }
-        if let closeError, fd >= 0 { fail(closeError) }
+        return (total, nil)
+    }
+
+    /// The TLS read: ciphertext into the loop's buffer, all of it through the session, and
+    /// the plaintext into ``inbound``.
+    private func readSealed() {
+        guard let tls else { return }
+        let outcome = readSocket(into: &loop.sealedReadBuffer)
+        if outcome.count > 0 {
+            let borrowed = inbound.capacity == 0
+            if borrowed { swap(&inbound, &loop.readBuffer) }
+            defer { settleInbound(borrowed: borrowed) }
+            let plaintextBefore = inbound.readableBytes
+            let wasEstablished = tls.isEstablished
+            do {
+                if try tls.receive(&loop.sealedReadBuffer, plaintext: &inbound, output: &sealed) == .closed {
+                    peerSentCloseNotify = true
+                }
+            } catch {
+                loop.sealedReadBuffer.clear()
+                failSendingAlert(error)
+                return
+            }
+            loop.sealedReadBuffer.clear()
+            if sealed.readableBytes > 0 || (!wasEstablished && tls.isEstablished && outbound.readableBytes > 0) {
+                scheduleFlush()
+            }
+            if !wasEstablished && tls.isEstablished { delegate?.channelSecured(self) }
+            if fd >= 0, inbound.readableBytes > plaintextBefore { delegate?.channelRead(self) }
+        }
+        guard fd >= 0 else { return }
+        if peerSentCloseNotify {
+            fail(TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+        } else if var closeError = outcome.error {
+            if closeError.code == .peerClosed { closeError = tls.endOfStreamError() }
+            fail(closeError)
+        }
     }
 
     /// After a read: return the loop's buffer if everything was decoded. A buffer that holds
@@ -167,10 +238,11 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         guard fd >= 0 else {
             throw TetherError(code: .notConnected, message: "the connection with \(remoteAddress) is closed")
         }
-        if outbound.readableBytes + frame.payload.count > maximumOutboundBytes && outbound.readableBytes > 0 {
+        let pending = pendingOutboundBytes
+        if pending + frame.payload.count > maximumOutboundBytes && pending > 0 {
             throw TetherError(
                 code: .outboundBufferFull,
-                message: "\(outbound.readableBytes) bytes are waiting to be written to \(remoteAddress), over the \(describeBytes(maximumOutboundBytes)) limit"
+                message: "\(pending) bytes are waiting to be written to \(remoteAddress), over the \(describeBytes(maximumOutboundBytes)) limit"
             )
         }
     }
@@ -189,27 +261,36 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
 
     private func flushNow() {
         guard fd >= 0 else { return }
-        while outbound.readableBytes > 0 {
-            let result: IOResult<Int>
-            do {
-                result = try outbound.withReadableBytes { (bytes) throws(Errno) -> IOResult<Int> in
-                    try Syscall.sendBytes(fd, bytes.baseAddress!, bytes.count)
+        let outcome: (written: Int, error: Errno?, blocked: Bool)
+        if let tls {
+            if tls.isEstablished && outbound.readableBytes > 0 {
+                do {
+                    try tls.send(&outbound, output: &sealed)
+                } catch {
+                    fail(error)
+                    return
                 }
-            } catch {
-                fail(socketError(error, doing: "writing to"))
-                return
+                outbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
             }
-            switch result {
-            case .processed(let count):
-                outbound.moveReaderIndex(forwardBy: count)
-                bytesWritten += count
-            case .wouldBlock:
-                setWriteInterest(true)
-                notifyIfWritable()
-                return
-            }
+            outcome = Self.send(&sealed, to: fd)
+        } else {
+            outcome = Self.send(&outbound, to: fd)
         }
-        outbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
+        bytesWritten += outcome.written
+        if let error = outcome.error {
+            fail(socketError(error, doing: "writing to"))
+            return
+        }
+        if outcome.blocked {
+            setWriteInterest(true)
+            notifyIfWritable()
+            return
+        }
+        if tls == nil {
+            outbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
+        } else {
+            sealed.shrinkIfIdle(keeping: Self.idleBufferLimit)
+        }
         setWriteInterest(false)
         if closeWhenFlushed {
             close()
@@ -218,11 +299,34 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         notifyIfWritable()
     }
 
+    /// Writes `buffer` to `fd` until it is empty or the socket would block.
+    private static func send(_ buffer: inout FrameBuffer, to fd: Int32) -> (written: Int, error: Errno?, blocked: Bool) {
+        var written = 0
+        while buffer.readableBytes > 0 {
+            let result: IOResult<Int>
+            do {
+                result = try buffer.withReadableBytes { (bytes) throws(Errno) -> IOResult<Int> in
+                    try Syscall.sendBytes(fd, bytes.baseAddress!, bytes.count)
+                }
+            } catch {
+                return (written, error, false)
+            }
+            switch result {
+            case .processed(let count):
+                buffer.moveReaderIndex(forwardBy: count)
+                written += count
+            case .wouldBlock:
+                return (written, nil, true)
+            }
+        }
+        return (written, nil, false)
+    }
+
     /// Bytes encoded and not yet written.
-    var pendingOutboundBytes: Int { outbound.readableBytes }
+    var pendingOutboundBytes: Int { outbound.readableBytes + sealed.readableBytes }
 
     private func notifyIfWritable() {
-        guard let threshold = writableThreshold, outbound.readableBytes <= threshold, fd >= 0 else { return }
+        guard let threshold = writableThreshold, pendingOutboundBytes <= threshold, fd >= 0 else { return }
         writableThreshold = nil
         delegate?.channelWritable(self)
     }
@@ -248,10 +352,19 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
 
     /// Writes what is pending, then closes; closes anyway after `timeout` if the peer does not
     /// read. Does not call the delegate.
+    /// With TLS, the pending plaintext is encrypted and followed by a close_notify; plaintext
+    /// written before a handshake that never finished is dropped.
     func closeAfterFlush(timeout: Duration) {
         guard fd >= 0 else { return }
         delegate = nil
-        if outbound.readableBytes == 0 {
+        if let tls {
+            if tls.isEstablished {
+                if outbound.readableBytes > 0 { try? tls.send(&outbound, output: &sealed) }
+                tls.shutdown(output: &sealed)
+            }
+            outbound.clear()
+        }
+        if pendingOutboundBytes == 0 {
             close()
         } else {
             closeWhenFlushed = true
@@ -261,6 +374,15 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                 close()
             }
         }
+    }
+
+    /// Fails after one try at sending what the TLS session left to send: the alert that
+    /// tells the peer why.
+    private func failSendingAlert(_ error: TetherError) {
+        if fd >= 0, sealed.readableBytes > 0 {
+            _ = Self.send(&sealed, to: fd)
+        }
+        fail(error)
     }
 
     private func fail(_ error: TetherError) {

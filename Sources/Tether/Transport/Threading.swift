@@ -102,12 +102,12 @@ final class Semaphore: @unchecked Sendable {
 /// Used instead of the standard library's `Mutex`, whose Linux implementation waits on a
 /// futex that ThreadSanitizer cannot see, so every access under it would be reported as a
 /// race. An uncontended `pthread_mutex_lock` costs the same.
-final class Lock<Value>: @unchecked Sendable {
+package final class Lock<Value>: @unchecked Sendable {
     // @unchecked Sendable: `value` is only read or written with `mutex` held.
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private var value: Value
 
-    init(_ value: Value) {
+    package init(_ value: Value) {
         self.value = value
         mutex = .allocate(capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
@@ -121,7 +121,7 @@ final class Lock<Value>: @unchecked Sendable {
     }
 
     /// Runs `body` with exclusive access to the value.
-    func withLock<Result, E: Error>(_ body: (inout Value) throws(E) -> Result) throws(E) -> Result {
+    package func withLock<Result, E: Error>(_ body: (inout Value) throws(E) -> Result) throws(E) -> Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)
