@@ -197,14 +197,19 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
         guard SSL_CTX_use_certificate_chain_file(context, files.certificateChain) == 1 else {
             throw TetherError(code: .tlsFailed, message: "cannot load the certificate chain in \(files.certificateChain): \(OpenSSLErrors.takeMessage())")
         }
+        let mismatch = TetherError(
+            code: .tlsFailed,
+            message: "the private key in \(files.privateKey) does not match the certificate in \(files.certificateChain)"
+        )
         guard SSL_CTX_use_PrivateKey_file(context, files.privateKey, SSL_FILETYPE_PEM) == 1 else {
-            throw TetherError(code: .tlsFailed, message: "cannot load the private key in \(files.privateKey): \(OpenSSLErrors.takeMessage())")
+            let errors = OpenSSLErrors.take()
+            if errors.contains(where: { $0.library == ERR_LIB_X509 && $0.reason == X509_R_KEY_VALUES_MISMATCH }) { throw mismatch }
+            let reasons = errors.isEmpty ? "unknown OpenSSL error" : errors.map(\.text).joined(separator: ": ")
+            throw TetherError(code: .tlsFailed, message: "cannot load the private key in \(files.privateKey): \(reasons)")
         }
         guard SSL_CTX_check_private_key(context) == 1 else {
-            throw TetherError(
-                code: .tlsFailed,
-                message: "the private key in \(files.privateKey) does not match the certificate in \(files.certificateChain): \(OpenSSLErrors.takeMessage())"
-            )
+            OpenSSLErrors.clear()
+            throw mismatch
         }
     }
 
