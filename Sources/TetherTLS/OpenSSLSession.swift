@@ -22,6 +22,9 @@ final class OpenSSLSession: TLSSession {
     /// The first verification failure, seen by the verify callback.
     private var verifyFailure: (error: Int32, depth: Int32, names: String, subject: String)?
 
+    /// The most plaintext encrypted by one `SSL_write`: four full TLS records.
+    static let writeSlice = 64 << 10
+
     /// The ex-data slot where each `SSL` points back to its session, for the verify callback.
     private static let sessionSlot = tether_SSL_get_ex_new_index()
 
@@ -127,15 +130,19 @@ final class OpenSSLSession: TLSSession {
     func send(_ plaintext: inout FrameBuffer, output: inout FrameBuffer) throws(TetherError) {
         OpenSSLErrors.clear()
         defer { OpenSSLErrors.clear() }
+        // In slices, each drained before the next, so the memory BIO never holds more than
+        // one slice: a large frame does not leave a large buffer behind in OpenSSL.
         while plaintext.readableBytes > 0 {
-            let status = plaintext.withReadableBytes { SSL_write(ssl, $0.baseAddress, Int32(clamping: $0.count)) }
+            let status = plaintext.withReadableBytes {
+                SSL_write(ssl, $0.baseAddress, Int32(min($0.count, Self.writeSlice)))
+            }
             guard status > 0 else {
                 drain(into: &output)
                 throw failure(during: "TLS with \(remoteAddress)")
             }
             plaintext.moveReaderIndex(forwardBy: Int(status))
+            drain(into: &output)
         }
-        drain(into: &output)
     }
 
     func shutdown(output: inout FrameBuffer) {
