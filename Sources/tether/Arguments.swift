@@ -29,7 +29,13 @@ struct Arguments {
     /// Removes and returns the value of option `name` (`--port 9000` or `--port=9000`),
     /// or `nil` when it is absent. The last occurrence wins.
     mutating func option(_ name: String) throws(ArgumentError) -> String? {
-        var value: String?
+        try options(name).last
+    }
+
+    /// Removes and returns every value of option `name`, in the order given: for an option
+    /// that may be repeated (`--pin A --pin B`). Empty when it is absent.
+    mutating func options(_ name: String) throws(ArgumentError) -> [String] {
+        var values: [String] = []
         var index = items.startIndex
         while index < items.endIndex {
             let item = items[index]
@@ -37,16 +43,16 @@ struct Arguments {
                 guard index + 1 < items.endIndex else {
                     throw ArgumentError("\(name) needs a value")
                 }
-                value = items[index + 1]
+                values.append(items[index + 1])
                 items.removeSubrange(index...(index + 1))
             } else if item.hasPrefix(name + "=") {
-                value = String(item.dropFirst(name.count + 1))
+                values.append(String(item.dropFirst(name.count + 1)))
                 items.remove(at: index)
             } else {
                 index += 1
             }
         }
-        return value
+        return values
     }
 
     /// Removes every occurrence of the flag `name` and says whether there was one.

@@ -4,14 +4,19 @@ import Tether
 struct BenchCommand: Command {
     static let name = "bench"
     static let summary = "load a server with requests; print throughput and latency percentiles"
-    static let synopsis =
-        "tether bench HOST:PORT [--connections C] [--in-flight K] [--duration S] [--size BYTES] [--type T] [--on-loop]"
+    static let synopsis = """
+        tether bench HOST:PORT [--connections C] [--in-flight K] [--duration S] [--size BYTES] [--type T] [--on-loop] \
+        \(ClientTLSOptions.synopsis)
+        """
     static let help = """
         Opens C connections and keeps K requests in flight on each: every response sends the
         next request at once (a closed loop). The payload is SIZE bytes; the server should
         answer each request, as `tether serve` does for 0x402. Prints a progress line each
         second on stderr and, at the end, throughput and latency percentiles on stdout.
         Exits 1 when a request fails.
+
+        With TLS, each connection does its handshake before the measurement starts, and the
+        first line of the results names the protocol and cipher.
 
         arguments:
           HOST:PORT            the server: 127.0.0.1:9000, [::1]:9000
@@ -22,6 +27,7 @@ struct BenchCommand: Command {
           --type T             request type (default 0x402)
           --on-loop            run the request tasks on their connection's event loop
                                (Connection.taskExecutor) instead of the global executor
+        \(ClientTLSOptions.help(column: 23))
           -h, --help           show this help
         """
 
@@ -32,6 +38,7 @@ struct BenchCommand: Command {
     var size = 64
     var type: UInt32 = 0x402
     var onLoop = false
+    var tls = ClientTLSOptions()
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         if let value = try arguments.option("--connections") {
@@ -53,40 +60,45 @@ struct BenchCommand: Command {
             type = try Parse.frameType(value, option: "--type")
         }
         onLoop = arguments.flag("--on-loop")
+        tls = try ClientTLSOptions(parsing: &arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration()
         configuration.heartbeat = .disabled
+        configuration.tls = tls.configuration()
         var connecting: [Connection] = []
         do {
             for _ in 0..<connections {
                 connecting.append(try await Connection.connect(to: endpoint, configuration: configuration))
             }
         } catch {
-            for connection in connecting { await connection.close() }
+            await closeBeforeExit(connecting)
             throw error
         }
         let opened = connecting
+        let security = await opened.first?.tlsDetails.map { ", \($0.version) \($0.cipher)" } ?? ""
         do {
-            try await measure(on: opened, configuration: configuration)
+            try await measure(on: opened, security: security)
         } catch {
-            for connection in opened { await connection.close() }
+            await closeBeforeExit(opened)
             throw error
         }
-        for connection in opened { await connection.close() }
+        await closeBeforeExit(opened)
         return .success
     }
 
-    private func measure(on opened: [Connection], configuration: ConnectionConfiguration) async throws {
+    /// - Parameter security: `, TLSv1.3 …` for the results, or nothing without TLS.
+    private func measure(on opened: [Connection], security: String) async throws {
         let clock = ContinuousClock()
         let start = clock.now
         let deadline = start + duration
         let progress = Task {
             var second = 0
-            while !Task.isCancelled, clock.now < deadline {
-                try? await Task.sleep(for: .seconds(1))
+            while clock.now < deadline {
+                // Cancelled when the measurement ends early, on a failed request: no line then.
+                guard (try? await Task.sleep(for: .seconds(1))) != nil else { break }
                 second += 1
                 var completed = 0
                 for connection in opened { completed += await connection.metrics.requestsCompleted }
@@ -118,15 +130,15 @@ struct BenchCommand: Command {
             return all
         }
         let elapsed = nanoseconds(clock.now - start)
-        report(latencies.sorted(), elapsedNanoseconds: elapsed)
+        report(latencies.sorted(), elapsedNanoseconds: elapsed, security: security)
     }
 
-    private func report(_ sorted: [UInt64], elapsedNanoseconds: UInt64) {
+    private func report(_ sorted: [UInt64], elapsedNanoseconds: UInt64, security: String) {
         let seconds = Double(elapsedNanoseconds) / 1e9
         let count = sorted.count
         let rate = Double(count) / seconds
         let megabytes = rate * Double(size) / 1e6
-        Console.out("\(endpoint): \(connections) connection(s) × \(inFlight) in flight, \(size)-byte payloads, \(onLoop ? "tasks on the loop" : "tasks on the global executor")")
+        Console.out("\(endpoint): \(connections) connection(s) × \(inFlight) in flight, \(size)-byte payloads, \(onLoop ? "tasks on the loop" : "tasks on the global executor")\(security)")
         Console.out("\(count) requests in \(String(format2(seconds))) s: \(Int(rate.rounded())) req/s, \(format2(megabytes)) MB/s each way")
         guard count > 0 else { return }
         Console.out("latency      µs")

@@ -15,7 +15,8 @@ struct ListenCommand: Command {
     static let synopsis = """
         tether listen HOST:PORT [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
         [--max-attempts N] [--reconnect-delay SECONDS] \
-        [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N]
+        [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
+        \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects and prints each notification (push) as one JSON line on stdout:
@@ -32,6 +33,17 @@ struct ListenCommand: Command {
 
           tether: connected
           tether: reconnecting (attempt 2 in 1.6 s): connection refused by 127.0.0.1:9000
+
+        With TLS, every connect does a TLS handshake, and the state line says what it
+        settled:
+
+          tether: connected, TLSv1.3 TLS_AES_256_GCM_SHA384, server /CN=localhost (sha256/…)
+
+        A TLS failure before the server has sent anything ends it with exit 1 and the
+        reason: a certificate that does not verify, a host name or pin that does not match,
+        a client certificate the server requires or refuses. Trying again would not help.
+        Once the server has answered, a failed handshake (after a restart with another
+        certificate, say) is retried like a refused connect.
 
         With --client-id it identifies to the server (`tether serve`) with a session: the
         server keeps the pushes for that client id in a mailbox while it is away and
@@ -68,6 +80,7 @@ struct ListenCommand: Command {
                                          the interval when --heartbeat-interval is given)
           --max-missed N                 misses in a row that count the connection as
                                          lost (default 3)
+        \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
 
@@ -80,6 +93,7 @@ struct ListenCommand: Command {
     var clientID: String?
     var token: String?
     var statePath: String?
+    var tls = ClientTLSOptions()
 
     /// The longest client id, in bytes of UTF-8.
     static let maximumClientIDLength = 256
@@ -117,6 +131,7 @@ struct ListenCommand: Command {
             reconnectDelay = try Parse.seconds(delay, option: "--reconnect-delay")
         }
         heartbeat = try HeartbeatOptions(parsing: &arguments)
+        tls = try ClientTLSOptions(parsing: &arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
@@ -137,7 +152,7 @@ struct ListenCommand: Command {
         /// The connection reached a final state by itself (the state sequence ended).
         case ended
         case signal(Int32)
-        /// The state file could not be written.
+        /// The state file could not be written, or TLS with the server does not work.
         case failed(TetherError)
         case idle
     }
@@ -145,6 +160,7 @@ struct ListenCommand: Command {
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration()
         configuration.reconnect = reconnectPolicy
+        configuration.tls = tls.configuration()
         if !heartbeat.isEmpty {
             configuration.heartbeat = heartbeat.applied(to: configuration.heartbeat)
         }
@@ -186,7 +202,7 @@ struct ListenCommand: Command {
                 // The connection ended; the state task reports how.
                 return .idle
             }
-            Self.watch(states, signals, in: &group)
+            Self.watch(connection, states, signals, in: &group)
             return await Self.first(of: &group)
         }
         return await Self.finish(connection, outcome)
@@ -255,7 +271,7 @@ struct ListenCommand: Command {
                 }
                 return .idle
             }
-            Self.watch(states, signals, in: &group)
+            Self.watch(connection, states, signals, in: &group)
             return await Self.first(of: &group)
         }
         wake.finish()
@@ -267,13 +283,23 @@ struct ListenCommand: Command {
         return await Self.finish(connection, outcome)
     }
 
-    /// The first outcome that ends listening; the other tasks are cancelled.
     /// Adds the tasks both ways of listening share: state changes printed on stderr (ending
-    /// with the final state), and the signals that stop it.
-    private static func watch(_ states: Subscription<ConnectionState>, _ signals: AsyncStream<Int32>, in group: inout TaskGroup<Outcome>) {
+    /// with the final state; `connected` with what the TLS handshake settled), and the
+    /// signals that stop it.
+    private static func watch(
+        _ connection: Connection,
+        _ states: Subscription<ConnectionState>,
+        _ signals: AsyncStream<Int32>,
+        in group: inout TaskGroup<Outcome>
+    ) {
         group.addTask {
             for await state in states {
-                Console.err("tether: \(state)")
+                if let failure = await tlsFailureToGiveUpOn(state, of: connection) { return .failed(failure) }
+                if state.phase == .connected, let details = await connection.tlsDetails {
+                    Console.err("tether: \(state), \(tlsSummary(details, peer: "server"))")
+                } else {
+                    Console.err("tether: \(state)")
+                }
             }
             // Cancelled, or the connection reached its final state, printed last.
             return Task.isCancelled ? .idle : .ended
@@ -284,6 +310,7 @@ struct ListenCommand: Command {
         }
     }
 
+    /// The first outcome that ends listening; the other tasks are cancelled.
     private static func first(of group: inout TaskGroup<Outcome>) async -> Outcome {
         var outcome = Outcome.idle
         for await next in group {
@@ -300,21 +327,21 @@ struct ListenCommand: Command {
     private static func finish(_ connection: Connection, _ outcome: Outcome) async -> ExitStatus {
         switch outcome {
         case .counted:
-            await connection.close()
+            await closeBeforeExit(connection)
             return .success
         case .signal(let number):
             Console.err("\(SignalWatcher.name(of: number)): closing the connection")
-            await connection.close()
+            await closeBeforeExit(connection)
             return .success
         case .ended:
             // Its state line, just printed, says why.
             return .failure
         case .failed(let error):
             Console.fail(error.message)
-            await connection.close()
+            await closeBeforeExit(connection)
             return .failure
         case .idle:
-            await connection.close()
+            await closeBeforeExit(connection)
             return .failure
         }
     }

@@ -6,7 +6,7 @@ struct PingCommand: Command {
     static let summary = "send heartbeats and print their round-trip times"
     static let synopsis = """
         tether ping HOST:PORT [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
-        [--max-missed N]
+        [--max-missed N] \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects with heartbeats every INTERVAL and prints one line per ack or miss, then a
@@ -15,12 +15,20 @@ struct PingCommand: Command {
 
           heartbeat 1 from 127.0.0.1:9000: rtt 0.123 ms
 
+        With TLS, the second line says what the handshake settled:
+
+          TLS 127.0.0.1:9443: TLSv1.3 TLS_AES_256_GCM_SHA384, server /CN=localhost (sha256/…)
+
         With --max-missed, that many misses in a row count the connection as lost, as they
         would for an app: it reconnects by itself (after 1 s, then longer) and the count
         goes on with the heartbeats of the new connection (numbered from 1 again). Every
         state change after the first connect is printed on stderr:
 
           tether: reconnecting (attempt 1 in 1.1 s): no heartbeat ack from 127.0.0.1:9000 …
+
+        A TLS failure before the server sent anything (such as a client certificate it
+        requires or refuses, which TLS 1.3 reports only after the handshake) is not retried:
+        it ends the ping with exit 1 and the reason.
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
@@ -31,12 +39,14 @@ struct PingCommand: Command {
                                          interval)
           --max-missed N                 misses in a row that count the connection as lost
                                          (default: COUNT + 1, so every miss is reported)
+        \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
 
     var endpoint: Endpoint
     var count = 4
     var heartbeat = HeartbeatOptions()
+    var tls = ClientTLSOptions()
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         if let count = try arguments.option("--count") {
@@ -50,6 +60,7 @@ struct PingCommand: Command {
             }
             heartbeat.interval = try Parse.seconds(interval, option: "--interval")
         }
+        tls = try ClientTLSOptions(parsing: &arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
@@ -57,13 +68,22 @@ struct PingCommand: Command {
         var configuration = ConnectionConfiguration()
         // By default, report every miss instead of closing after the library's default of three.
         configuration.heartbeat = heartbeat.applied(to: .every(.seconds(1), maximumMissed: count + 1))
+        configuration.tls = tls.configuration()
         let settings = configuration.heartbeat
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)
         let beats = connection.heartbeats
         // Changes after the replayed current state (`connected`): reconnects after misses.
         let states = connection.states
-        let stateReporter = Task {
-            for await state in states.dropFirst() { Console.err("tether: \(state)") }
+        let stateReporter = Task { () -> TetherError? in
+            for await state in states.dropFirst() {
+                if let failure = await tlsFailureToGiveUpOn(state, of: connection) {
+                    // Ends the heartbeats, and so the loop below.
+                    await connection.close()
+                    return failure
+                }
+                Console.err("tether: \(state)")
+            }
+            return nil
         }
         let peer = await connection.remoteAddress?.description ?? endpoint.description
         var roundTrips: [Double] = []
@@ -71,6 +91,9 @@ struct PingCommand: Command {
         var header = "PING \(peer): heartbeat every \(format(settings.interval)), timeout \(format(settings.timeout))"
         if settings.maximumMissed <= count { header += ", lost after \(settings.maximumMissed) missed in a row" }
         Console.out(header)
+        if let details = await connection.tlsDetails {
+            Console.out("TLS \(peer): \(tlsSummary(details, peer: "server"))")
+        }
         for await beat in beats {
             switch beat.outcome {
             case .acked:
@@ -88,7 +111,8 @@ struct PingCommand: Command {
         let closeReason = await connection.currentState.reason
         // Stopped before close(), so our own close is not reported.
         stateReporter.cancel()
-        await connection.close()
+        await closeBeforeExit(connection)
+        let tlsFailure = await stateReporter.value
         let sent = roundTrips.count + missed
         var summary = "--- \(peer): \(sent) heartbeats, \(roundTrips.count) acked, \(missed) missed"
         if let minimum = roundTrips.min(), let maximum = roundTrips.max() {
@@ -96,6 +120,7 @@ struct PingCommand: Command {
             summary += "; rtt min/avg/max = \(formatMilliseconds(minimum))/\(formatMilliseconds(average))/\(formatMilliseconds(maximum)) ms"
         }
         Console.out(summary)
+        if let tlsFailure { throw tlsFailure }
         if sent < count, let closeReason { throw closeReason }
         guard !roundTrips.isEmpty else {
             throw TetherError(code: .heartbeatTimeout, message: "no heartbeat acked by \(peer)")

@@ -16,7 +16,8 @@ struct ServeCommand: Command {
     static let synopsis = """
         tether serve [--host HOST] [--port PORT] [--push-every SECONDS [--push-type TYPE]] \
         [--store FILE] [--mailbox-limit N] [--mailbox-age SECONDS] \
-        [--idle-timeout SECONDS] [--handshake-timeout SECONDS]
+        [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
+        \(ServerTLSOptions.synopsis)
         """
     static let help = """
         Runs the seed demo server until SIGINT or SIGTERM, then closes every connection
@@ -35,6 +36,15 @@ struct ServeCommand: Command {
         Prints `listening on HOST:PORT` on stdout once it accepts connections; logs peers
         on stderr, with the reason each one left (an idle or handshake timeout among them),
         and the client id each one identifies as.
+
+        With --tls-cert and --tls-key it serves TLS (1.2 or 1.3) only, and says so:
+
+          listening on 127.0.0.1:9443 (TLS, certificate server.pem)
+          peer#1 connected from 127.0.0.1:53422
+          peer#1 secured: TLSv1.3 TLS_AES_256_GCM_SHA384, client /CN=app (sha256/…)
+
+        A peer whose TLS handshake fails, or takes more than 10 s, is closed and logged
+        with the reason: `peer#2 disconnected: TLS handshake with … failed: …`.
 
         options:
           --host HOST                   address to listen on (default 127.0.0.1)
@@ -58,6 +68,7 @@ struct ServeCommand: Command {
           --handshake-timeout SECONDS   close a new peer that has not sent a complete frame
                                         this long after connecting; 0 or off waits forever
                                         (default 10)
+        \(ServerTLSOptions.help(column: 32))
           -h, --help                    show this help
         """
 
@@ -69,6 +80,7 @@ struct ServeCommand: Command {
     var handshakeTimeout = ServerConfiguration().handshakeTimeout
     var storePath: String?
     var mailboxLimits = MailboxLimits()
+    var tls: ServerTLSOptions?
 
     /// The longest `--mailbox-age`: ten years.
     static let maximumMailboxAge = 10 * 365 * 86_400
@@ -107,6 +119,7 @@ struct ServeCommand: Command {
         if let timeout = try arguments.option("--handshake-timeout") {
             handshakeTimeout = try Parse.secondsOrOff(timeout, option: "--handshake-timeout")
         }
+        tls = try ServerTLSOptions.parse(&arguments)
     }
 
     /// What ended one of the serve tasks.
@@ -123,6 +136,8 @@ struct ServeCommand: Command {
         var mailboxes = try mailboxConfiguration()
         mailboxes.limits = mailboxLimits
         configuration.mailboxes = mailboxes
+        let tlsConfiguration = tls?.configuration
+        configuration.tls = tlsConfiguration
         let server = Server(configuration: configuration)
         SeedService.install(on: server)
         let book = PeerBook()
@@ -135,6 +150,7 @@ struct ServeCommand: Command {
         let signals = watcher.signals
         let pushInterval = pushInterval
         let pushType = pushType
+        let listeningNote = tls.map { " (\($0.summary))" } ?? ""
 
         try await withThrowingTaskGroup(of: Outcome.self) { group in
             group.addTask {
@@ -143,13 +159,26 @@ struct ServeCommand: Command {
             }
             group.addTask {
                 let address = try await server.listeningAddress()
-                Console.out("listening on \(address)")
+                Console.out("listening on \(address)\(listeningNote)")
                 return .idle
             }
             group.addTask {
-                for await event in server.events {
-                    if let line = Self.logLine(for: event, book: book) { Console.err(line) }
-                    book.record(event)
+                await withDiscardingTaskGroup { handshakes in
+                    for await event in server.events {
+                        if event.kind == .peerDisconnected, let id = event.peer, let peer = book.takeHandshake(of: id) {
+                            // Secured, then gone before the watch below saw it: said first.
+                            if let details = await peer.tlsDetails { Console.err(Self.securedLine(id, details)) }
+                        }
+                        if let line = Self.logLine(for: event, book: book) { Console.err(line) }
+                        book.record(event)
+                        guard let tlsConfiguration, event.kind == .peerConnected, let id = event.peer,
+                              let peer = server.peers.first(where: { $0.id == id })
+                        else { continue }
+                        book.awaitHandshake(of: peer)
+                        handshakes.addTask {
+                            await Self.watchHandshake(of: peer, book: book, within: tlsConfiguration.handshakeTimeout)
+                        }
+                    }
                 }
                 return .idle
             }
@@ -207,6 +236,34 @@ struct ServeCommand: Command {
         }
     }
 
+    /// Logs `peer#3 secured: TLSv1.3 …` once the TLS handshake of `peer` is done. The
+    /// server has no event for it, so this looks again and again, less and less often, for
+    /// as long as the handshake may take. Whoever takes the peer from `book` logs it: this,
+    /// or the disconnect of a peer that left first (whose reason says why a handshake failed).
+    private static func watchHandshake(of peer: Peer, book: PeerBook, within limit: Duration) async {
+        let clock = ContinuousClock()
+        let deadline = clock.now + limit
+        var pause = Duration.milliseconds(1)
+        while clock.now < deadline {
+            if let details = await peer.tlsDetails {
+                if book.takeHandshake(of: peer.id) != nil { Console.err(securedLine(peer.id, details)) }
+                return
+            }
+            do {
+                try await Task.sleep(for: pause)
+            } catch {
+                break
+            }
+            pause = min(pause * 2, .milliseconds(50))
+        }
+        _ = book.takeHandshake(of: peer.id)
+    }
+
+    /// `peer#3 secured: TLSv1.3 TLS_AES_256_GCM_SHA384, client /CN=app (sha256/…)`.
+    private static func securedLine(_ id: PeerID, _ details: TLSDetails) -> String {
+        "\(id) secured: \(tlsSummary(details, peer: "client"))"
+    }
+
     /// Pushes tick after tick until cancelled: to every client id, stored in its mailbox,
     /// and to every connected peer that has not identified.
     private static func tick(on server: Server, book: PeerBook, every interval: Duration, type: UInt32) async throws {
@@ -235,9 +292,23 @@ struct ServeCommand: Command {
 }
 
 /// Which peers sent a session hello, and as whom: for the log, and so that the ticks for
-/// anonymous peers skip them (theirs come from their mailboxes).
+/// anonymous peers skip them (theirs come from their mailboxes). With TLS, also the peers
+/// whose handshake is still to be logged.
 private final class PeerBook: Sendable {
     private let clientIDs = Mutex<[PeerID: String]>([:])
+    /// Peers whose TLS handshake is not logged yet.
+    private let handshakes = Mutex<[PeerID: Peer]>([:])
+
+    /// `peer` connected; its TLS handshake is to be logged once done.
+    func awaitHandshake(of peer: Peer) {
+        handshakes.withLock { $0[peer.id] = peer }
+    }
+
+    /// The peer whose handshake is still to be logged, now taken off the list: the caller
+    /// logs it, if it was secured.
+    func takeHandshake(of id: PeerID) -> Peer? {
+        handshakes.withLock { $0.removeValue(forKey: id) }
+    }
 
     /// Forgets peers that left.
     func record(_ event: ServerEvent) {

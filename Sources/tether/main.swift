@@ -15,6 +15,7 @@ let commands: [any Command.Type] = [
     ListenCommand.self,
     PingCommand.self,
     BenchCommand.self,
+    PinCommand.self,
 ]
 
 func topLevelHelp() -> String {
@@ -32,6 +33,11 @@ func topLevelHelp() -> String {
 
         Run `tether <command> --help` for the options of one command.
         Frame types are decimal (1026) or hex (0x402); durations are seconds (0.5).
+
+        TLS: `serve --tls-cert FILE --tls-key FILE` serves TLS only (add --tls-client-ca
+        FILE to require client certificates); request, listen, ping and bench connect with
+        TLS given --tls, or any of --ca FILE, --server-name NAME, --cert FILE --key FILE
+        and --pin PIN (see `tether pin`).
         """
 }
 
