@@ -78,6 +78,7 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
                 context: context,
                 client: options.serverName ?? host ?? remoteAddress.description,
                 pins: try PublicKeyPin.parse(options.pinnedPublicKeys),
+                verdictTimeout: options.serverVerdictTimeout,
                 remoteAddress: remoteAddress
             )
         case .server:

@@ -16,9 +16,24 @@ final class OpenSSLSession: TLSSession {
     private let host: String?
     private let remoteAddress: SocketAddress
     private let pins: [PublicKeyPin]
+    private let verdictTimeout: Duration
     private(set) var isEstablished = false
     private(set) var details: TLSDetails?
     private var shutdownSent = false
+    /// `SSL_do_handshake` has finished. The session is established then, except on a TLS 1.3
+    /// client asked for a certificate: see ``awaitingConfirmation``.
+    private var handshakeFinished = false
+    /// A TLS 1.3 server judges the client's certificate after the client has finished its
+    /// side of the handshake, and answers a refusal with an alert. So a client that was
+    /// asked for a certificate counts as established only once the server has sent a
+    /// message after the handshake (its session tickets, or data), or after
+    /// ``pendingVerdict`` without one: a refusal then fails the handshake, not a connection
+    /// that looked open.
+    private var awaitingConfirmation = false
+    /// The server sent a CertificateRequest during the handshake.
+    private var sawCertificateRequest = false
+    /// The server sent a handshake message after the handshake finished.
+    private var sawPostHandshakeMessage = false
     /// The first verification failure, seen by the verify callback.
     private var verifyFailure: (error: Int32, depth: Int32, names: String, subject: String)?
 
@@ -35,16 +50,29 @@ final class OpenSSLSession: TLSSession {
     }
 
     /// A client session that verifies the server as `host`.
-    convenience init(context: SSLContext, client host: String, pins: [PublicKeyPin], remoteAddress: SocketAddress) throws(TetherError) {
-        try self.init(context: context, isClient: true, host: host, pins: pins, remoteAddress: remoteAddress)
+    convenience init(
+        context: SSLContext,
+        client host: String,
+        pins: [PublicKeyPin],
+        verdictTimeout: Duration,
+        remoteAddress: SocketAddress
+    ) throws(TetherError) {
+        try self.init(context: context, isClient: true, host: host, pins: pins, verdictTimeout: verdictTimeout, remoteAddress: remoteAddress)
     }
 
     /// A server session for a client at `remoteAddress`.
     convenience init(context: SSLContext, serverFor remoteAddress: SocketAddress) throws(TetherError) {
-        try self.init(context: context, isClient: false, host: nil, pins: [], remoteAddress: remoteAddress)
+        try self.init(context: context, isClient: false, host: nil, pins: [], verdictTimeout: .zero, remoteAddress: remoteAddress)
     }
 
-    private init(context: SSLContext, isClient: Bool, host: String?, pins: [PublicKeyPin], remoteAddress: SocketAddress) throws(TetherError) {
+    private init(
+        context: SSLContext,
+        isClient: Bool,
+        host: String?,
+        pins: [PublicKeyPin],
+        verdictTimeout: Duration,
+        remoteAddress: SocketAddress
+    ) throws(TetherError) {
         OpenSSLErrors.clear()
         defer { OpenSSLErrors.clear() }
         guard let ssl = SSL_new(context.pointer) else {
@@ -66,9 +94,11 @@ final class OpenSSLSession: TLSSession {
         self.host = host
         self.remoteAddress = remoteAddress
         self.pins = pins
+        self.verdictTimeout = verdictTimeout
         SSL_set_ex_data(ssl, Self.sessionSlot, Unmanaged.passUnretained(self).toOpaque())
         if isClient, let host {
             SSL_set_connect_state(ssl)
+            SSL_set_msg_callback(ssl, messageCallback)
             // An IP address is checked against the certificate's IP entries and is never
             // sent as SNI; a name is both.
             if X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) != 1 {
@@ -105,11 +135,12 @@ final class OpenSSLSession: TLSSession {
             }
             ciphertext.moveReaderIndex(forwardBy: count)
         }
-        if !isEstablished {
+        if !handshakeFinished {
             guard try handshake(output: &output) else { return .handshaking }
         }
         defer { drain(into: &output) }
-        while true {
+        let plaintextBefore = plaintext.readableBytes
+        reading: while true {
             var status: Int32 = 0
             _ = plaintext.withWritableSpace(minimum: 16 << 10) { space -> Int in
                 status = SSL_read(ssl, space.baseAddress, Int32(clamping: space.count))
@@ -118,13 +149,17 @@ final class OpenSSLSession: TLSSession {
             if status > 0 { continue }
             switch SSL_get_error(ssl, status) {
             case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE:
-                return .established
+                break reading
             case SSL_ERROR_ZERO_RETURN:
                 return .closed
             default:
-                throw failure(during: "TLS with \(remoteAddress)")
+                throw failure(during: isEstablished ? "TLS with \(remoteAddress)" : "TLS handshake with \(remoteAddress)")
             }
         }
+        if !isEstablished, sawPostHandshakeMessage || plaintext.readableBytes > plaintextBefore {
+            establish()
+        }
+        return isEstablished ? .established : .handshaking
     }
 
     func send(_ plaintext: inout FrameBuffer, output: inout FrameBuffer) throws(TetherError) {
@@ -145,6 +180,13 @@ final class OpenSSLSession: TLSSession {
         }
     }
 
+    var pendingVerdict: Duration? { awaitingConfirmation ? verdictTimeout : nil }
+
+    func establishWithoutVerdict() {
+        guard awaitingConfirmation, !isEstablished else { return }
+        establish()
+    }
+
     func shutdown(output: inout FrameBuffer) {
         guard isEstablished, !shutdownSent else { return }
         shutdownSent = true
@@ -161,12 +203,18 @@ final class OpenSSLSession: TLSSession {
     }
 
     func handshakeTimeoutError(after timeout: Duration) -> TetherError {
-        TetherError(code: .handshakeTimeout, message: "TLS handshake with \(remoteAddress) timed out after \(describe(timeout))")
+        let message = "TLS handshake with \(remoteAddress) timed out after \(describe(timeout))"
+        guard awaitingConfirmation else { return TetherError(code: .handshakeTimeout, message: message) }
+        return TetherError(
+            code: .handshakeTimeout,
+            message: "\(message): the server asked for a client certificate and sent nothing after the handshake to accept it"
+        )
     }
 
     // MARK: Handshake
 
-    /// Moves the handshake on; `true` once it has finished.
+    /// Moves the handshake on; `true` once `SSL_do_handshake` has finished, which
+    /// establishes the session unless the server's confirmation is awaited.
     private func handshake(output: inout FrameBuffer) throws(TetherError) -> Bool {
         OpenSSLErrors.clear()
         defer { OpenSSLErrors.clear() }
@@ -178,9 +226,9 @@ final class OpenSSLSession: TLSSession {
             throw failure(during: "TLS handshake with \(remoteAddress)")
         }
         drain(into: &output)
-        let peer = SSL_get0_peer_certificate(ssl)
-        let pin = peer.flatMap { PublicKeyPin.of($0) }
+        handshakeFinished = true
         if !pins.isEmpty {
+            let pin = SSL_get0_peer_certificate(ssl).flatMap { PublicKeyPin.of($0) }
             guard let pin, pins.contains(pin) else {
                 SSL_shutdown(ssl)
                 drain(into: &output)
@@ -191,16 +239,39 @@ final class OpenSSLSession: TLSSession {
                 )
             }
         }
+        if isClient, sawCertificateRequest, SSL_version(ssl) == TLS1_3_VERSION {
+            awaitingConfirmation = true
+            return true
+        }
+        establish()
+        return true
+    }
+
+    /// The handshake is done and accepted: application bytes may flow.
+    private func establish() {
         isEstablished = true
+        awaitingConfirmation = false
+        if isClient { SSL_set_msg_callback(ssl, nil) }
+        let peer = SSL_get0_peer_certificate(ssl)
         details = TLSDetails(
             version: String(cString: SSL_get_version(ssl)),
             cipher: SSL_get_current_cipher(ssl).map { String(cString: SSL_CIPHER_get_name($0)) } ?? "unknown",
             applicationProtocol: selectedProtocol(),
             peerSubject: peer.flatMap { Self.subject(of: $0) },
-            peerPublicKeyPin: pin?.description
+            peerPublicKeyPin: peer.flatMap { PublicKeyPin.of($0) }?.description
         )
-        return true
     }
+
+    /// Called by the message callback for each handshake message the server sends.
+    func receivedHandshakeMessage(_ type: UInt8) {
+        if !handshakeFinished {
+            if type == Self.certificateRequest { sawCertificateRequest = true }
+        } else {
+            sawPostHandshakeMessage = true
+        }
+    }
+
+    private static let certificateRequest: UInt8 = 13
 
     private func selectedProtocol() -> String? {
         var name: UnsafePointer<UInt8>?
@@ -358,4 +429,14 @@ struct PublicKeyPin: Hashable, Sendable, CustomStringConvertible {
         let count = EVP_EncodeBlock(&encoded, bytes, Int32(bytes.count))
         return String(decoding: encoded.prefix(Int(count)), as: UTF8.self)
     }
+}
+
+/// Tells a client session about each handshake message the server sends.
+private let messageCallback: @convention(c) (
+    Int32, Int32, Int32, UnsafeRawPointer?, Int, OpaquePointer?, UnsafeMutableRawPointer?
+) -> Void = { writing, _, contentType, bytes, length, ssl, _ in
+    guard writing == 0, contentType == SSL3_RT_HANDSHAKE, length > 0, let bytes, let ssl,
+        let session = OpenSSLSession.session(of: ssl)
+    else { return }
+    session.receivedHandshakeMessage(bytes.load(as: UInt8.self))
 }

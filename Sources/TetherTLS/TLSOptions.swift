@@ -68,6 +68,13 @@ public struct TLSClientOptions: Sendable {
     public var minimumVersion: TLSMinimumVersion = .tls12
     /// How long the handshake may take. Default 10 s.
     public var handshakeTimeout: Duration = .seconds(10)
+    /// With TLS 1.3 a client finishes its side of the handshake before the server has
+    /// checked its certificate, and a server that refuses it says so with an alert just
+    /// after. So a client the server asked for a certificate waits for the server's next
+    /// message (its session tickets, or data) before it counts as connected, and a refusal
+    /// fails the connect instead of a connection that looked open. A server that sends
+    /// nothing after its handshake is taken at its word after this long. Default 1 s.
+    public var serverVerdictTimeout: Duration = .seconds(1)
 
     /// The defaults: the system's CAs, the endpoint's host name, no pinning, no client certificate.
     public init() {}

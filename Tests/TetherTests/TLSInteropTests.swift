@@ -115,6 +115,43 @@ struct TLSInteropTests {
         await connection.close()
     }
 
+    @Test("a Tether client without a certificate is refused by s_server requiring one, and connect() says so")
+    func noCertificateForSServer() async throws {
+        let certificates = try TestCertificates.shared()
+        let (server, port) = try await ChildProcess.startOpenSSLServer(
+            certificate: certificates.server,
+            extraArguments: ["-Verify", "1", "-verify_return_error", "-CAfile", certificates.caCertificate]
+        )
+        defer { server.kill() }
+        do {
+            let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: client())
+            Issue.record("connected without the certificate s_server requires")
+            await connection.close()
+        } catch let error as TetherError {
+            #expect(error.code == .tlsFailed)
+            #expect(error.message == "TLS handshake with 127.0.0.1:\(port) failed: peer requires a client certificate")
+        }
+        _ = try await server.waitForOutput(containing: "peer did not return a certificate", within: eventBound)
+    }
+
+    @Test("with a certificate, a Tether client connects to an s_server that sends nothing after its handshake, after the verdict timeout")
+    func confirmationWithoutTickets() async throws {
+        let certificates = try TestCertificates.shared()
+        let (server, port) = try await ChildProcess.startOpenSSLServer(
+            certificate: certificates.server,
+            extraArguments: ["-Verify", "1", "-verify_return_error", "-CAfile", certificates.caCertificate, "-num_tickets", "0"]
+        )
+        defer { server.kill() }
+        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: client {
+            $0.certificate = certificates.client
+            $0.serverVerdictTimeout = .milliseconds(200)
+        })
+        #expect(await connection.tlsDetails?.version == "TLSv1.3")
+        try await connection.send(Frame(type: 0x402, serial: 0, payload: Array("5 after the verdict timeout".utf8)))
+        _ = try await server.waitForOutput(containing: "5 after the verdict timeout", within: eventBound)
+        await connection.close()
+    }
+
     @Test("a Tether client sees s_server killed mid-stream as a stream without close_notify")
     func truncatedStream() async throws {
         let certificates = try TestCertificates.shared()

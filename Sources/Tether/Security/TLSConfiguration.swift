@@ -126,6 +126,15 @@ package protocol TLSSession: AnyObject {
     /// Encrypts all of `plaintext` into `output`. Only once established.
     func send(_ plaintext: inout FrameBuffer, output: inout FrameBuffer) throws(TetherError)
 
+    /// Once the handshake has finished but the session waits for the server's verdict on the
+    /// client's certificate (TLS 1.3): how long to wait for it before counting the session
+    /// as established anyway. `nil` when nothing is awaited.
+    var pendingVerdict: Duration? { get }
+
+    /// Counts the session as established without the server's verdict, after
+    /// ``pendingVerdict`` has passed.
+    func establishWithoutVerdict()
+
     /// Puts a close_notify in `output`, once established; nothing otherwise.
     func shutdown(output: inout FrameBuffer)
 

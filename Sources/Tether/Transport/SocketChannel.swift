@@ -44,6 +44,8 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     private var sealed = FrameBuffer(capacity: 0)
     /// With TLS: the peer sent its close_notify.
     private var peerSentCloseNotify = false
+    /// With TLS: set while the session waits for the server's verdict on our certificate.
+    private var verdictTimer: LoopTimer?
     let maximumOutboundBytes: Int
     /// Bytes read from and written to the socket so far, for metrics.
     private(set) var bytesRead = 0
@@ -163,6 +165,13 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         return (total, nil)
     }
 
+    /// The handshake finished: the delegate hears it.
+    private func secured() {
+        if let verdictTimer { loop.cancel(verdictTimer) }
+        verdictTimer = nil
+        delegate?.channelSecured(self)
+    }
+
     /// The TLS read: ciphertext into the loop's buffer, all of it through the session, and
     /// the plaintext into ``inbound``.
     private func readSealed() {
@@ -187,7 +196,19 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
             if sealed.readableBytes > 0 || (!wasEstablished && tls.isEstablished && outbound.readableBytes > 0) {
                 scheduleFlush()
             }
-            if !wasEstablished && tls.isEstablished { delegate?.channelSecured(self) }
+            if !wasEstablished && tls.isEstablished {
+                secured()
+            } else if let wait = tls.pendingVerdict, verdictTimer == nil {
+                verdictTimer = loop.schedule(after: wait) { [self] in
+                    verdictTimer = nil
+                    // The verdict may have arrived after this turn's readiness check.
+                    readPending()
+                    guard fd >= 0, let tls = self.tls, !tls.isEstablished, tls.pendingVerdict != nil else { return }
+                    tls.establishWithoutVerdict()
+                    if outbound.readableBytes > 0 { scheduleFlush() }
+                    secured()
+                }
+            }
             if fd >= 0, inbound.readableBytes > plaintextBefore { delegate?.channelRead(self) }
         }
         guard fd >= 0 else { return }
@@ -344,6 +365,8 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         guard fd >= 0 else { return }
         if let drainTimer { loop.cancel(drainTimer) }
         drainTimer = nil
+        if let verdictTimer { loop.cancel(verdictTimer) }
+        verdictTimer = nil
         loop.deregister(fd)
         Syscall.closeDescriptor(fd)
         fd = -1
