@@ -10,6 +10,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,11 +75,7 @@ static inline int tether_x509_names(X509 *cert, char *out, size_t capacity) {
                 if (length == 4) {
                     snprintf(text, sizeof(text), "%u.%u.%u.%u", bytes[0], bytes[1], bytes[2], bytes[3]);
                 } else if (length == 16) {
-                    int at = 0;
-                    for (int part = 0; part < 8; part++) {
-                        at += snprintf(text + at, sizeof(text) - (size_t)at, part ? ":%x" : "%x",
-                                       (unsigned)(bytes[2 * part] << 8 | bytes[2 * part + 1]));
-                    }
+                    if (inet_ntop(AF_INET6, bytes, text, sizeof(text)) == NULL) text[0] = 0;
                 }
             }
             if (text[0] == 0) continue;

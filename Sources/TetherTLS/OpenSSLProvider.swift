@@ -35,9 +35,20 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
 
     let role: Role
     private let built = Lock<Result<SSLContext, TetherError>?>(nil)
+    /// The client's pins, read once.
+    private let pins: Result<[PublicKeyPin], TetherError>
 
     init(role: Role) {
         self.role = role
+        if case .client(let options) = role {
+            do throws(TetherError) {
+                pins = .success(try PublicKeyPin.parse(options.pinnedPublicKeys))
+            } catch {
+                pins = .failure(error)
+            }
+        } else {
+            pins = .success([])
+        }
     }
 
     var handshakeTimeout: Duration {
@@ -67,6 +78,7 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
     }
 
     func prepare() throws(TetherError) {
+        _ = try pins.get()
         _ = try context()
     }
 
@@ -77,7 +89,7 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
             return try OpenSSLSession(
                 context: context,
                 client: options.serverName ?? host ?? remoteAddress.description,
-                pins: try PublicKeyPin.parse(options.pinnedPublicKeys),
+                pins: try pins.get(),
                 verdictTimeout: options.serverVerdictTimeout,
                 remoteAddress: remoteAddress
             )
@@ -155,6 +167,7 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
         case .system:
             try Self.loadSystemTrust(context)
         case .file(let path):
+            try Self.checkReadable(path, "the CA certificates")
             guard SSL_CTX_load_verify_locations(context, path, nil) == 1 else {
                 throw TetherError(code: .tlsFailed, message: "cannot load the CA certificates in \(path): \(OpenSSLErrors.takeMessage())")
             }
@@ -184,6 +197,7 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
             roots = path
             mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT
         }
+        try Self.checkReadable(roots, "the client CA certificates")
         guard SSL_CTX_load_verify_locations(context, roots, nil) == 1 else {
             throw TetherError(code: .tlsFailed, message: "cannot load the client CA certificates in \(roots): \(OpenSSLErrors.takeMessage())")
         }
@@ -195,6 +209,8 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
     }
 
     private static func useCertificate(_ files: TLSCertificateFiles, in context: OpaquePointer) throws(TetherError) {
+        try checkReadable(files.certificateChain, "the certificate chain")
+        try checkReadable(files.privateKey, "the private key")
         guard SSL_CTX_use_certificate_chain_file(context, files.certificateChain) == 1 else {
             throw TetherError(code: .tlsFailed, message: "cannot load the certificate chain in \(files.certificateChain): \(OpenSSLErrors.takeMessage())")
         }
@@ -212,6 +228,14 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
             OpenSSLErrors.clear()
             throw mismatch
         }
+    }
+
+    /// Throws a plain message (`cannot read the private key in x.key: No such file or
+    /// directory`) for a file that cannot be opened, where OpenSSL's would be cryptic.
+    static func checkReadable(_ path: String, _ what: String) throws(TetherError) {
+        guard access(path, R_OK) != 0 else { return }
+        let reason = String(cString: strerror(errno))
+        throw TetherError(code: .tlsFailed, message: "cannot read \(what) in \(path): \(reason)")
     }
 
     /// Where distributions keep their CA bundle, most common first.

@@ -7,13 +7,13 @@ import TetherTLS
 
 /// The TLS test fixtures themselves: the generated certificates are what they claim to be,
 /// and `ChildProcess` runs, talks to and ends openssl's client and server.
-@Suite("TLS fixtures", .timeLimit(.minutes(1)))
+@Suite("TLS fixtures", .serialized, .timeLimit(.minutes(1)))
 struct TLSFixtureTests {
     // MARK: - Certificates
 
     @Test("the server and client certificates verify against the test CA, for their purposes")
     func issuedByTheCA() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let server = try await openssl(["verify", "-purpose", "sslserver", "-CAfile", certificates.caCertificate, certificates.server.certificateChain])
         #expect(server.status == 0, "\(server.output)")
         #expect(server.output.contains("\(certificates.server.certificateChain): OK"))
@@ -29,7 +29,7 @@ struct TLSFixtureTests {
 
     @Test("the test CA is a CA that may sign certificates")
     func caExtensions() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let ca = try await openssl(["x509", "-in", certificates.caCertificate, "-noout", "-ext", "basicConstraints,keyUsage"])
         #expect(ca.status == 0, "\(ca.output)")
         #expect(ca.output.contains("CA:TRUE"))
@@ -38,7 +38,7 @@ struct TLSFixtureTests {
 
     @Test("the untrusted client certificate verifies against the other CA only")
     func untrustedClient() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let stranger = certificates.untrustedClient.certificateChain
         let byOther = try await openssl(["verify", "-purpose", "sslclient", "-CAfile", certificates.otherCACertificate, stranger])
         #expect(byOther.status == 0, "\(byOther.output)")
@@ -49,7 +49,7 @@ struct TLSFixtureTests {
 
     @Test("the expired certificate was valid on 2020-01-01 only and fails verification")
     func expired() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let verification = try await openssl(["verify", "-CAfile", certificates.caCertificate, certificates.expired.certificateChain])
         #expect(verification.status != 0)
         #expect(verification.output.contains("certificate has expired"), "\(verification.output)")
@@ -62,7 +62,7 @@ struct TLSFixtureTests {
 
     @Test("the wrong-name certificate is issued by the CA for other.example only")
     func wrongName() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let names = try await openssl(["x509", "-in", certificates.wrongName.certificateChain, "-noout", "-ext", "subjectAltName"])
         let lines = names.output.split(separator: "\n").map { $0.trimmingSpaces }
         #expect(lines == ["X509v3 Subject Alternative Name:", "DNS:other.example"], "\(names.output)")
@@ -78,7 +78,7 @@ struct TLSFixtureTests {
 
     @Test("the self-signed certificate fails against the CA, and verifies against itself")
     func selfSigned() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let certificate = certificates.selfSigned.certificateChain
         let byCA = try await openssl(["verify", "-CAfile", certificates.caCertificate, certificate])
         #expect(byCA.status != 0)
@@ -88,9 +88,9 @@ struct TLSFixtureTests {
     }
 
     @Test("a pin is sha256/ and 44 characters of base64, the same every time, one per key")
-    func pins() throws {
-        let certificates = try TestCertificates.shared()
-        let pin = try certificates.pin(of: certificates.server.certificateChain)
+    func pins() async throws {
+        let certificates = try await TestCertificates.shared()
+        let pin = try await certificates.pin(of: certificates.server.certificateChain)
         #expect(pin.hasPrefix("sha256/"))
         let encoded = pin.dropFirst("sha256/".count)
         #expect(encoded.count == 44)
@@ -98,20 +98,20 @@ struct TLSFixtureTests {
         let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
         #expect(encoded.allSatisfy(alphabet.contains), "\(pin)")
 
-        #expect(try certificates.pin(of: certificates.server.certificateChain) == pin)
-        #expect(try certificates.pin(of: certificates.client.certificateChain) != pin)
-        #expect(try certificates.pin(of: certificates.expired.certificateChain) != pin)
-        #expect(throws: OpenSSLFailed.self) { try certificates.pin(of: "\(certificates.directory)/missing.pem") }
+        #expect(try await certificates.pin(of: certificates.server.certificateChain) == pin)
+        #expect(try await certificates.pin(of: certificates.client.certificateChain) != pin)
+        #expect(try await certificates.pin(of: certificates.expired.certificateChain) != pin)
+        await #expect(throws: OpenSSLFailed.self) { try await certificates.pin(of: "\(certificates.directory)/missing.pem") }
     }
 
     // MARK: - openssl s_server and s_client
 
     @Test("s_client reaches s_server on 127.0.0.1, verifies it, and data flows both ways")
     func clientReachesServer() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server)
         defer { server.kill() }
-        let client = try sClient(port: port)
+        let client = try await sClient(port: port)
         defer { client.kill() }
 
         let summary = try await client.waitForOutput(containing: "Verification: OK", within: eventBound)
@@ -132,10 +132,10 @@ struct TLSFixtureTests {
 
     @Test("s_server with -Verify 1 -verify_return_error lets the test client in")
     func mutualTLS() async throws {
-        let certificates = try TestCertificates.shared()
-        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: requireClientCertificate)
+        let certificates = try await TestCertificates.shared()
+        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: await requireClientCertificate)
         defer { server.kill() }
-        let client = try sClient(port: port, ["-cert", certificates.client.certificateChain, "-key", certificates.client.privateKey])
+        let client = try await sClient(port: port, ["-cert", certificates.client.certificateChain, "-key", certificates.client.privateKey])
         defer { client.kill() }
 
         _ = try await client.waitForOutput(containing: "Verification: OK", within: eventBound)
@@ -146,10 +146,10 @@ struct TLSFixtureTests {
 
     @Test("s_server with -Verify 1 -verify_return_error refuses a client without a certificate")
     func clientWithoutCertificate() async throws {
-        let certificates = try TestCertificates.shared()
-        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: requireClientCertificate)
+        let certificates = try await TestCertificates.shared()
+        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: await requireClientCertificate)
         defer { server.kill() }
-        let client = try sClient(port: port)
+        let client = try await sClient(port: port)
         defer { client.kill() }
 
         _ = try await server.waitForOutput(containing: "peer did not return a certificate", within: eventBound)
@@ -162,11 +162,11 @@ struct TLSFixtureTests {
 
     @Test("s_server with -Verify 1 -verify_return_error refuses a client certificate from another CA")
     func clientFromAnotherCA() async throws {
-        let certificates = try TestCertificates.shared()
-        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: requireClientCertificate)
+        let certificates = try await TestCertificates.shared()
+        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: await requireClientCertificate)
         defer { server.kill() }
         let stranger = certificates.untrustedClient
-        let client = try sClient(port: port, ["-cert", stranger.certificateChain, "-key", stranger.privateKey])
+        let client = try await sClient(port: port, ["-cert", stranger.certificateChain, "-key", stranger.privateKey])
         defer { client.kill() }
 
         let log = try await server.waitForOutput(containing: "certificate verify failed", within: eventBound)
@@ -176,7 +176,7 @@ struct TLSFixtureTests {
 
     @Test("s_server refuses arguments that would move it off 127.0.0.1")
     func serverStaysOnLoopback() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         await #expect(throws: OpenSSLServerFailed.self) {
             _ = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: ["-port", "4433"])
         }
@@ -227,15 +227,15 @@ struct TLSFixtureTests {
     /// What makes s_server demand a client certificate that the test CA issued, and
     /// refuse the connection otherwise (without `-verify_return_error` it only logs).
     private var requireClientCertificate: [String] {
-        get throws {
-            ["-Verify", "1", "-CAfile", try TestCertificates.shared().caCertificate, "-verify_return_error"]
+        get async throws {
+            ["-Verify", "1", "-CAfile", try await TestCertificates.shared().caCertificate, "-verify_return_error"]
         }
     }
 
     /// `openssl s_client` to 127.0.0.1:`port`, trusting the test CA, with a brief summary.
-    private func sClient(port: Int, _ extraArguments: [String] = []) throws -> ChildProcess {
+    private func sClient(port: Int, _ extraArguments: [String] = []) async throws -> ChildProcess {
         try ChildProcess(TestCertificates.openSSL, [
-            "s_client", "-connect", "127.0.0.1:\(port)", "-CAfile", try TestCertificates.shared().caCertificate,
+            "s_client", "-connect", "127.0.0.1:\(port)", "-CAfile", try await TestCertificates.shared().caCertificate,
             "-servername", "localhost", "-brief",
         ] + extraArguments)
     }

@@ -4,28 +4,28 @@ import TetherTLS
 
 /// Tether's TLS against an independent implementation: the `openssl` command's own server
 /// and client.
-@Suite("TLS interop with openssl s_server and s_client", .timeLimit(.minutes(1)))
+@Suite("TLS interop with openssl s_server and s_client", .serialized, .timeLimit(.minutes(1)))
 struct TLSInteropTests {
     /// A Tether client configuration trusting the test CA and verifying `localhost`.
-    private func client(_ change: (inout TLSClientOptions) -> Void = { _ in }) throws -> ConnectionConfiguration {
+    private func client(_ change: (inout TLSClientOptions) -> Void = { _ in }) async throws -> ConnectionConfiguration {
         var options = TLSClientOptions()
-        options.trustRoots = .file(try TestCertificates.shared().caCertificate)
+        options.trustRoots = .file(try await TestCertificates.shared().caCertificate)
         options.serverName = "localhost"
         change(&options)
         return testConfiguration { $0.tls = .client(options: options) }
     }
 
     /// `openssl s_client` to a Tether server on 127.0.0.1, verifying it as `localhost`.
-    private func sClient(port: Int, _ extraArguments: [String] = []) throws -> ChildProcess {
+    private func sClient(port: Int, _ extraArguments: [String] = []) async throws -> ChildProcess {
         try ChildProcess(TestCertificates.openSSL, [
-            "s_client", "-connect", "127.0.0.1:\(port)", "-CAfile", try TestCertificates.shared().caCertificate,
+            "s_client", "-connect", "127.0.0.1:\(port)", "-CAfile", try await TestCertificates.shared().caCertificate,
             "-servername", "localhost", "-verify_return_error", "-verify_hostname", "localhost", "-brief",
         ] + extraArguments)
     }
 
     /// A TLS server configuration with the test server certificate.
-    private func server(_ clientAuthentication: TLSClientAuthentication = .none) throws -> @Sendable (inout ServerConfiguration) -> Void {
-        let certificates = try TestCertificates.shared()
+    private func server(_ clientAuthentication: TLSClientAuthentication = .none) async throws -> @Sendable (inout ServerConfiguration) -> Void {
+        let certificates = try await TestCertificates.shared()
         let tls = TLSConfiguration.server(
             certificateChain: certificates.server.certificateChain,
             privateKey: certificates.server.privateKey,
@@ -38,10 +38,10 @@ struct TLSInteropTests {
 
     @Test("a Tether client completes TLS 1.3 with s_server, and frames cross both ways intact")
     func clientAgainstSServer() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server)
         defer { server.kill() }
-        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: client())
+        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: await client())
         let pushes = connection.notifications
         #expect(await connection.currentState == .connected)
         let details = try #require(await connection.tlsDetails)
@@ -68,7 +68,7 @@ struct TLSInteropTests {
         ]
     )
     func clientRefusesSServer(_ situation: String, _ expected: String) async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let files: TLSCertificateFiles
         switch situation {
         case "expired": files = certificates.expired
@@ -76,11 +76,11 @@ struct TLSInteropTests {
         case "self-signed": files = certificates.selfSigned
         default: files = certificates.server
         }
-        let serverPin = try certificates.pin(of: certificates.server.certificateChain)
-        let clientPin = try certificates.pin(of: certificates.client.certificateChain)
+        let serverPin = try await certificates.pin(of: certificates.server.certificateChain)
+        let clientPin = try await certificates.pin(of: certificates.client.certificateChain)
         let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: files)
         defer { server.kill() }
-        let configuration = try client {
+        let configuration = try await client {
             if situation == "untrusted CA" { $0.trustRoots = .file(certificates.otherCACertificate) }
             if situation == "pin mismatch" { $0.pinnedPublicKeys = [clientPin] }
         }
@@ -100,13 +100,13 @@ struct TLSInteropTests {
 
     @Test("a Tether client presents its certificate to s_server when asked (mutual TLS)")
     func clientCertificateToSServer() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let (server, port) = try await ChildProcess.startOpenSSLServer(
             certificate: certificates.server,
             extraArguments: ["-Verify", "1", "-verify_return_error", "-CAfile", certificates.caCertificate]
         )
         defer { server.kill() }
-        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: client {
+        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: await client {
             $0.certificate = certificates.client
         })
         try await connection.send(Frame(type: 0x402, serial: 0, payload: Array("3 with a certificate".utf8)))
@@ -117,14 +117,14 @@ struct TLSInteropTests {
 
     @Test("a Tether client without a certificate is refused by s_server requiring one, and connect() says so")
     func noCertificateForSServer() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let (server, port) = try await ChildProcess.startOpenSSLServer(
             certificate: certificates.server,
             extraArguments: ["-Verify", "1", "-verify_return_error", "-CAfile", certificates.caCertificate]
         )
         defer { server.kill() }
         do {
-            let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: client())
+            let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: await client())
             Issue.record("connected without the certificate s_server requires")
             await connection.close()
         } catch let error as TetherError {
@@ -136,13 +136,13 @@ struct TLSInteropTests {
 
     @Test("with a certificate, a Tether client connects to an s_server that sends nothing after its handshake, after the verdict timeout")
     func confirmationWithoutTickets() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let (server, port) = try await ChildProcess.startOpenSSLServer(
             certificate: certificates.server,
             extraArguments: ["-Verify", "1", "-verify_return_error", "-CAfile", certificates.caCertificate, "-num_tickets", "0"]
         )
         defer { server.kill() }
-        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: client {
+        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: await client {
             $0.certificate = certificates.client
             $0.serverVerdictTimeout = .milliseconds(200)
         })
@@ -154,10 +154,10 @@ struct TLSInteropTests {
 
     @Test("a Tether client sees s_server killed mid-stream as a stream without close_notify")
     func truncatedStream() async throws {
-        let certificates = try TestCertificates.shared()
+        let certificates = try await TestCertificates.shared()
         let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server)
         defer { server.kill() }
-        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: client())
+        let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: await client())
         try await connection.send(Frame(type: 0x402, serial: 0, payload: Array("4 before the kill".utf8)))
         _ = try await server.waitForOutput(containing: "4 before the kill", within: eventBound)
         server.kill()
@@ -170,8 +170,8 @@ struct TLSInteropTests {
 
     @Test("s_client completes TLS 1.3 with a Tether server, and a request written through it is answered")
     func sClientAgainstServer() async throws {
-        try await withServer(configure: server(), handlers: echoHandlers) { _, endpoint in
-            let client = try sClient(port: endpoint.port)
+        try await withServer(configure: await server(), handlers: echoHandlers) { _, endpoint in
+            let client = try await sClient(port: endpoint.port)
             defer { client.kill() }
             let summary = try await client.waitForOutput(containing: "Verification: OK", within: eventBound)
             #expect(summary.contains("Protocol version: TLSv1.3"), "\(summary)")
@@ -187,10 +187,10 @@ struct TLSInteropTests {
 
     @Test("a Tether server requiring client certificates refuses s_client without one and serves it with one")
     func sClientCertificates() async throws {
-        let certificates = try TestCertificates.shared()
-        try await withServer(configure: server(.required(trustRoots: certificates.caCertificate)), handlers: echoHandlers) { server, endpoint in
+        let certificates = try await TestCertificates.shared()
+        try await withServer(configure: await server(.required(trustRoots: certificates.caCertificate)), handlers: echoHandlers) { server, endpoint in
             let events = server.events
-            let refused = try sClient(port: endpoint.port)
+            let refused = try await sClient(port: endpoint.port)
             defer { refused.kill() }
             _ = try await refused.waitForOutput(containing: "alert certificate required", within: eventBound)
             #expect(try await refused.waitForExit(within: eventBound) == 1)
@@ -198,7 +198,7 @@ struct TLSInteropTests {
             #expect(gone.reason?.code == .tlsFailed)
             #expect(gone.reason?.message.hasSuffix("failed: peer sent no client certificate, and one is required") == true)
 
-            let accepted = try sClient(port: endpoint.port, ["-cert", certificates.client.certificateChain, "-key", certificates.client.privateKey])
+            let accepted = try await sClient(port: endpoint.port, ["-cert", certificates.client.certificateChain, "-key", certificates.client.privateKey])
             defer { accepted.kill() }
             _ = try await accepted.waitForOutput(containing: "Verification: OK", within: eventBound)
             try accepted.write(seedBytes(type: 0x402, serial: 9, payload: Array(#"{"y":2}"#.utf8)))
@@ -211,9 +211,9 @@ struct TLSInteropTests {
 
     @Test("a Tether server refuses renegotiation from an s_client on TLS 1.2, and keeps serving")
     func renegotiationRefused() async throws {
-        try await withServer(configure: server(), handlers: echoHandlers) { server, endpoint in
+        try await withServer(configure: await server(), handlers: echoHandlers) { server, endpoint in
             let renegotiator = try ChildProcess(TestCertificates.openSSL, [
-                "s_client", "-connect", "127.0.0.1:\(endpoint.port)", "-CAfile", try TestCertificates.shared().caCertificate,
+                "s_client", "-connect", "127.0.0.1:\(endpoint.port)", "-CAfile", try await TestCertificates.shared().caCertificate,
                 "-servername", "localhost", "-tls1_2",
             ])
             defer { renegotiator.kill() }
@@ -227,7 +227,7 @@ struct TLSInteropTests {
             // The server answered with a no_renegotiation alert; s_client gave up on it.
             #expect(gone.reason?.code == .tlsFailed)
             #expect(gone.reason?.message.hasPrefix("TLS with 127.0.0.1:") == true, "\(String(describing: gone.reason))")
-            let connection = try await Connection.connect(to: endpoint, configuration: client())
+            let connection = try await Connection.connect(to: endpoint, configuration: await client())
             #expect(try await connection.request(Request(type: 0x402, json: ["after": true])).json == ["echo": ["after": true]])
             await connection.close()
         }

@@ -224,6 +224,15 @@ public actor Connection {
             throw TetherError(code: .invalidArgument, message: "connect() was already called on the connection to \(endpoint)")
         }
         opened = true
+        if let tls = configuration.tls {
+            // Files that cannot be loaded fail here, before any socket is opened.
+            do throws(TetherError) {
+                try tls.provider.prepare()
+            } catch {
+                finish(error, graceful: false)
+                throw error
+            }
+        }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 openWaiter = continuation

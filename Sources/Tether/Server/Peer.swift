@@ -288,6 +288,7 @@ extension Peer: ChannelDelegate {
                 peer.tlsTimer = nil
             }
             peer.tlsDetails = channel.tls?.details
+            peer.server?.peerSecured(peer, details: peer.tlsDetails)
         }
     }
 

@@ -277,6 +277,10 @@ public final class Server: Sendable {
         eventFeed.publish(ServerEvent(kind: .peerConnected, address: peer.remoteAddress, peer: peer.id))
     }
 
+    func peerSecured(_ peer: Peer, details: TLSDetails?) {
+        eventFeed.publish(ServerEvent(kind: .peerSecured, address: peer.remoteAddress, peer: peer.id, tls: details))
+    }
+
     /// A peer ended: its counts move into the server's totals in the same step that removes
     /// it from the peers, so ``metrics()`` counts it exactly once.
     func peerDisconnected(_ peer: Peer, reason: TetherError, metrics: PeerMetrics) {

@@ -85,13 +85,16 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible, Comparable {
 public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
     /// What happened.
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
-        enum Value: Hashable, Sendable { case listening, peerConnected, peerDisconnected, peerRejected }
+        enum Value: Hashable, Sendable { case listening, peerConnected, peerSecured, peerDisconnected, peerRejected }
         let value: Value
 
         /// The server is accepting connections on ``ServerEvent/address``.
         public static let listening = Kind(value: .listening)
         /// A peer connected from ``ServerEvent/address``.
         public static let peerConnected = Kind(value: .peerConnected)
+        /// A peer finished its TLS handshake; ``ServerEvent/tls`` says what it settled,
+        /// including the client's certificate. Only with ``ServerConfiguration/tls``.
+        public static let peerSecured = Kind(value: .peerSecured)
         /// A peer disconnected; ``ServerEvent/reason`` says why.
         public static let peerDisconnected = Kind(value: .peerDisconnected)
         /// A connection was refused because the server is at its connection limit.
@@ -109,6 +112,8 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
     public var peer: PeerID?
     /// Why a peer disconnected.
     public var reason: TetherError?
+    /// What a peer's TLS handshake settled, for ``Kind/peerSecured``.
+    public var tls: TLSDetails?
 
     /// A short textual form, for logs and messages.
     public var description: String {
@@ -116,6 +121,7 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
         switch kind.value {
         case .listening: return "listening on \(address)"
         case .peerConnected: return "\(who)connected from \(address)"
+        case .peerSecured: return "\(who)at \(address) secured: \(tls?.description ?? "TLS")"
         case .peerDisconnected: return "\(who)at \(address) disconnected: \(reason?.message ?? "closed")"
         case .peerRejected: return "refused \(address): \(reason?.message ?? "over the limit")"
         }

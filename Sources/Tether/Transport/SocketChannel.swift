@@ -373,8 +373,8 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         delegate = nil
     }
 
-    /// Writes what is pending, then closes; closes anyway after `timeout` if the peer does not
-    /// read. Does not call the delegate.
+    /// Writes what is pending, at once and then as the socket takes it, then closes; closes
+    /// anyway after `timeout` if the peer does not read. Does not call the delegate.
     /// With TLS, the pending plaintext is encrypted and followed by a close_notify; plaintext
     /// written before a handshake that never finished is dropped.
     func closeAfterFlush(timeout: Duration) {
@@ -389,13 +389,17 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         }
         if pendingOutboundBytes == 0 {
             close()
-        } else {
-            closeWhenFlushed = true
-            scheduleFlush()
-            drainTimer = loop.schedule(after: timeout) { [self] in
-                drainTimer = nil
-                close()
-            }
+            return
+        }
+        // Written now rather than at the end of the turn: by the time the caller's close()
+        // returns, what the socket could take is with the kernel, which delivers it even if
+        // the process exits next.
+        closeWhenFlushed = true
+        if !wantsWrite { flushNow() }
+        guard fd >= 0 else { return }
+        drainTimer = loop.schedule(after: timeout) { [self] in
+            drainTimer = nil
+            close()
         }
     }
 
