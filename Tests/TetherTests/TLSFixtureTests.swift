@@ -99,80 +99,16 @@ struct TLSFixtureTests {
         #expect(encoded.allSatisfy(alphabet.contains), "\(pin)")
 
         #expect(try await certificates.pin(of: certificates.server.certificateChain) == pin)
+        // The library, reading the same file in-process, agrees with the openssl command.
+        #expect(try TLSConfiguration.publicKeyPin(ofCertificateFile: certificates.server.certificateChain) == pin)
         #expect(try await certificates.pin(of: certificates.client.certificateChain) != pin)
         #expect(try await certificates.pin(of: certificates.expired.certificateChain) != pin)
         await #expect(throws: OpenSSLFailed.self) { try await certificates.pin(of: "\(certificates.directory)/missing.pem") }
     }
 
-    // MARK: - openssl s_server and s_client
+    // MARK: - openssl s_server
 
-    @Test("s_client reaches s_server on 127.0.0.1, verifies it, and data flows both ways")
-    func clientReachesServer() async throws {
-        let certificates = try await TestCertificates.shared()
-        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server)
-        defer { server.kill() }
-        let client = try await sClient(port: port)
-        defer { client.kill() }
-
-        let summary = try await client.waitForOutput(containing: "Verification: OK", within: eventBound)
-        #expect(summary.contains("CONNECTION ESTABLISHED"))
-        #expect(summary.contains("Protocol version: TLSv1.3"))
-        #expect(summary.contains("Peer certificate: CN = localhost"))
-
-        try client.write(Array("1 from the client\n".utf8))
-        _ = try await server.waitForOutput(containing: "1 from the client", within: eventBound)
-        try server.write(Array("2 from the server\n".utf8))
-        _ = try await client.waitForOutput(containing: "2 from the server", within: eventBound)
-
-        client.kill()
-        server.kill()
-        #expect(try await client.waitForExit(within: .seconds(1)) == 128 + SIGKILL)
-        #expect(try await server.waitForExit(within: .seconds(1)) == 128 + SIGKILL)
-    }
-
-    @Test("s_server with -Verify 1 -verify_return_error lets the test client in")
-    func mutualTLS() async throws {
-        let certificates = try await TestCertificates.shared()
-        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: await requireClientCertificate)
-        defer { server.kill() }
-        let client = try await sClient(port: port, ["-cert", certificates.client.certificateChain, "-key", certificates.client.privateKey])
-        defer { client.kill() }
-
-        _ = try await client.waitForOutput(containing: "Verification: OK", within: eventBound)
-        try client.write(Array("1 with a certificate\n".utf8))
-        let log = try await server.waitForOutput(containing: "1 with a certificate", within: eventBound)
-        #expect(log.contains("depth=0 CN = tether-test-client\nverify return:1"), "\(log)")
-    }
-
-    @Test("s_server with -Verify 1 -verify_return_error refuses a client without a certificate")
-    func clientWithoutCertificate() async throws {
-        let certificates = try await TestCertificates.shared()
-        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: await requireClientCertificate)
-        defer { server.kill() }
-        let client = try await sClient(port: port)
-        defer { client.kill() }
-
-        _ = try await server.waitForOutput(containing: "peer did not return a certificate", within: eventBound)
-        // TLS 1.3: the client finished its handshake before the server judged it, and
-        // learns of the refusal from the alert.
-        let output = try await client.waitForOutput(containing: "alert certificate required", within: eventBound)
-        #expect(output.contains("CONNECTION ESTABLISHED"))
-        #expect(try await client.waitForExit(within: eventBound) == 1)
-    }
-
-    @Test("s_server with -Verify 1 -verify_return_error refuses a client certificate from another CA")
-    func clientFromAnotherCA() async throws {
-        let certificates = try await TestCertificates.shared()
-        let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: certificates.server, extraArguments: await requireClientCertificate)
-        defer { server.kill() }
-        let stranger = certificates.untrustedClient
-        let client = try await sClient(port: port, ["-cert", stranger.certificateChain, "-key", stranger.privateKey])
-        defer { client.kill() }
-
-        let log = try await server.waitForOutput(containing: "certificate verify failed", within: eventBound)
-        #expect(log.contains("verify error:num=20:unable to get local issuer certificate"), "\(log)")
-        _ = try await client.waitForOutput(containing: "alert unknown ca", within: eventBound)
-    }
+    // s_server and s_client against Tether are in TLSInteropTests.
 
     @Test("s_server refuses arguments that would move it off 127.0.0.1")
     func serverStaysOnLoopback() async throws {
@@ -211,7 +147,7 @@ struct TLSFixtureTests {
 
     @Test("a wait for output ends as soon as the child's output does")
     func outputEnds() async throws {
-        let version = try ChildProcess(TestCertificates.openSSL, ["version"])
+        let version = try TestCertificates.openSSLProcess(["version"])
         defer { version.kill() }
         let start = ContinuousClock.now
         let error = await #expect(throws: ChildProcessEnded.self) {
@@ -224,25 +160,9 @@ struct TLSFixtureTests {
 
     // MARK: - Helpers
 
-    /// What makes s_server demand a client certificate that the test CA issued, and
-    /// refuse the connection otherwise (without `-verify_return_error` it only logs).
-    private var requireClientCertificate: [String] {
-        get async throws {
-            ["-Verify", "1", "-CAfile", try await TestCertificates.shared().caCertificate, "-verify_return_error"]
-        }
-    }
-
-    /// `openssl s_client` to 127.0.0.1:`port`, trusting the test CA, with a brief summary.
-    private func sClient(port: Int, _ extraArguments: [String] = []) async throws -> ChildProcess {
-        try ChildProcess(TestCertificates.openSSL, [
-            "s_client", "-connect", "127.0.0.1:\(port)", "-CAfile", try await TestCertificates.shared().caCertificate,
-            "-servername", "localhost", "-brief",
-        ] + extraArguments)
-    }
-
     /// Runs `openssl arguments` to its end: its exit status and its output (stdout and stderr).
     private func openssl(_ arguments: [String]) async throws -> (status: Int32, output: String) {
-        let child = try ChildProcess(TestCertificates.openSSL, arguments)
+        let child = try TestCertificates.openSSLProcess(arguments)
         defer { child.kill() }
         let status = try await child.waitForExit(within: eventBound)
         return (status, child.outputText)

@@ -17,7 +17,7 @@ struct TLSInteropTests {
 
     /// `openssl s_client` to a Tether server on 127.0.0.1, verifying it as `localhost`.
     private func sClient(port: Int, _ extraArguments: [String] = []) async throws -> ChildProcess {
-        try ChildProcess(TestCertificates.openSSL, [
+        try TestCertificates.openSSLProcess([
             "s_client", "-connect", "127.0.0.1:\(port)", "-CAfile", try await TestCertificates.shared().caCertificate,
             "-servername", "localhost", "-verify_return_error", "-verify_hostname", "localhost", "-brief",
         ] + extraArguments)
@@ -212,7 +212,7 @@ struct TLSInteropTests {
     @Test("a Tether server refuses renegotiation from an s_client on TLS 1.2, and keeps serving")
     func renegotiationRefused() async throws {
         try await withServer(configure: await server(), handlers: echoHandlers) { server, endpoint in
-            let renegotiator = try ChildProcess(TestCertificates.openSSL, [
+            let renegotiator = try TestCertificates.openSSLProcess([
                 "s_client", "-connect", "127.0.0.1:\(endpoint.port)", "-CAfile", try await TestCertificates.shared().caCertificate,
                 "-servername", "localhost", "-tls1_2",
             ])

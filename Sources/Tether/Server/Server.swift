@@ -189,6 +189,9 @@ public final class Server: Sendable {
             throw error
         }
         let bound = listener.address
+        // Before anyone hears that the server listens, so a push made as soon as
+        // listeningAddress() returns is accepted.
+        hub?.start()
         let waiters = state.withLock { state in
             state.listening = bound
             defer { state.listenWaiters.removeAll() }
@@ -201,7 +204,6 @@ public final class Server: Sendable {
         // so neither the peer nor its handler tasks ever wait for a cooperative thread. The
         // preference costs each handler task one allocation but saves a hop through the global
         // executor per request: measured, 27.8 µs against 42.8 µs p50 at one request in flight.
-        hub?.start()
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
                 if let hub { tasks.addTask { await hub.run() } }

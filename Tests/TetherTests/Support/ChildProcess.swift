@@ -495,7 +495,7 @@ extension ChildProcess {
         if let argument = extraArguments.first(where: { ["-accept", "-port", "-unix"].contains($0) }) {
             throw OpenSSLServerFailed(reason: "\(argument) would move s_server off 127.0.0.1", output: "")
         }
-        let process = try ChildProcess(TestCertificates.openSSL, [
+        let process = try TestCertificates.openSSLProcess([
             "s_server", "-accept", "127.0.0.1:0",
             "-cert", certificate.certificateChain, "-key", certificate.privateKey,
         ] + extraArguments)

@@ -41,6 +41,12 @@ final class TestCertificates: Sendable {
         }
     }
 
+    /// Starts `openssl arguments` at the lowest CPU priority: the tests running meanwhile
+    /// include ones that time heartbeats and idle timeouts, on a machine with few cores.
+    static func openSSLProcess(_ arguments: [String], workingDirectory: String? = nil) throws -> ChildProcess {
+        try ChildProcess("/usr/bin/nice", ["-n", "19", openSSL] + arguments, workingDirectory: workingDirectory)
+    }
+
     /// The `openssl` executable: the first in `PATH`, or /usr/bin/openssl.
     static let openSSL: String = {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
@@ -149,9 +155,7 @@ final class TestCertificates: Sendable {
     private static func run(_ arguments: [String], in directory: String) throws {
         // In `directory`, where the relative file names of `arguments` and of the
         // configuration are.
-        // At the lowest priority: the tests running meanwhile include ones that time
-        // heartbeats and idle timeouts, on a machine with few cores.
-        let child = try ChildProcess("/usr/bin/nice", ["-n", "19", openSSL] + arguments, workingDirectory: directory)
+        let child = try openSSLProcess(arguments, workingDirectory: directory)
         defer { child.kill() }
         let command = (["openssl"] + arguments).joined(separator: " ")
         let status: Int32
