@@ -39,11 +39,11 @@ struct ListenCommand: Command {
 
           tether: connected, TLSv1.3 TLS_AES_256_GCM_SHA384, server /CN=localhost (sha256/…)
 
-        A TLS failure before the server has sent anything ends it with exit 1 and the
-        reason: a certificate that does not verify, a host name or pin that does not match,
-        a client certificate the server requires or refuses. Trying again would not help.
-        Once the server has answered, a failed handshake (after a restart with another
-        certificate, say) is retried like a refused connect.
+        A TLS failure on the first connect ends it with exit 1 and the reason: a certificate
+        that does not verify, a host name or pin that does not match, a client certificate
+        the server requires or refuses. Later, a failed handshake (after a restart with
+        another certificate, say) is retried like a refused connect, with backoff and
+        within --max-attempts.
 
         With --client-id it identifies to the server (`tether serve`) with a session: the
         server keeps the pushes for that client id in a mailbox while it is away and
@@ -294,7 +294,6 @@ struct ListenCommand: Command {
     ) {
         group.addTask {
             for await state in states {
-                if let failure = await tlsFailureToGiveUpOn(state, of: connection) { return .failed(failure) }
                 if state.phase == .connected, let details = await connection.tlsDetails {
                     Console.err("tether: \(state), \(tlsSummary(details, peer: "server"))")
                 } else {

@@ -43,8 +43,9 @@ struct ServeCommand: Command {
           peer#1 connected from 127.0.0.1:53422
           peer#1 secured: TLSv1.3 TLS_AES_256_GCM_SHA384, client /CN=app (sha256/…)
 
-        A peer whose TLS handshake fails, or takes more than 10 s, is closed and logged
-        with the reason: `peer#2 disconnected: TLS handshake with … failed: …`.
+        A peer whose TLS handshake fails, or takes longer than the handshake timeout, is
+        closed and logged with the reason: `peer#2 disconnected: TLS handshake with …
+        failed: …`.
 
         options:
           --host HOST                   address to listen on (default 127.0.0.1)
@@ -136,8 +137,7 @@ struct ServeCommand: Command {
         var mailboxes = try mailboxConfiguration()
         mailboxes.limits = mailboxLimits
         configuration.mailboxes = mailboxes
-        let tlsConfiguration = tls?.configuration
-        configuration.tls = tlsConfiguration
+        configuration.tls = tls?.configuration(handshakeTimeout: handshakeTimeout)
         let server = Server(configuration: configuration)
         SeedService.install(on: server)
         let book = PeerBook()
@@ -163,22 +163,9 @@ struct ServeCommand: Command {
                 return .idle
             }
             group.addTask {
-                await withDiscardingTaskGroup { handshakes in
-                    for await event in server.events {
-                        if event.kind == .peerDisconnected, let id = event.peer, let peer = book.takeHandshake(of: id) {
-                            // Secured, then gone before the watch below saw it: said first.
-                            if let details = await peer.tlsDetails { Console.err(Self.securedLine(id, details)) }
-                        }
-                        if let line = Self.logLine(for: event, book: book) { Console.err(line) }
-                        book.record(event)
-                        guard let tlsConfiguration, event.kind == .peerConnected, let id = event.peer,
-                              let peer = server.peers.first(where: { $0.id == id })
-                        else { continue }
-                        book.awaitHandshake(of: peer)
-                        handshakes.addTask {
-                            await Self.watchHandshake(of: peer, book: book, within: tlsConfiguration.handshakeTimeout)
-                        }
-                    }
+                for await event in server.events {
+                    if let line = Self.logLine(for: event, book: book) { Console.err(line) }
+                    book.record(event)
                 }
                 return .idle
             }
@@ -230,33 +217,11 @@ struct ServeCommand: Command {
         let reason = event.reason.map { ": \($0.message)" } ?? ""
         switch event.kind {
         case .peerConnected: return "\(peer) connected from \(event.address)"
+        case .peerSecured: return event.tls.map { "\(peer) secured: \(tlsSummary($0, peer: "client"))" }
         case .peerDisconnected: return "\(peer) disconnected\(reason)"
         case .peerRejected: return "rejected a connection from \(event.address)\(reason)"
         default: return nil
         }
-    }
-
-    /// Logs `peer#3 secured: TLSv1.3 …` once the TLS handshake of `peer` is done. The
-    /// server has no event for it, so this looks again and again, less and less often, for
-    /// as long as the handshake may take. Whoever takes the peer from `book` logs it: this,
-    /// or the disconnect of a peer that left first (whose reason says why a handshake failed).
-    private static func watchHandshake(of peer: Peer, book: PeerBook, within limit: Duration) async {
-        let clock = ContinuousClock()
-        let deadline = clock.now + limit
-        var pause = Duration.milliseconds(1)
-        while clock.now < deadline {
-            if let details = await peer.tlsDetails {
-                if book.takeHandshake(of: peer.id) != nil { Console.err(securedLine(peer.id, details)) }
-                return
-            }
-            do {
-                try await Task.sleep(for: pause)
-            } catch {
-                break
-            }
-            pause = min(pause * 2, .milliseconds(50))
-        }
-        _ = book.takeHandshake(of: peer.id)
     }
 
     /// `peer#3 secured: TLSv1.3 TLS_AES_256_GCM_SHA384, client /CN=app (sha256/…)`.
@@ -292,24 +257,9 @@ struct ServeCommand: Command {
 }
 
 /// Which peers sent a session hello, and as whom: for the log, and so that the ticks for
-/// anonymous peers skip them (theirs come from their mailboxes). With TLS, also the peers
-/// whose handshake is still to be logged.
+/// anonymous peers skip them (theirs come from their mailboxes).
 private final class PeerBook: Sendable {
     private let clientIDs = Mutex<[PeerID: String]>([:])
-    /// Peers whose TLS handshake is not logged yet.
-    private let handshakes = Mutex<[PeerID: Peer]>([:])
-
-    /// `peer` connected; its TLS handshake is to be logged once done.
-    func awaitHandshake(of peer: Peer) {
-        handshakes.withLock { $0[peer.id] = peer }
-    }
-
-    /// The peer whose handshake is still to be logged, now taken off the list: the caller
-    /// logs it, if it was secured.
-    func takeHandshake(of id: PeerID) -> Peer? {
-        handshakes.withLock { $0.removeValue(forKey: id) }
-    }
-
     /// Forgets peers that left.
     func record(_ event: ServerEvent) {
         guard let peer = event.peer, event.kind == .peerDisconnected else { return }

@@ -150,8 +150,12 @@ struct ServerTLSOptions: Sendable {
     }
 
     /// The configuration to serve with.
-    var configuration: TLSConfiguration {
-        .server(certificateChain: certificate.certificateChain, privateKey: certificate.privateKey, clientAuthentication: clientAuthentication)
+    /// The server's TLS, its handshakes bounded by `handshakeTimeout` (`nil`: the default).
+    func configuration(handshakeTimeout: Duration?) -> TLSConfiguration {
+        var options = TLSServerOptions(certificate: certificate)
+        options.clientAuthentication = clientAuthentication
+        if let handshakeTimeout { options.handshakeTimeout = handshakeTimeout }
+        return .server(options: options)
     }
 
     /// `TLS, certificate server.pem, client certificates required from the CAs in ca.pem`:
@@ -191,41 +195,15 @@ extension Parse {
 
 // MARK: Closing
 
-/// Closes `connections` before the process exits.
-///
-/// `close()` queues what is left to send, with TLS a close_notify, and returns before it is
-/// written: the connection's event loop writes it at the end of its turn. Exiting at once
-/// can cut that off, and the server then logs a connection closed without a close_notify,
-/// as if the stream was truncated. With TLS this waits a moment for the writes.
+/// Closes every connection before the process exits. A close hands what is queued, and
+/// with TLS the close_notify, to the kernel before it returns.
 func closeBeforeExit(_ connections: [Connection]) async {
-    var secured = false
-    for connection in connections {
-        if await connection.tlsDetails != nil { secured = true }
-        await connection.close()
-    }
-    if secured { try? await Task.sleep(for: .milliseconds(20)) }
+    for connection in connections { await connection.close() }
 }
 
-/// Closes `connection` before the process exits, as for several connections.
+/// Closes `connection` before the process exits.
 func closeBeforeExit(_ connection: Connection) async {
-    await closeBeforeExit([connection])
-}
-
-// MARK: Giving up
-
-/// The reason to give up instead of reconnecting, when `state` is a reconnect after a TLS
-/// failure and the server has never sent the connection a frame: TLS with that server has
-/// not worked once, and trying again will not change that. `nil` otherwise.
-///
-/// This is mostly for a server that requires a client certificate: with TLS 1.3 it refuses
-/// one (none sent, or one it does not trust) only after the client has finished its side
-/// of the handshake, so the connection counts as connected, is lost at once, and would
-/// reconnect again and again, each time as attempt 1, which no attempt limit stops.
-func tlsFailureToGiveUpOn(_ state: ConnectionState, of connection: Connection) async -> TetherError? {
-    guard state.phase == .reconnecting, let reason = state.reason,
-          reason.code == .tlsFailed || reason.code == .certificateRejected
-    else { return nil }
-    return await connection.metrics.framesIn == 0 ? reason : nil
+    await connection.close()
 }
 
 // MARK: Details
