@@ -22,12 +22,15 @@ final class TestCertificates: Sendable {
 
     /// Set once the certificates are made (or failed); its lock is never held for long.
     private static let ready = Lock<Result<TestCertificates, any Error>?>(nil)
-    /// Held while generating, so parallel tests wait for the one set.
-    private static let generating = Lock<Void>(())
+    /// Held while generating, so parallel tests wait for the one set; counts the
+    /// generations run. (Not a lock over `Void`: a zero-sized value shares its address with
+    /// the lock's mutex field, and the thread sanitizer reports the two as racing.)
+    private static let generating = Lock<Int>(0)
 
     private static func generateOnce() throws -> TestCertificates {
-        try generating.withLock { _ in
+        try generating.withLock { runs in
             if let done = ready.withLock({ $0 }) { return try done.get() }
+            runs += 1
             let result = Result { try TestCertificates() }
             ready.withLock { $0 = result }
             return try result.get()
