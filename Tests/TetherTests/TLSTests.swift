@@ -312,6 +312,16 @@ struct TLSTests {
         }
     }
 
+    @Test("the system's trust store loads, and does not trust the test CA")
+    func systemTrust() async throws {
+        let certificates = try await TestCertificates.shared()
+        try await withServer(configure: serverTLS(certificates), handlers: echoHandlers) { _, endpoint in
+            let error = try await connectError(endpoint, clientTLS(certificates) { $0.trustRoots = .system })
+            #expect(error.code == .certificateRejected)
+            #expect(error.message == "certificate verify failed for localhost: unable to get local issuer certificate")
+        }
+    }
+
     @Test("an IP address is verified against the certificate's IP entries, over IPv4 and IPv6")
     func ipAddresses() async throws {
         let certificates = try await TestCertificates.shared()

@@ -227,7 +227,7 @@ public actor Connection {
         if let tls = configuration.tls {
             // Files that cannot be loaded fail here, before any socket is opened.
             do throws(TetherError) {
-                try tls.provider.prepare()
+                try await Self.prepare(tls)
             } catch {
                 finish(error, graceful: false)
                 throw error
@@ -241,6 +241,13 @@ public actor Connection {
         } onCancel: {
             loop.execute { [self] in assumeIsolated { $0.cancelOpen() } }
         }
+    }
+
+    /// Loads what TLS needs (the system's CA bundle takes tens of milliseconds) off the
+    /// event loop, which other connections share.
+    @concurrent
+    private nonisolated static func prepare(_ tls: TLSConfiguration) async throws(TetherError) {
+        try tls.provider.prepare()
     }
 
     private func cancelOpen() {
