@@ -9,6 +9,7 @@ import Dispatch
 import Foundation
 import Synchronization
 import Tether
+import TetherTLS
 
 /// `tether demo`: a server and a client in one process, every feature once, in about a second and a half.
 struct DemoCommand: Command {
@@ -37,7 +38,11 @@ struct DemoCommand: Command {
              away (onOfflinePush hears each); the client comes back (resume()), its
              session resumes and it catches up on all five, in order, then gets one live
              push
-          7. a clean close and the final state
+          7. an encrypted connection: a second server, TLS only, with a throwaway
+             certificate made with the `openssl` command (skipped without it); a client
+             that trusts it connects, shows what the handshake settled and gets its
+             answer; a client that expects another host name is refused, and says why
+          8. a clean close and the final state
 
         Ends by itself in about a second and a half and exits 0; exits 1 if any step
         fails. Every wait is bounded, and the whole demo gives up after 10 s.
@@ -101,6 +106,7 @@ struct DemoCommand: Command {
         try await heartbeats(connection)
         try await reconnect(&running, address: address, connection)
         try await lifecycle(running.server, connection)
+        try await encrypted()
         try await close(connection)
     }
 
@@ -292,8 +298,53 @@ struct DemoCommand: Command {
         Console.out("   <- \(hex(received.type)) serial \(received.serial): \(received.payloadText)  live (sequence \(sequence)); last sequence \(await connection.lastSequence)")
     }
 
+    private static func encrypted() async throws {
+        Console.out("\n7. an encrypted connection (TLS)")
+        guard let certificate = try DemoCertificate.make() else {
+            Console.out("   skipped: no `openssl` command to make a certificate with")
+            return
+        }
+        defer { certificate.remove() }
+        let tlsServer = DemoServer(
+            port: 0,
+            store: InMemoryMailboxStore(),
+            tls: .server(certificateChain: certificate.chain, privateKey: certificate.key)
+        )
+        do {
+            let address = try await tlsServer.listeningAddress()
+            Console.out("   a second server, TLS only, on \(address), with a throwaway certificate for localhost and 127.0.0.1")
+            var configuration = ConnectionConfiguration()
+            configuration.connectTimeout = stepLimit
+            configuration.requestTimeout = stepLimit
+            configuration.tls = .client(trustRoots: .file(certificate.chain))
+            let endpoint = Endpoint(host: address.ipAddress, port: address.port)
+            let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+            if let details = await connection.tlsDetails {
+                Console.out("   handshake: \(details.version) \(details.cipher), server \(details.peerSubject ?? "?") (\(details.peerPublicKeyPin ?? "?"))")
+            }
+            let request = Request(type: SeedService.echoType, json: ["secret": "over TLS"])
+            Console.out("   -> \(hex(request.type)) \(embeddedJSON(request.payload))")
+            let response = try await connection.request(request)
+            Console.out("   <- \(hex(response.type)) serial \(response.serial): \(response.text)")
+            await connection.close()
+
+            configuration.tls = .client(trustRoots: .file(certificate.chain), serverName: "chat.example.com")
+            do {
+                let wrong = try await Connection.connect(to: endpoint, configuration: configuration)
+                await wrong.close()
+                throw TetherError(code: .protocolError, message: "a client expecting chat.example.com accepted a certificate for localhost")
+            } catch let error as TetherError where error.code == .certificateRejected {
+                Console.out("   a client expecting chat.example.com refuses it: \(error.message)")
+            }
+        } catch {
+            try? await tlsServer.stop()
+            throw error
+        }
+        try await tlsServer.stop()
+    }
+
     private static func close(_ connection: Connection) async throws {
-        Console.out("\n7. close")
+        Console.out("\n8. close")
         let states = connection.states
         await connection.close()
         let seen = try await withTimeout(stepLimit, waitingFor: "the closed state") {
@@ -340,9 +391,11 @@ private struct DemoServer: Sendable {
     /// - Parameters:
     ///   - port: The port; 0 picks a free one.
     ///   - store: Where its mailboxes are kept.
-    init(port: Int, store: any MailboxStore) {
+    ///   - tls: TLS for the server, if any.
+    init(port: Int, store: any MailboxStore, tls: TLSConfiguration? = nil) {
         var configuration = ServerConfiguration(host: "127.0.0.1", port: port)
         configuration.mailboxes = MailboxConfiguration(store: store)
+        configuration.tls = tls
         let server = Server(configuration: configuration)
         SeedService.install(on: server)
         let (stopped, ended) = AsyncStream<Result<Void, any Error>>.makeStream()
@@ -380,6 +433,46 @@ private struct DemoServer: Sendable {
             return nil
         }
         try outcome?.get()
+    }
+}
+
+/// A throwaway self-signed certificate for localhost and 127.0.0.1, made with the `openssl`
+/// command in a temporary directory, for the demo's TLS step.
+private struct DemoCertificate {
+    let directory: String
+    var chain: String { directory + "/cert.pem" }
+    var key: String { directory + "/key.pem" }
+
+    /// Makes one; `nil` when there is no `openssl` command.
+    static func make() throws -> DemoCertificate? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        guard let openssl = path.split(separator: ":").map({ "\($0)/openssl" }).first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            return nil
+        }
+        let directory = NSTemporaryDirectory() + "tether-demo-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let certificate = DemoCertificate(directory: directory)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: openssl)
+        process.arguments = [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", certificate.key, "-out", certificate.chain, "-days", "1", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:FALSE",
+        ]
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            certificate.remove()
+            throw TetherError(code: .tlsFailed, message: "openssl could not make the demo's certificate (exit \(process.terminationStatus))")
+        }
+        return certificate
+    }
+
+    func remove() {
+        try? FileManager.default.removeItem(atPath: directory)
     }
 }
 
