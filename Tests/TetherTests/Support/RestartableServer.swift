@@ -9,10 +9,11 @@ final class RestartableServer: Sendable {
     private let running = Lock<(server: Server, task: Task<Void, any Error>)?>(nil)
     private let install: @Sendable (Server) -> Void
     private let configure: @Sendable (inout ServerConfiguration) throws -> Void
-    /// While the server is down, a socket bound to its port (not listening, so connections
-    /// are refused) keeps the port from being handed out as the source port of some other
-    /// test's outgoing connection, which would stop the server from binding it again.
-    private let reservation = Lock<Int32>(-1)
+    /// A socket bound to the port (with `SO_REUSEADDR`, never listening) for as long as this
+    /// object lives: the system never hands a bound port out as the source port of another
+    /// test's outgoing connection, which would stop the server from binding it again. While
+    /// the server is down, connections to the port are refused.
+    private let reservation: Int32
 
     /// Starts a server on a free port of 127.0.0.1.
     init(
@@ -21,14 +22,38 @@ final class RestartableServer: Sendable {
     ) async throws {
         install = handlers
         self.configure = configure
-        var configuration = ServerConfiguration(port: 0)
-        try configure(&configuration)
-        let server = Server(configuration: configuration)
-        handlers(server)
-        let task = Task { try await server.run() }
-        let address = try await bounded("the server to listen") { try await server.listeningAddress() }
-        port = address.port
-        running.withLock { $0 = (server, task) }
+        let (fd, port) = try Self.reservePort()
+        reservation = fd
+        self.port = port
+        do {
+            try await start()
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+    }
+
+    deinit {
+        Glibc.close(reservation)
+    }
+
+    /// Binds a socket to a free port of 127.0.0.1, without listening.
+    private static func reservePort() throws -> (Int32, Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))
+        let address = SocketAddress(ipAddress: "127.0.0.1", port: 0)!
+        guard address.withSockAddr({ bind(fd, $0, $1) }) == 0 else {
+            let error = Errno.current
+            Glibc.close(fd)
+            throw error
+        }
+        do {
+            return (fd, try Syscall.localAddress(fd).port)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
     }
 
     var endpoint: Endpoint { Endpoint(host: "127.0.0.1", port: port) }
@@ -42,16 +67,6 @@ final class RestartableServer: Sendable {
         }) else { return }
         current.task.cancel()
         try await bounded("the server to stop") { try await current.task.value }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))
-        let address = SocketAddress(ipAddress: "127.0.0.1", port: port)!
-        guard address.withSockAddr({ bind(fd, $0, $1) }) == 0 else {
-            let error = Errno.current
-            Glibc.close(fd)
-            throw error
-        }
-        reservation.withLock { $0 = fd }
     }
 
     /// Starts a new server on the same port.
@@ -61,11 +76,7 @@ final class RestartableServer: Sendable {
         let server = Server(configuration: configuration)
         install(server)
         let task = Task { try await server.run() }
-        _ = try await bounded("the server to listen again") { try await server.listeningAddress() }
+        _ = try await bounded("the server to listen") { try await server.listeningAddress() }
         running.withLock { $0 = (server, task) }
-        reservation.withLock { fd in
-            if fd >= 0 { Glibc.close(fd) }
-            fd = -1
-        }
     }
 }
