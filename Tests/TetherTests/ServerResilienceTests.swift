@@ -79,12 +79,22 @@ struct ServerResilienceTests {
     @Test("heartbeats keep a peer alive across several idle timeouts")
     func idleResetByTraffic() async throws {
         // An idle timeout of 8 heartbeat intervals: wide enough for a loaded machine (the
-        // suite under the thread sanitizer) never to leave that long a silence.
-        try await withServer(configure: { $0.idleTimeout = .milliseconds(800) }, handlers: echoHandlers) { server, endpoint in
+        // suite under the thread sanitizer) never to leave that long a silence. Loops of
+        // their own for both sides: on the shared ones, another test's large payload (the
+        // 8 MiB round trip, under the sanitizer) held the heartbeat timers back that long.
+        let group = EventLoopGroup(loopCount: 1)
+        defer { group.shutdown() }
+        try await withServer(configure: {
+            $0.idleTimeout = .milliseconds(800)
+            $0.eventLoopGroup = group
+        }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
             let connection = try await Connection.connect(
                 to: endpoint,
-                configuration: testConfiguration { $0.heartbeat = .every(.milliseconds(100), timeout: .seconds(2)) }
+                configuration: testConfiguration {
+                    $0.heartbeat = .every(.milliseconds(100), timeout: .seconds(2))
+                    $0.eventLoopGroup = group
+                }
             )
             _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
             // Proving that something does not happen takes a wait: a bounded one, over more
