@@ -33,7 +33,11 @@ enum OpenSSLErrors {
     /// The reasons queued on this thread as one phrase, such as `wrong version number`;
     /// empties the queue.
     static func takeMessage(fallback: String = "unknown OpenSSL error") -> String {
-        let entries = take()
+        phrase(take(), fallback: fallback)
+    }
+
+    /// The distinct reasons of `entries`, oldest first, joined by `: `; `fallback` for none.
+    static func phrase(_ entries: [Entry], fallback: String = "unknown OpenSSL error") -> String {
         guard !entries.isEmpty else { return fallback }
         var seen: [String] = []
         for entry in entries where !seen.contains(entry.text) { seen.append(entry.text) }

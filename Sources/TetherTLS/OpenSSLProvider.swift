@@ -221,8 +221,7 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
         guard SSL_CTX_use_PrivateKey_file(context, files.privateKey, SSL_FILETYPE_PEM) == 1 else {
             let errors = OpenSSLErrors.take()
             if errors.contains(where: { $0.library == ERR_LIB_X509 && $0.reason == X509_R_KEY_VALUES_MISMATCH }) { throw mismatch }
-            let reasons = errors.isEmpty ? "unknown OpenSSL error" : errors.map(\.text).joined(separator: ": ")
-            throw TetherError(code: .tlsFailed, message: "cannot load the private key in \(files.privateKey): \(reasons)")
+            throw TetherError(code: .tlsFailed, message: "cannot load the private key in \(files.privateKey): \(OpenSSLErrors.phrase(errors))")
         }
         guard SSL_CTX_check_private_key(context) == 1 else {
             OpenSSLErrors.clear()

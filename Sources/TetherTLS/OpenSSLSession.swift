@@ -30,6 +30,8 @@ final class OpenSSLSession: TLSSession {
     /// ``pendingVerdict`` without one: a refusal then fails the handshake, not a connection
     /// that looked open.
     private var awaitingConfirmation = false
+    /// The pin of the peer certificate's key, read once the handshake has finished.
+    private var peerPin: PublicKeyPin?
     /// The server sent a CertificateRequest during the handshake.
     private var sawCertificateRequest = false
     /// The server sent a handshake message after the handshake finished.
@@ -227,15 +229,15 @@ final class OpenSSLSession: TLSSession {
         }
         drain(into: &output)
         handshakeFinished = true
+        peerPin = SSL_get0_peer_certificate(ssl).flatMap { PublicKeyPin.of($0) }
         if !pins.isEmpty {
-            let pin = SSL_get0_peer_certificate(ssl).flatMap { PublicKeyPin.of($0) }
-            guard let pin, pins.contains(pin) else {
+            guard let pin = peerPin, pins.contains(pin) else {
                 SSL_shutdown(ssl)
                 drain(into: &output)
                 shutdownSent = true
                 throw TetherError(
                     code: .certificateRejected,
-                    message: "public key pin mismatch for \(host ?? remoteAddress.description): the certificate's key is \(pin?.description ?? "missing"), pinned: \(pins.map(\.description).joined(separator: ", "))"
+                    message: "public key pin mismatch for \(host ?? remoteAddress.description): the certificate's key is \(peerPin?.description ?? "missing"), pinned: \(pins.map(\.description).joined(separator: ", "))"
                 )
             }
         }
@@ -258,7 +260,7 @@ final class OpenSSLSession: TLSSession {
             cipher: SSL_get_current_cipher(ssl).map { String(cString: SSL_CIPHER_get_name($0)) } ?? "unknown",
             applicationProtocol: selectedProtocol(),
             peerSubject: peer.flatMap { Self.subject(of: $0) },
-            peerPublicKeyPin: peer.flatMap { PublicKeyPin.of($0) }?.description
+            peerPublicKeyPin: peerPin?.description
         )
     }
 
@@ -326,12 +328,8 @@ final class OpenSSLSession: TLSSession {
             text = "peer requires a client certificate"
         } else if reasons.contains(SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
             text = "peer sent no client certificate, and one is required"
-        } else if queued.isEmpty {
-            text = "unexpected end of the TLS stream"
         } else {
-            var seen: [String] = []
-            for entry in queued where !seen.contains(entry.text) { seen.append(entry.text) }
-            text = seen.joined(separator: ": ")
+            text = OpenSSLErrors.phrase(queued, fallback: "unexpected end of the TLS stream")
         }
         return TetherError(code: .tlsFailed, message: "\(what) failed: \(text)")
     }

@@ -74,7 +74,7 @@ struct BenchCommand: Command {
                 connecting.append(try await Connection.connect(to: endpoint, configuration: configuration))
             }
         } catch {
-            await closeBeforeExit(connecting)
+            for connection in connecting { await connection.close() }
             throw error
         }
         let opened = connecting
@@ -82,10 +82,10 @@ struct BenchCommand: Command {
         do {
             try await measure(on: opened, security: security)
         } catch {
-            await closeBeforeExit(opened)
+            for connection in opened { await connection.close() }
             throw error
         }
-        await closeBeforeExit(opened)
+        for connection in opened { await connection.close() }
         return .success
     }
 

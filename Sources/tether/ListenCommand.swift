@@ -326,21 +326,21 @@ struct ListenCommand: Command {
     private static func finish(_ connection: Connection, _ outcome: Outcome) async -> ExitStatus {
         switch outcome {
         case .counted:
-            await closeBeforeExit(connection)
+            await connection.close()
             return .success
         case .signal(let number):
             Console.err("\(SignalWatcher.name(of: number)): closing the connection")
-            await closeBeforeExit(connection)
+            await connection.close()
             return .success
         case .ended:
             // Its state line, just printed, says why.
             return .failure
         case .failed(let error):
             Console.fail(error.message)
-            await closeBeforeExit(connection)
+            await connection.close()
             return .failure
         case .idle:
-            await closeBeforeExit(connection)
+            await connection.close()
             return .failure
         }
     }

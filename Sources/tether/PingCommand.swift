@@ -106,7 +106,7 @@ struct PingCommand: Command {
         let closeReason = await connection.currentState.reason
         // Stopped before close(), so our own close is not reported.
         stateReporter.cancel()
-        await closeBeforeExit(connection)
+        await connection.close()
         let tlsFailure = await stateReporter.value
         let sent = roundTrips.count + missed
         var summary = "--- \(peer): \(sent) heartbeats, \(roundTrips.count) acked, \(missed) missed"

@@ -84,10 +84,10 @@ struct RequestCommand: Command {
         do {
             response = try await connection.request(request, timeout: timeout)
         } catch {
-            await closeBeforeExit(connection)
+            await connection.close()
             throw error
         }
-        await closeBeforeExit(connection)
+        await connection.close()
         if let message = response.errorMessage {
             Console.fail(message)
             return .failure

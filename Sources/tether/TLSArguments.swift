@@ -193,19 +193,6 @@ extension Parse {
     }
 }
 
-// MARK: Closing
-
-/// Closes every connection before the process exits. A close hands what is queued, and
-/// with TLS the close_notify, to the kernel before it returns.
-func closeBeforeExit(_ connections: [Connection]) async {
-    for connection in connections { await connection.close() }
-}
-
-/// Closes `connection` before the process exits.
-func closeBeforeExit(_ connection: Connection) async {
-    await connection.close()
-}
-
 // MARK: Details
 
 /// `TLSv1.3 TLS_AES_256_GCM_SHA384, server /CN=localhost (sha256/…)`: what a handshake

@@ -69,13 +69,7 @@ struct TLSInteropTests {
     )
     func clientRefusesSServer(_ situation: String, _ expected: String) async throws {
         let certificates = try await TestCertificates.shared()
-        let files: TLSCertificateFiles
-        switch situation {
-        case "expired": files = certificates.expired
-        case "wrong name": files = certificates.wrongName
-        case "self-signed": files = certificates.selfSigned
-        default: files = certificates.server
-        }
+        let files = certificates.presented(in: situation)
         let serverPin = try await certificates.pin(of: certificates.server.certificateChain)
         let clientPin = try await certificates.pin(of: certificates.client.certificateChain)
         let (server, port) = try await ChildProcess.startOpenSSLServer(certificate: files)

@@ -293,13 +293,7 @@ struct TLSTests {
     )
     func rejectedCertificates(_ situation: String, _ expected: String) async throws {
         let certificates = try await TestCertificates.shared()
-        let files: TLSCertificateFiles
-        switch situation {
-        case "expired": files = certificates.expired
-        case "wrong name": files = certificates.wrongName
-        case "self-signed": files = certificates.selfSigned
-        default: files = certificates.server
-        }
+        let files = certificates.presented(in: situation)
         let trust = situation == "untrusted CA" ? certificates.otherCACertificate : certificates.caCertificate
         try await withServer(configure: serverTLS(certificates, files: files), handlers: echoHandlers) { server, endpoint in
             let events = server.events

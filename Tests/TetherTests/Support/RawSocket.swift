@@ -134,12 +134,6 @@ final class RawSocket: @unchecked Sendable {
         }
     }
 
-    private func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            BlockingThread.run { continuation.resume(with: Result { try body() }) }
-        }
-    }
-
     func close() {
         if fd >= 0 { Glibc.close(fd) }
         fd = -1

@@ -27,6 +27,17 @@ final class TestCertificates: Sendable {
     /// the lock's mutex field, and the thread sanitizer reports the two as racing.)
     private static let generating = Lock<Int>(0)
 
+    /// The certificate a server presents in a failure test: "expired", "wrong name",
+    /// "self-signed", or (for anything else) the good server certificate.
+    func presented(in situation: String) -> TLSCertificateFiles {
+        switch situation {
+        case "expired": expired
+        case "wrong name": wrongName
+        case "self-signed": selfSigned
+        default: server
+        }
+    }
+
     private static func generateOnce() throws -> TestCertificates {
         try generating.withLock { runs in
             if let done = ready.withLock({ $0 }) { return try done.get() }
@@ -34,13 +45,6 @@ final class TestCertificates: Sendable {
             let result = Result { try TestCertificates() }
             ready.withLock { $0 = result }
             return try result.get()
-        }
-    }
-
-    /// Runs blocking work on a thread of its own, not on a cooperative one.
-    private static func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            BlockingThread.run { continuation.resume(with: Result { try body() }) }
         }
     }
 
@@ -134,7 +138,7 @@ final class TestCertificates: Sendable {
     /// openssl commands compute it:
     /// `x509 -pubkey | pkey -pubin -outform der | dgst -sha256 -binary | base64`.
     func pin(of certificate: String) async throws -> String {
-        try await Self.offThread { try self.pinBlocking(of: certificate) }
+        try await offThread { try self.pinBlocking(of: certificate) }
     }
 
     private func pinBlocking(of certificate: String) throws -> String {

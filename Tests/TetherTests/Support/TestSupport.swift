@@ -41,6 +41,14 @@ func bounded<T: Sendable>(
     }
 }
 
+/// Runs blocking work (a `poll`, a child process to wait for) on a thread of its own, so it
+/// never holds one of the few cooperative threads the code under test needs.
+func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        BlockingThread.run { continuation.resume(with: Result { try body() }) }
+    }
+}
+
 /// Collects the first `count` elements of a sequence, within the bound.
 func collect<S: AsyncSequence & Sendable>(
     _ count: Int,
