@@ -66,3 +66,16 @@ public struct Profile: Sendable {
         }
     )
 }
+
+extension Profile {
+    /// Every profile that ships with Tether, in the order the documentation lists them.
+    public static var builtIn: [Profile] { [.seed] }
+
+    /// The built-in profile with this name (``name``), or `nil`.
+    ///
+    /// - Parameter name: A profile name such as `seed`.
+    /// - Returns: The profile, or `nil` when no built-in profile has that name.
+    public static func named(_ name: String) -> Profile? {
+        builtIn.first { $0.name == name }
+    }
+}
