@@ -22,6 +22,12 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]
         ),
+        // zlib from the system, for compressed frame bodies and CRC-32 checksums.
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"]), .brew(["zlib"])]
+        ),
         // OpenSSL 3 from the system, for TetherTLS only: code that uses Tether without TLS
         // never needs its headers.
         .systemLibrary(
@@ -31,7 +37,7 @@ let package = Package(
         ),
         .target(
             name: "Tether",
-            dependencies: ["CTetherShims", "CSQLite"],
+            dependencies: ["CTetherShims", "CSQLite", "CZlib"],
             swiftSettings: strict
         ),
         .target(
