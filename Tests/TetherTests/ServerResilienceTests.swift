@@ -148,8 +148,10 @@ struct ServerResilienceTests {
     func slowloris() async throws {
         try await withServer(configure: {
             $0.handshakeTimeout = .milliseconds(300)
-            // Idle detection on too: the trickle keeps resetting it, the handshake timeout must not care.
-            $0.idleTimeout = .milliseconds(300)
+            // Idle detection on too: the trickle keeps resetting it, the handshake timeout must
+            // not care. Twice the handshake timeout, so a trickle held back by a loaded machine
+            // cannot make the two fire together.
+            $0.idleTimeout = .milliseconds(600)
         }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
             let clock = ContinuousClock()

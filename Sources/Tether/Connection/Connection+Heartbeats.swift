@@ -1,11 +1,12 @@
 extension Connection {
     func startHeartbeats() {
         let settings = configuration.heartbeat
-        guard settings.isEnabled else { return }
+        guard settings.isEnabled, configuration.profile.heartbeatType != nil else { return }
         heartbeatMachine = HeartbeatStateMachine(
             interval: settings.interval,
             timeout: settings.timeout,
-            maximumMissed: settings.maximumMissed
+            maximumMissed: settings.maximumMissed,
+            maximumSerial: configuration.profile.maximumSerial
         )
         // The first goes out at once: it proves the new connection works, measures the round
         // trip, and counts as the first frame for a server's handshake timeout.
@@ -35,7 +36,7 @@ extension Connection {
             switch action {
             case .send(let serial):
                 do {
-                    try write(Frame(type: configuration.profile.heartbeatType, serial: serial), on: channel)
+                    try write(Frame(type: configuration.profile.heartbeatType ?? 0, serial: serial), on: channel)
                     heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .sent))
                 } catch {
                     connectionLost(error)
@@ -60,14 +61,16 @@ extension Connection {
     func heartbeatAcked(_ frame: Frame) {
         guard var machine = heartbeatMachine else { return }
         let now = MonotonicTime.now()
-        let rtt = machine.ack(serial: frame.serial, now: now)
+        // Without serials on the wire an ack answers the one heartbeat outstanding.
+        let serial = configuration.profile.correlation == .bySerial ? frame.serial : machine.outstanding?.serial ?? 0
+        let rtt = machine.ack(serial: serial, now: now)
         heartbeatMachine = machine
         if let rtt {
             counters.lastHeartbeatRoundTrip = MonotonicTime.duration(nanoseconds: rtt)
             // The timer was set for this heartbeat's miss; re-arm it for the next send.
             if let heartbeatTimer { loop.cancel(heartbeatTimer) }
             scheduleHeartbeat(at: machine.nextTick(after: now))
-            heartbeatFeed.publish(Heartbeat(serial: frame.serial, outcome: .acked, roundTripTime: MonotonicTime.duration(nanoseconds: rtt)))
+            heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .acked, roundTripTime: MonotonicTime.duration(nanoseconds: rtt)))
         }
     }
 }

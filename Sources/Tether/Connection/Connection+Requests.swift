@@ -49,7 +49,7 @@ extension Connection {
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                let frame = Frame(type: request.type, serial: serial, payload: request.payload)
+                let frame = Frame(type: request.type, serial: serial, payload: request.payload, fields: request.fields)
                 var pending: Frame?
                 if let channel, !handshaking, table.queuedCount == 0, sendQueue.isEmpty,
                    table.inFlightCount < configuration.limits.maximumInFlightRequests,
@@ -61,6 +61,7 @@ extension Connection {
                         continuation.resume(throwing: error)
                         return
                     }
+                    if configuration.profile.correlation != .bySerial { awaitAnswer(to: frame) }
                     counters.requestsSent += 1
                 } else if let refusal = queueRefusal() {
                     continuation.resume(throwing: refusal)
@@ -173,6 +174,7 @@ extension Connection {
               let (serial, frame) = table.dequeue() {
             do {
                 try write(frame, on: channel)
+                if configuration.profile.correlation != .bySerial { awaitAnswer(to: frame) }
                 counters.requestsSent += 1
             } catch {
                 guard let entry = table.removeAnswered(serial: serial) else { continue }
@@ -227,7 +229,21 @@ extension Connection {
         send.waiter.resume(throwing: CancellationError())
     }
 
+    /// For profiles without serials on the wire: the written request takes its place in line.
+    private func awaitAnswer(to frame: Frame) {
+        inOrderReplies.sent(serial: frame.serial, key: configuration.profile.correlation == .inOrderPerType ? frame.type : 0)
+    }
+
     func completeRequest(with frame: Frame) {
+        var frame = frame
+        if configuration.profile.correlation != .bySerial {
+            let key = configuration.profile.correlation == .inOrderPerType ? frame.type : 0
+            guard let serial = inOrderReplies.answer(key: key) else {
+                counters.lateResponses += 1
+                return
+            }
+            frame.serial = serial
+        }
         guard let entry = table.removeAnswered(serial: frame.serial) else {
             counters.lateResponses += 1
             return

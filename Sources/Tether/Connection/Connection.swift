@@ -56,7 +56,9 @@ public actor Connection {
 
     var channel: SocketChannel?
     var codec: any FrameCodec
-    var table = RequestTable<Waiter>()
+    var table: RequestTable<Waiter>
+    /// For profiles without serials on the wire: which requests wait for an answer, in order.
+    var inOrderReplies = InOrderReplies()
     var state = ConnectionState.connecting
     var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
@@ -123,6 +125,7 @@ public actor Connection {
         self.currentEndpoint = endpoint
         self.loop = configuration.eventLoopGroup.next()
         self.codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
+        self.table = RequestTable(maximumSerial: configuration.profile.maximumSerial)
         let size = configuration.limits.subscriberBufferSize
         frameFeed = Broadcaster(bufferSize: size)
         // With a session no push may be lost once it counts as delivered (and acknowledged):
@@ -224,6 +227,14 @@ public actor Connection {
             throw TetherError(code: .invalidArgument, message: "connect() was already called on the connection to \(endpoint)")
         }
         opened = true
+        if configuration.session != nil, configuration.profile.correlation != .bySerial {
+            let error = TetherError(
+                code: .invalidArgument,
+                message: "sessions need a profile that matches responses by serial; the \(configuration.profile.name) profile has no serial"
+            )
+            finish(error, graceful: false)
+            throw error
+        }
         if let tls = configuration.tls {
             // Files that cannot be loaded fail here, before any socket is opened.
             do throws(TetherError) {
@@ -486,6 +497,7 @@ public actor Connection {
         tlsTimer = nil
         awaitingTLS = false
         heartbeatMachine = nil
+        inOrderReplies.removeAll()
         if graceful { acknowledgeNow() }
         stopSession()
         guard let channel else { return }

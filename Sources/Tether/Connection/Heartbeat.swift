@@ -63,12 +63,14 @@ struct HeartbeatStateMachine {
     let interval: UInt64
     let timeout: UInt64
     let maximumMissed: Int
+    let maximumSerial: UInt32
     private(set) var nextSerial: UInt32 = 1
     private(set) var outstanding: (serial: UInt32, sentAt: UInt64)?
     private(set) var lastSentAt: UInt64?
     private(set) var consecutiveMisses = 0
 
-    init(interval: Duration, timeout: Duration, maximumMissed: Int) {
+    init(interval: Duration, timeout: Duration, maximumMissed: Int, maximumSerial: UInt32 = .max) {
+        self.maximumSerial = max(1, maximumSerial)
         self.interval = max(1, MonotonicTime.nanoseconds(of: interval))
         self.timeout = max(1, MonotonicTime.nanoseconds(of: timeout))
         self.maximumMissed = max(1, maximumMissed)
@@ -99,7 +101,7 @@ struct HeartbeatStateMachine {
         let due = lastSentAt.map { now >= $0 &+ interval } ?? true
         if outstanding == nil && due {
             let serial = nextSerial
-            nextSerial = nextSerial == .max ? 1 : nextSerial + 1
+            nextSerial = nextSerial >= maximumSerial ? 1 : nextSerial + 1
             outstanding = (serial, now)
             lastSentAt = now
             actions.append(.send(serial: serial))

@@ -7,18 +7,27 @@ public struct Request: Sendable, Hashable {
     public var type: UInt32
     /// The content bytes.
     public var payload: [UInt8]
-    /// The serial the request travelled with. Set on a server; ignored when sending.
+    /// The serial the request travelled with. Set on a server; ignored when sending. In a
+    /// profile without serials on the wire, a server numbers each type's requests 1, 2, 3…
     public var serial: UInt32
+    /// Values for the profile's named header fields (``Frame/fields``); fields left out take
+    /// the layout's defaults. On a server, the fields the request arrived with.
+    public var fields: [String: UInt64]
+    /// On a server, whether the request's checksum verified, in profiles that carry one.
+    public var integrity: FrameIntegrity
 
     /// Creates a request with raw content.
     ///
     /// - Parameters:
     ///   - type: The request type.
     ///   - payload: The content bytes.
-    public init(type: UInt32, payload: [UInt8] = []) {
+    ///   - fields: Values for the profile's named header fields.
+    public init(type: UInt32, payload: [UInt8] = [], fields: [String: UInt64] = [:]) {
         self.type = type
         self.payload = payload
         self.serial = 0
+        self.fields = fields
+        self.integrity = .unchecked
     }
 
     /// Creates a request whose content is a JSON value.
@@ -54,10 +63,15 @@ public struct Request: Sendable, Hashable {
         self.type = frame.type
         self.payload = frame.payload
         self.serial = frame.serial
+        self.fields = frame.fields
+        self.integrity = frame.integrity
     }
 
     /// The content parsed as JSON, or `nil` when it is empty or not JSON.
     public var json: JSONValue? { payload.isEmpty ? nil : try? JSONValue(parsing: payload) }
+
+    /// The content as UTF-8 text: a line, in the ``Profile/lines`` profile.
+    public var text: String { String(decoding: payload, as: UTF8.self) }
 
     /// The content decoded from JSON.
     ///
@@ -80,6 +94,11 @@ public struct Response: Sendable, Hashable {
     public var serial: UInt32
     /// The content bytes.
     public var payload: [UInt8]
+    /// The profile's named header fields (``Frame/fields``). On a server, fields set here win
+    /// over those the profile derives from the request (``Profile/replyFields``).
+    public var fields: [String: UInt64]
+    /// Whether the response's checksum verified, in profiles that carry one.
+    public var integrity: FrameIntegrity
 
     /// Creates a response with raw content. On a server, leave `type` and `serial` at 0
     /// and they are copied from the request.
@@ -88,10 +107,13 @@ public struct Response: Sendable, Hashable {
     ///   - type: The request's type, or 0 to copy it.
     ///   - serial: The request's serial, or 0 to copy it.
     ///   - payload: The content bytes.
-    public init(type: UInt32 = 0, serial: UInt32 = 0, payload: [UInt8] = []) {
+    ///   - fields: Values for the profile's named header fields.
+    public init(type: UInt32 = 0, serial: UInt32 = 0, payload: [UInt8] = [], fields: [String: UInt64] = [:]) {
         self.type = type
         self.serial = serial
         self.payload = payload
+        self.fields = fields
+        self.integrity = .unchecked
     }
 
     /// Creates a response whose content is a JSON value.
@@ -121,6 +143,8 @@ public struct Response: Sendable, Hashable {
         self.type = frame.type
         self.serial = frame.serial
         self.payload = frame.payload
+        self.fields = frame.fields
+        self.integrity = frame.integrity
     }
 
     /// The content parsed as JSON, or `nil` when it is empty or not JSON.

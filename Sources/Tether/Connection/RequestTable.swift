@@ -27,13 +27,16 @@ struct RequestTable<Waiter> {
     private var order: [(serial: UInt32, id: UInt64)] = []
     private var head = 0
     private var lastSerial: UInt32
+    /// The largest serial the wire carries; allocation wraps after it.
+    private let maximumSerial: UInt32
     private var lastID: UInt64 = 0
     /// Requests written and waiting for their response.
     private(set) var inFlightCount = 0
     /// Requests waiting to be written.
     private(set) var queuedCount = 0
 
-    init(firstSerial: UInt32 = 1) {
+    init(firstSerial: UInt32 = 1, maximumSerial: UInt32 = .max) {
+        self.maximumSerial = maximumSerial
         lastSerial = firstSerial &- 1
     }
 
@@ -42,10 +45,10 @@ struct RequestTable<Waiter> {
     var isEmpty: Bool { entries.isEmpty }
 
     /// A serial that is not 0 and not in use, and a unique id.
-    /// Call only when `count < UInt32.max`.
+    /// Call only when `count < maximumSerial`.
     mutating func allocate() -> (serial: UInt32, id: UInt64) {
         repeat {
-            lastSerial &+= 1
+            lastSerial = lastSerial >= maximumSerial ? 1 : lastSerial &+ 1
         } while lastSerial == 0 || entries[lastSerial] != nil
         lastID += 1
         return (lastSerial, lastID)

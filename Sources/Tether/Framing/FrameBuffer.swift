@@ -156,6 +156,17 @@ public struct FrameBuffer: Sendable {
         writerIndex += count
     }
 
+    /// Appends `count` zero bytes.
+    mutating func writeZeros(_ count: Int) {
+        guard count > 0 else { return }
+        reserveWritable(count)
+        let offset = writerIndex
+        storage.withUnsafeMutableBytes { raw in
+            _ = UnsafeMutableRawBufferPointer(rebasing: raw[offset..<offset + count]).initializeMemory(as: UInt8.self, repeating: 0)
+        }
+        writerIndex += count
+    }
+
     /// Overwrites an integer already written at absolute index `index`.
     ///
     /// - Parameters:

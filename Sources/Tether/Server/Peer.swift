@@ -19,6 +19,8 @@ public actor Peer {
     private var pendingFD: Int32
     var channel: SocketChannel?
     private var codec: any FrameCodec
+    /// For profiles without serials on the wire: keeps each type's responses in request order.
+    private var sequencer = ResponseSequencer()
     var closeReason: TetherError?
     /// Set once, as the peer ends; read by the mailbox hub from other threads.
     private let ended = Atomic<Bool>(false)
@@ -195,14 +197,25 @@ public actor Peer {
 
     func respond(_ response: Response, to request: Frame) {
         guard let channel else { return }
+        var fields = response.fields
+        if !request.fields.isEmpty {
+            fields = configuration.profile.replyFields(request.fields).merging(response.fields) { _, set in set }
+        }
         let frame = Frame(
             type: response.type == 0 ? request.type : response.type,
             serial: response.serial == 0 ? request.serial : response.serial,
-            payload: response.payload
+            payload: response.payload,
+            fields: fields
         )
+        let correlation = configuration.profile.correlation
+        let frames = correlation == .bySerial
+            ? [frame]
+            : sequencer.complete(key: correlation == .inOrderPerType ? request.type : 0, number: request.serial, frame: frame)
         do {
-            try write(frame, on: channel)
-            counts.requestsHandled += 1
+            for frame in frames {
+                try write(frame, on: channel)
+                counts.requestsHandled += 1
+            }
         } catch {
             end(error, graceful: false)
         }
@@ -360,6 +373,12 @@ extension Peer: ChannelDelegate {
                 // An ack that does not fit is dropped: the peer's heartbeat misses it.
             }
         case .message, .notification:
+            var frame = frame
+            let correlation = configuration.profile.correlation
+            if correlation != .bySerial {
+                // Numbered as they come, so the responses go out in the same order.
+                frame.serial = sequencer.assign(key: correlation == .inOrderPerType ? frame.type : 0)
+            }
             if let hub, frame.type == hub.configuration.wireTypes.acknowledgement {
                 acknowledged(frame, hub: hub)
             } else if handlers.handler(for: frame.type) != nil || frame.type == hub?.configuration.wireTypes.hello {

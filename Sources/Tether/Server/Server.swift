@@ -168,7 +168,13 @@ public final class Server: Sendable {
         }
         precondition(!alreadyRunning, "Server.run() may be called only once")
         let address: SocketAddress
-        do {
+        do throws(TetherError) {
+            if hub != nil, configuration.profile.correlation != .bySerial {
+                throw TetherError(
+                    code: .invalidArgument,
+                    message: "mailboxes need a profile that matches responses by serial; the \(configuration.profile.name) profile has no serial"
+                )
+            }
             try configuration.tls?.provider.prepare()
             address = try await bindAddress()
         } catch {

@@ -186,3 +186,8 @@ func describeBytes(_ count: Int) -> String {
 func hex(_ value: UInt32) -> String {
     "0x" + String(value, radix: 16)
 }
+
+/// Formats a header value the way messages print it: `0x7e`.
+func hex(_ value: UInt64) -> String {
+    "0x" + String(value, radix: 16)
+}
