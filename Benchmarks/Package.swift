@@ -8,6 +8,7 @@ import PackageDescription
 //                 ChannelHandler client or a NIOAsyncChannel client with continuations
 //   bench-sessions  sessions and mailboxes: replay of a full mailbox, and sequenced
 //                 pushes to 1,000 identified clients, server and clients in one process
+//   bench-codec   decode and encode throughput of every profile's codec, in process
 //   bench-report  turns the RESULT lines of a run into the markdown tables
 //   TetherBenchmarks  package-benchmark: allocations per request round trip
 //
@@ -54,6 +55,14 @@ let package = Package(
             dependencies: [
                 "BenchCore",
                 .product(name: "Tether", package: "Tether"),
+            ]
+        ),
+        .executableTarget(
+            name: "bench-codec",
+            dependencies: [
+                "BenchCore",
+                .product(name: "Tether", package: "Tether"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
         .executableTarget(

@@ -566,21 +566,12 @@ struct DelimitedCodec: FrameCodec {
 func firstIndex(of needle: [UInt8], in haystack: UnsafeRawBufferPointer) -> Int? {
     guard let first = needle.first, haystack.count >= needle.count else { return nil }
     let last = haystack.count - needle.count
-    var index = 0
-    while index <= last {
-        if haystack[index] == first {
-            var match = true
-            var k = 1
-            while k < needle.count {
-                if haystack[index + k] != needle[k] {
-                    match = false
-                    break
-                }
-                k += 1
-            }
-            if match { return index }
-        }
-        index += 1
+    var from = 0
+    while let index = Memory.firstIndex(of: first, in: haystack, from: from), index <= last {
+        var k = 1
+        while k < needle.count, haystack[index + k] == needle[k] { k += 1 }
+        if k == needle.count { return index }
+        from = index + 1
     }
     return nil
 }

@@ -222,6 +222,13 @@ enum Memory {
             initialized = count
         }
     }
+
+    /// The offset of the first `byte` in `bytes` at or after `start`, found with `memchr`.
+    static func firstIndex(of byte: UInt8, in bytes: UnsafeRawBufferPointer, from start: Int) -> Int? {
+        guard start < bytes.count, let base = bytes.baseAddress else { return nil }
+        guard let found = memchr(base + start, Int32(byte), bytes.count - start) else { return nil }
+        return UnsafeRawPointer(found) - base
+    }
 }
 
 /// Monotonic time in nanoseconds (`clock_gettime(CLOCK_MONOTONIC)`), the loop's clock for deadlines.
