@@ -122,16 +122,19 @@ struct ProfileEndToEndTests {
         }
     }
 
-    @Test("compact: a timed-out request's late answer is dropped, and the next request gets its own")
+    @Test("compact: the answers to a timed-out request and to a sent frame are dropped; the next request gets its own")
     func compactTimeout() async throws {
         try await withProfile(.compact, handlers: echoHandlers) { _, connection in
+            try await connection.send(Frame(type: 0x402, payload: Array(#"{"id":0}"#.utf8)))
             let error = await #expect(throws: TetherError.self) {
                 _ = try await connection.request(Request(type: 0x404, json: ["id": 1, "delay_ms": 300]), timeout: .milliseconds(50))
             }
             #expect(error?.code == .timedOut)
             let next = try await connection.request(Request(type: 0x404, json: ["id": 2, "delay_ms": 0]))
             #expect(next.json == ["echo": ["id": 2, "delay_ms": 0]])
-            #expect(await connection.metrics.lateResponses == 1)
+            let plain = try await connection.request(Request(type: 0x402, json: ["id": 3]))
+            #expect(plain.json == ["echo": ["id": 3]])
+            #expect(await connection.metrics.lateResponses == 2)
         }
     }
 

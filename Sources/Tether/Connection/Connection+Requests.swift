@@ -92,12 +92,17 @@ extension Connection {
     /// returns at once. Otherwise it waits, in order, until the frame can be written: after a
     /// reconnect, or once the peer has read enough (backpressure).
     ///
+    /// In a profile that matches responses in order (``Profile/Correlation``), a server
+    /// answers a request-type frame sent this way too; that answer is dropped and counted in
+    /// ``ConnectionMetrics/lateResponses``, never taken for the answer to a request.
+    ///
     /// - Parameter frame: The frame, sent as is (its serial too).
     /// - Throws: ``TetherError`` when the connection is closed or the queue is full;
     ///   `CancellationError` when the task is cancelled while the frame waits.
     public func send(_ frame: Frame) async throws {
         if let channel, !handshaking, sendQueue.isEmpty, channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
             try write(frame, on: channel)
+            holdPlaceForAnswer(to: frame)
             return
         }
         try Task.checkCancellation()
@@ -162,6 +167,7 @@ extension Connection {
             sent += 1
             do {
                 try write(send.frame, on: channel)
+                holdPlaceForAnswer(to: send.frame)
                 send.waiter.resume()
             } catch {
                 send.waiter.resume(throwing: error)
@@ -232,6 +238,16 @@ extension Connection {
     /// For profiles without serials on the wire: the written request takes its place in line.
     private func awaitAnswer(to frame: Frame) {
         inOrderReplies.sent(serial: frame.serial, key: configuration.profile.correlation == .inOrderPerType ? frame.type : 0)
+    }
+
+    /// For profiles without serials on the wire: a request-type frame written with
+    /// ``send(_:)`` will be answered too, and its answer must not be taken for that of a
+    /// request made later. Its place holds serial 0, which no request has, so the answer is
+    /// dropped as late.
+    private func holdPlaceForAnswer(to frame: Frame) {
+        let correlation = configuration.profile.correlation
+        guard correlation != .bySerial, configuration.profile.classify(frame.type) == .message else { return }
+        inOrderReplies.sent(serial: 0, key: correlation == .inOrderPerType ? frame.type : 0)
     }
 
     func completeRequest(with frame: Frame) {
