@@ -5,7 +5,7 @@ struct BenchCommand: Command {
     static let name = "bench"
     static let summary = "load a server with requests; print throughput and latency percentiles"
     static let synopsis = """
-        tether bench HOST:PORT [--connections C] [--in-flight K] [--duration S] [--size BYTES] [--type T] [--on-loop] \
+        tether bench HOST:PORT [--profile NAME] [--connections C] [--in-flight K] [--duration S] [--size BYTES] [--type T] [--on-loop] \
         \(ClientTLSOptions.synopsis)
         """
     static let help = """
@@ -15,16 +15,22 @@ struct BenchCommand: Command {
         second on stderr and, at the end, throughput and latency percentiles on stdout.
         Exits 1 when a request fails.
 
+        With --profile it speaks another wire format (`tether profiles`). In profiles
+        without a serial (compact, marker, lines) the server answers in order and each
+        response goes to the oldest request waiting for it; in marker and lines the
+        requests are 0x401.
+
         With TLS, each connection does its handshake before the measurement starts, and the
         first line of the results names the protocol and cipher.
 
         arguments:
           HOST:PORT            the server: 127.0.0.1:9000, [::1]:9000
+        \(ProfileOption.help(column: 23))
           --connections C      connections to open (default 1)
           --in-flight K        requests in flight per connection (default 1)
           --duration SECONDS   how long to measure (default 5)
           --size BYTES         payload bytes per request (default 64)
-          --type T             request type (default 0x402)
+          --type T             request type (default 0x402; 0x401 in marker and lines)
           --on-loop            run the request tasks on their connection's event loop
                                (Connection.taskExecutor) instead of the global executor
         \(ClientTLSOptions.help(column: 23))
@@ -32,6 +38,7 @@ struct BenchCommand: Command {
         """
 
     var endpoint: Endpoint
+    var profile = Profile.seed
     var connections = 1
     var inFlight = 1
     var duration: Duration = .seconds(5)
@@ -41,6 +48,7 @@ struct BenchCommand: Command {
     var tls = ClientTLSOptions()
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        profile = try ProfileOption.parse(&arguments)
         if let value = try arguments.option("--connections") {
             connections = try Parse.count(value, option: "--connections")
         }
@@ -55,9 +63,27 @@ struct BenchCommand: Command {
                 throw ArgumentError("--size must be a byte count from 0 to 16777216, not '\(value)'")
             }
             size = bytes
+            if let layout = profile.layout, layout.compression == nil,
+                let length = layout.fields.first(where: { $0.role == .length }), length.width < 4
+            {
+                // The echo wraps the payload in {"echo":"…"}: 11 bytes more.
+                let largest = (1 << (length.width * 8)) - 1 - 11
+                guard size <= largest else {
+                    throw ArgumentError("--size \(size) is too large for the \(profile.name) profile: its bodies are at most \((1 << (length.width * 8)) - 1) bytes, and the echo adds 11, so at most \(largest)")
+                }
+            }
         }
+        let types = profile.typeList(of: .message) ?? "none"
         if let value = try arguments.option("--type") {
             type = try Parse.frameType(value, option: "--type")
+            guard profile.kind(of: type) == .message else {
+                throw ArgumentError("--type \(hex(type)) is not a request type in the \(profile.name) profile (\(types))")
+            }
+        } else {
+            guard let echo = profile.echoType else {
+                throw ArgumentError("missing --type: one of \(types) in the \(profile.name) profile")
+            }
+            type = echo
         }
         onLoop = arguments.flag("--on-loop")
         tls = try ClientTLSOptions(parsing: &arguments)
@@ -65,7 +91,7 @@ struct BenchCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
-        var configuration = ConnectionConfiguration()
+        var configuration = ConnectionConfiguration(profile: profile)
         configuration.heartbeat = .disabled
         configuration.tls = tls.configuration()
         var connecting: [Connection] = []
@@ -138,7 +164,8 @@ struct BenchCommand: Command {
         let count = sorted.count
         let rate = Double(count) / seconds
         let megabytes = rate * Double(size) / 1e6
-        Console.out("\(endpoint): \(connections) connection(s) × \(inFlight) in flight, \(size)-byte payloads, \(onLoop ? "tasks on the loop" : "tasks on the global executor")\(security)")
+        let wire = profile.name == Profile.seed.name ? "" : ", profile \(profile.name)"
+        Console.out("\(endpoint): \(connections) connection(s) × \(inFlight) in flight, \(size)-byte payloads, \(onLoop ? "tasks on the loop" : "tasks on the global executor")\(wire)\(security)")
         Console.out("\(count) requests in \(String(format2(seconds))) s: \(Int(rate.rounded())) req/s, \(format2(megabytes)) MB/s each way")
         guard count > 0 else { return }
         Console.out("latency      µs")

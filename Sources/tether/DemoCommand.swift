@@ -42,7 +42,10 @@ struct DemoCommand: Command {
              certificate made with the `openssl` command (skipped without it); a client
              that trusts it connects, shows what the handshake settled and gets its
              answer; a client that expects another host name is refused, and says why
-          8. a clean close and the final state
+          8. wire formats: a server and a client on the compact profile, a 20 KB JSON
+             request whose bytes on the wire (metrics.bytesOut) show zlib at work; then
+             on the marker profile, a reply whose address fields the server swapped
+          9. a clean close and the final state
 
         Ends by itself in about a second and a half and exits 0; exits 1 if any step
         fails. Every wait is bounded, and the whole demo gives up after 10 s.
@@ -107,6 +110,7 @@ struct DemoCommand: Command {
         try await reconnect(&running, address: address, connection)
         try await lifecycle(running.server, connection)
         try await encrypted()
+        try await wireFormats()
         try await close(connection)
     }
 
@@ -343,8 +347,67 @@ struct DemoCommand: Command {
         try await tlsServer.stop()
     }
 
+    private static func wireFormats() async throws {
+        Console.out("\n8. wire formats (profiles)")
+        // A repetitive JSON body of about 20 KB: readings from four sensors.
+        let readings = (0..<480).map { index -> JSONValue in
+            ["sensor": .string("t\(index % 4)"), "celsius": 21.5, "ok": true]
+        }
+        let request = Request(type: SeedService.echoType, json: ["readings": .array(readings)])
+        let compact = try await exchange(request, on: .compact)
+        guard compact.response.json?["echo"] == request.json else {
+            throw TetherError(code: .protocolError, message: "the compact server answered \(compact.response.payload.count) bytes that are not the echo of the request")
+        }
+        Console.out("   a compact server on \(compact.address): a 7-byte header (version | function code | compressed | length), bodies of 256 bytes or more zlib-compressed")
+        Console.out("   -> \(hex(request.type)) with \(request.payload.count) bytes of JSON: \(compact.metrics.bytesOut) bytes on the wire (metrics.bytesOut)")
+        Console.out("   <- \(hex(compact.response.type)) with \(compact.response.payload.count) bytes of JSON, {\"echo\": …}: \(compact.metrics.bytesIn) bytes on the wire (metrics.bytesIn)")
+
+        let addressed = Request(type: SeedService.messageType, payload: JSONValue.object(["on": true]).encoded, fields: ["destination": 7, "source": 1])
+        let marker = try await exchange(addressed, on: .marker)
+        guard marker.response.fields["destination"] == 1, marker.response.fields["source"] == 7 else {
+            throw TetherError(code: .protocolError, message: "the marker reply has the fields \(marker.response.fields) instead of destination 1, source 7")
+        }
+        let fields = { (fields: [String: UInt64]) in "destination \(fields["destination"] ?? 0), source \(fields["source"] ?? 0)" }
+        Console.out("   a marker server on \(marker.address): a start marker, two addresses and a CRC-16 trailer; no type, no serial: answered in order")
+        Console.out("   -> \(fields(addressed.fields)): \(embeddedJSON(addressed.payload))")
+        Console.out("   <- \(fields(marker.response.fields)): \(marker.response.text)  the server swapped the addresses")
+    }
+
+    /// Starts a server on `profile`, sends `request` from a client without heartbeats (so
+    /// the metrics count the request alone), and stops both.
+    ///
+    /// - Returns: The server's address, the response and the client's metrics.
+    private static func exchange(
+        _ request: Request,
+        on profile: Profile
+    ) async throws -> (address: SocketAddress, response: Response, metrics: ConnectionMetrics) {
+        let server = DemoServer(port: 0, store: nil, profile: profile)
+        do {
+            let address = try await server.listeningAddress()
+            var configuration = ConnectionConfiguration(profile: profile)
+            configuration.connectTimeout = stepLimit
+            configuration.requestTimeout = stepLimit
+            configuration.heartbeat = .disabled
+            let connection = try await Connection.connect(to: Endpoint(host: address.ipAddress, port: address.port), configuration: configuration)
+            let response: Response
+            do {
+                response = try await connection.request(request)
+            } catch {
+                await connection.close()
+                throw error
+            }
+            let metrics = await connection.metrics
+            await connection.close()
+            try await server.stop()
+            return (address, response, metrics)
+        } catch {
+            try? await server.stop()
+            throw error
+        }
+    }
+
     private static func close(_ connection: Connection) async throws {
-        Console.out("\n8. close")
+        Console.out("\n9. close")
         let states = connection.states
         await connection.close()
         let seen = try await withTimeout(stepLimit, waitingFor: "the closed state") {
@@ -377,11 +440,11 @@ private final class SequenceLog: Sendable {
     var values: [UInt64] { state.withLock { $0 } }
 }
 
-/// A seed server in a task of its own, so the demo can stop it and start another on its port.
+/// A demo server in a task of its own, so the demo can stop it and start another on its port.
 private struct DemoServer: Sendable {
     let server: Server
     /// Its mailboxes, handed on to the next server.
-    let store: any MailboxStore
+    let store: (any MailboxStore)?
     private let task: Task<Void, Never>
     /// What ``Server/run()`` returned or threw, once it has.
     private let stopped: AsyncStream<Result<Void, any Error>>
@@ -390,14 +453,16 @@ private struct DemoServer: Sendable {
     ///
     /// - Parameters:
     ///   - port: The port; 0 picks a free one.
-    ///   - store: Where its mailboxes are kept.
+    ///   - store: Where its mailboxes are kept; `nil` for none, as a profile without
+    ///     sessions needs.
+    ///   - profile: Its wire format.
     ///   - tls: TLS for the server, if any.
-    init(port: Int, store: any MailboxStore, tls: TLSConfiguration? = nil) {
-        var configuration = ServerConfiguration(host: "127.0.0.1", port: port)
-        configuration.mailboxes = MailboxConfiguration(store: store)
+    init(port: Int, store: (any MailboxStore)?, profile: Profile = .seed, tls: TLSConfiguration? = nil) {
+        var configuration = ServerConfiguration(host: "127.0.0.1", port: port, profile: profile)
+        configuration.mailboxes = store.map(MailboxConfiguration.init(store:))
         configuration.tls = tls
         let server = Server(configuration: configuration)
-        SeedService.install(on: server)
+        SeedService.install(on: server, profile: profile)
         let (stopped, ended) = AsyncStream<Result<Void, any Error>>.makeStream()
         self.server = server
         self.store = store

@@ -13,7 +13,7 @@ struct ListenCommand: Command {
     static let name = "listen"
     static let summary = "print the server's pushes as JSON lines; reconnects by itself"
     static let synopsis = """
-        tether listen HOST:PORT [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
+        tether listen HOST:PORT [--profile NAME] [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
         [--max-attempts N] [--reconnect-delay SECONDS] \
         [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(ClientTLSOptions.synopsis)
@@ -56,6 +56,10 @@ struct ListenCommand: Command {
           tether: session resumed after 12; 3 waiting
           tether: session lost 13…20 (overflow): the server no longer had them
 
+        With --profile it speaks another wire format (`tether profiles`): seed-extended or
+        compact (marker and lines have no pushes). Sessions need a serial on the wire, so
+        compact refuses --client-id.
+
         Heartbeats find a peer that stopped answering: by default one every 10 s, 5 s for
         its ack, and the connection counts as lost (and reconnects) after 3 misses in a row.
 
@@ -65,6 +69,7 @@ struct ListenCommand: Command {
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
+        \(ProfileOption.help(column: 33))
           --client-id ID                 identify as this client and resume where it left
                                          off (1 to 256 bytes)
           --token TOKEN                  a credential sent with the client id
@@ -85,6 +90,7 @@ struct ListenCommand: Command {
         """
 
     var endpoint: Endpoint
+    var profile = Profile.seed
     var type: UInt32?
     var count: Int?
     var maximumAttempts: Int?
@@ -99,7 +105,14 @@ struct ListenCommand: Command {
     static let maximumClientIDLength = 256
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        profile = try ProfileOption.parse(&arguments)
+        guard let pushTypes = profile.typeList(of: .notification) else {
+            throw ArgumentError("the \(profile.name) profile has no pushes to listen for")
+        }
         if let clientID = try arguments.option("--client-id") {
+            guard profile.supportsSessions else {
+                throw ArgumentError("--client-id identifies with a session, and the \(profile.name) profile has no sessions: they need a serial on the wire")
+            }
             guard (1...Self.maximumClientIDLength).contains(clientID.utf8.count) else {
                 throw ArgumentError("--client-id must be 1 to \(Self.maximumClientIDLength) bytes")
             }
@@ -116,8 +129,8 @@ struct ListenCommand: Command {
         }
         if let type = try arguments.option("--type") {
             let value = try Parse.frameType(type, option: "--type")
-            guard Profile.seed.classify(value) == .notification else {
-                throw ArgumentError("--type \(hex(value)) is not a notification type (0x2…0x400)")
+            guard profile.kind(of: value) == .notification else {
+                throw ArgumentError("--type \(hex(value)) is not a notification type in the \(profile.name) profile (\(pushTypes))")
             }
             self.type = value
         }
@@ -158,7 +171,7 @@ struct ListenCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
-        var configuration = ConnectionConfiguration()
+        var configuration = ConnectionConfiguration(profile: profile)
         configuration.reconnect = reconnectPolicy
         configuration.tls = tls.configuration()
         if !heartbeat.isEmpty {

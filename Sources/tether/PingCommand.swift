@@ -5,7 +5,7 @@ struct PingCommand: Command {
     static let name = "ping"
     static let summary = "send heartbeats and print their round-trip times"
     static let synopsis = """
-        tether ping HOST:PORT [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
+        tether ping HOST:PORT [--profile NAME] [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
         [--max-missed N] \(ClientTLSOptions.synopsis)
         """
     static let help = """
@@ -26,12 +26,16 @@ struct PingCommand: Command {
 
           tether: reconnecting (attempt 1 in 1.1 s): no heartbeat ack from 127.0.0.1:9000 …
 
+        With --profile it speaks another wire format (`tether profiles`) with heartbeats:
+        seed-extended or compact (marker and lines have none).
+
         A TLS failure on the first connect (a certificate that does not verify, a host name
         or pin that does not match, a client certificate the server requires or refuses)
         ends the ping with exit 1 and the reason.
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
+        \(ProfileOption.help(column: 33))
           --count N                      heartbeats to wait for (default 4)
           --heartbeat-interval SECONDS   time between heartbeats (default 1); also
                                          --interval SECONDS
@@ -44,11 +48,16 @@ struct PingCommand: Command {
         """
 
     var endpoint: Endpoint
+    var profile = Profile.seed
     var count = 4
     var heartbeat = HeartbeatOptions()
     var tls = ClientTLSOptions()
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        profile = try ProfileOption.parse(&arguments)
+        guard profile.heartbeatType != nil else {
+            throw ArgumentError("the \(profile.name) profile has no heartbeats")
+        }
         if let count = try arguments.option("--count") {
             self.count = try Parse.count(count, option: "--count")
         }
@@ -65,7 +74,7 @@ struct PingCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
-        var configuration = ConnectionConfiguration()
+        var configuration = ConnectionConfiguration(profile: profile)
         // By default, report every miss instead of closing after the library's default of three.
         configuration.heartbeat = heartbeat.applied(to: .every(.seconds(1), maximumMissed: count + 1))
         configuration.tls = tls.configuration()

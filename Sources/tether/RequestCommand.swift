@@ -5,8 +5,8 @@ struct RequestCommand: Command {
     static let name = "request"
     static let summary = "send one request and print the response content"
     static let synopsis = """
-        tether request HOST:PORT --type TYPE [--json JSON] [--timeout SECONDS] \
-        [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
+        tether request HOST:PORT --type TYPE [--profile NAME] [--json JSON | --text TEXT] [--field NAME=VALUE]... \
+        [--timeout SECONDS] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(ClientTLSOptions.synopsis)
         """
     static let help = """
@@ -14,10 +14,25 @@ struct RequestCommand: Command {
         exits 0. An error response ({"error": "…"}) prints its message on stderr and exits 1.
 
           tether request 127.0.0.1:9000 --type 0x402 --json '{"hello": "world"}'
+          tether request 127.0.0.1:9000 --profile lines --text 'hello'
+          tether request 127.0.0.1:9000 --profile marker --field destination=7 --field source=1 --text on
+
+        With --profile, it speaks another wire format (`tether profiles`). In marker and
+        lines --type may be left out: their one request type, 0x401, is the default.
+        --field sets a header field of the profile (marker: destination, source;
+        seed-extended: version, contentType; compact: version). The response's header
+        fields are printed on stderr, in wire order:
+
+          tether: fields destination=1 source=7
+
+        In seed-extended, whose frames carry a SHA-256 of the body, a response whose
+        checksum does not match prints `tether: checksum failed` on stderr and exits 1 (in
+        marker a frame with a bad CRC is skipped, and the request times out).
 
         Heartbeats are off unless a heartbeat option is given. With them, a server that
         stops answering is found before --timeout: the connection counts as lost after
-        MAX-MISSED misses in a row and the request fails at once (exit 1).
+        MAX-MISSED misses in a row and the request fails at once (exit 1). Profiles without
+        heartbeats (marker, lines) refuse the heartbeat options.
 
         With TLS, what the handshake settled is printed on stderr before the response:
 
@@ -29,8 +44,14 @@ struct RequestCommand: Command {
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, localhost:9000, [::1]:9000
-          --type TYPE                    the request type, above 0x400 in the seed profile
+          --type TYPE                    the request type: above 0x400 in the seed profile;
+                                         0x401 (the default) in marker and lines
+        \(ProfileOption.help(column: 33))
           --json JSON                    the content, checked to be JSON (default: no content)
+          --text TEXT                    the content as it is, UTF-8: a line in the lines
+                                         profile
+          --field NAME=VALUE             a header field of the profile, decimal or hex;
+                                         repeat it for several
           --timeout SECONDS              limit for connecting, for the TLS handshake and for
                                          the response (default 10)
           --heartbeat-interval SECONDS   time between heartbeats (default 10 once heartbeats
@@ -44,37 +65,63 @@ struct RequestCommand: Command {
         """
 
     var endpoint: Endpoint
+    var profile = Profile.seed
     var type: UInt32
     var payload: [UInt8] = []
+    var fields: [String: UInt64] = [:]
     var timeout: Duration = .seconds(10)
     var heartbeat = HeartbeatOptions()
     var tls = ClientTLSOptions()
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
-        guard let type = try arguments.option("--type") else { throw ArgumentError("missing --type") }
-        self.type = try Parse.frameType(type, option: "--type")
-        guard Profile.seed.classify(self.type) == .message else {
-            throw ArgumentError("--type \(hex(self.type)) is not a request type (above 0x400)")
+        profile = try ProfileOption.parse(&arguments)
+        if let type = try arguments.option("--type") {
+            self.type = try Parse.frameType(type, option: "--type")
+            guard profile.kind(of: self.type) == .message else {
+                let types = profile.typeList(of: .message) ?? "none"
+                throw ArgumentError("--type \(hex(self.type)) is not a request type in the \(profile.name) profile (\(types))")
+            }
+        } else if let type = profile.onlyRequestType {
+            // The profile has one request type: no need to name it.
+            self.type = type
+        } else {
+            throw ArgumentError("missing --type")
         }
-        if let json = try arguments.option("--json") {
+        let json = try arguments.option("--json")
+        let text = try arguments.option("--text")
+        switch (json, text) {
+        case (.some, .some):
+            throw ArgumentError("--json and --text are two ways to give the content; give one of them")
+        case (let json?, nil):
             payload = try Parse.json(json, option: "--json")
+        case (nil, let text?):
+            payload = Array(text.utf8)
+        case (nil, nil):
+            break
         }
+        if let delimiter = profile.layout?.delimiter, payload.firstRange(of: delimiter) != nil {
+            throw ArgumentError("\(json != nil ? "--json" : "--text"): a frame of the \(profile.name) profile cannot contain its delimiter (\(ProfilesCommand.escaped(delimiter)))")
+        }
+        fields = try Parse.fields(try arguments.options("--field"), profile: profile)
         if let timeout = try arguments.option("--timeout") {
             self.timeout = try Parse.seconds(timeout, option: "--timeout")
         }
         heartbeat = try HeartbeatOptions(parsing: &arguments)
+        if !heartbeat.isEmpty, profile.heartbeatType == nil {
+            throw ArgumentError("the heartbeat options need heartbeats, and the \(profile.name) profile has none")
+        }
         tls = try ClientTLSOptions(parsing: &arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
     func run() async throws -> ExitStatus {
-        var configuration = ConnectionConfiguration()
+        var configuration = ConnectionConfiguration(profile: profile)
         configuration.connectTimeout = timeout
         // Off unless asked for: the request timeout bounds the wait. With heartbeats, a
         // peer that stops answering fails the request sooner, with connectionLost.
         configuration.heartbeat = heartbeat.isEmpty ? .disabled : heartbeat.applied(to: HeartbeatConfiguration())
         configuration.tls = tls.configuration(handshakeTimeout: timeout)
-        let request = Request(type: type, payload: payload)
+        let request = Request(type: type, payload: payload, fields: fields)
         let timeout = timeout
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)
         if let details = await connection.tlsDetails {
@@ -88,6 +135,13 @@ struct RequestCommand: Command {
             throw error
         }
         await connection.close()
+        if let fields = profile.describeFields(response.fields) {
+            Console.err("tether: fields \(fields)")
+        }
+        if response.integrity == .failed {
+            Console.fail("checksum failed")
+            return .failure
+        }
         if let message = response.errorMessage {
             Console.fail(message)
             return .failure

@@ -2,23 +2,45 @@ import Tether
 
 /// The seed demo service that `tether serve` and `tether demo` run.
 ///
+/// In a profile with the seed's types (seed, seed-extended, compact):
 /// - `0x402` echo: answers `{"echo": <request content>}`.
 /// - `0x404` delayed echo: `{"delay_ms": n}` waits `n` ms (at most 10 s), then answers
 ///   like `0x402`. Lets several requests be answered out of order.
 /// - Heartbeats (`0x1`) are acked by the library; a type with no handler is answered with
 ///   `{"error": "unknown type 0x…"}` by the library.
+///
+/// In a profile whose only request type is `0x401` (marker, lines):
+/// - text lines: answers each line with `echo: <line>`.
+/// - otherwise: answers `{"echo": <request content>}`; the profile sets the reply's header
+///   fields (marker swaps destination and source).
 enum SeedService {
     /// The echo request type.
     static let echoType: UInt32 = 0x402
     /// The delayed echo request type.
     static let delayedEchoType: UInt32 = 0x404
+    /// The one request type of the profiles without types (marker, lines).
+    static let messageType: UInt32 = 0x401
+    /// What the answer to a line starts with, before the line.
+    static let linePrefix = "echo: "
     /// The notification type pushed by default.
     static let pushType: UInt32 = 0x2
     /// The longest delay a `0x404` request may ask for.
     static let maximumDelay = 10_000
 
-    /// Registers the handlers on `server`.
-    static func install(on server: Server) {
+    /// Registers the handlers for `profile` on `server`.
+    static func install(on server: Server, profile: Profile = .seed) {
+        guard profile.kind(of: echoType) == .message else {
+            if profile.layout?.delimiter != nil {
+                server.handle(type: messageType) { request, _ in
+                    Response(payload: Array((linePrefix + request.text).utf8))
+                }
+            } else {
+                server.handle(type: messageType) { request, _ in
+                    Response(json: ["echo": content(of: request)])
+                }
+            }
+            return
+        }
         server.handle(type: echoType) { request, _ in
             Response(json: ["echo": content(of: request)])
         }

@@ -14,7 +14,7 @@ struct ServeCommand: Command {
     static let name = "serve"
     static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
     static let synopsis = """
-        tether serve [--host HOST] [--port PORT] [--push-every SECONDS [--push-type TYPE]] \
+        tether serve [--host HOST] [--port PORT] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
         [--store FILE] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
         \(ServerTLSOptions.synopsis)
@@ -28,14 +28,25 @@ struct ServeCommand: Command {
           0x1    heartbeats are acked with the same serial
           other  answered with {"error": "unknown type 0x…"}
 
+        It speaks the seed profile unless --profile names another (`tether profiles`).
+        seed-extended and compact have the same types and handlers. marker and lines have
+        one request type, 0x401, and neither heartbeats nor pushes:
+
+          marker  answers {"echo": <request content>}, from the request's destination
+                  address to its source (the profile swaps them)
+          lines   answers each line with the line itself after `echo: `
+
         Sessions are on: a client that identifies (`tether listen --client-id ID`) gets a
         mailbox, and pushes to it are numbered, stored, written at once when it is
         connected and replayed when it comes back. The mailboxes are kept in memory, or in
         the SQLite file given with --store, which keeps them across restarts of the server.
+        Sessions need a serial on the wire: with compact, marker and lines they are off
+        (logged once on stderr), and --store and the mailbox options are refused.
 
-        Prints `listening on HOST:PORT` on stdout once it accepts connections; logs peers
-        on stderr, with the reason each one left (an idle or handshake timeout among them),
-        and the client id each one identifies as.
+        Prints `listening on HOST:PORT` on stdout once it accepts connections, followed by
+        `(profile NAME)` for a profile other than seed; logs peers on stderr, with the
+        reason each one left (an idle or handshake timeout among them), and the client id
+        each one identifies as.
 
         With --tls-cert and --tls-key it serves TLS (1.2 or 1.3) only, and says so:
 
@@ -50,12 +61,14 @@ struct ServeCommand: Command {
         options:
           --host HOST                   address to listen on (default 127.0.0.1)
           --port PORT                   port; 0 picks a free one (default 9000)
+        \(ProfileOption.help(column: 32))
           --push-every SECONDS          push tick n this often, content {"seq": n, "time":
                                         "<ISO 8601>"}: to every client id the server has
                                         seen, connected or not (its mailbox keeps it; the
                                         serial is the client's own sequence), and to every
                                         connected peer that never identified (serial n);
-                                        logs `tick n: C clients (O offline)` on stderr
+                                        logs `tick n: C clients (O offline)` on stderr;
+                                        refused in marker and lines, which have no pushes
           --push-type TYPE              its type, 0x2…0x400 (default 0x2)
           --store FILE                  keep the mailboxes in this SQLite file, created if
                                         missing (default: in memory, lost on exit)
@@ -75,6 +88,7 @@ struct ServeCommand: Command {
 
     var host = "127.0.0.1"
     var port = 9000
+    var profile = Profile.seed
     var pushInterval: Duration?
     var pushType = SeedService.pushType
     var idleTimeout = ServerConfiguration().idleTimeout
@@ -94,24 +108,32 @@ struct ServeCommand: Command {
         if let port = try arguments.option("--port") {
             self.port = try Parse.port(port, option: "--port")
         }
+        profile = try ProfileOption.parse(&arguments)
         if let every = try arguments.option("--push-every") {
+            guard profile.hasPushes else {
+                throw ArgumentError("--push-every: the \(profile.name) profile has no pushes (no notification types)")
+            }
             pushInterval = try Parse.seconds(every, option: "--push-every")
         }
         if let type = try arguments.option("--push-type") {
             guard pushInterval != nil else { throw ArgumentError("--push-type needs --push-every") }
             pushType = try Parse.frameType(type, option: "--push-type")
-            guard Profile.seed.classify(pushType) == .notification else {
-                throw ArgumentError("--push-type \(hex(pushType)) is not a notification type (0x2…0x400)")
-            }
+        }
+        if pushInterval != nil, profile.kind(of: pushType) != .notification {
+            let types = profile.typeList(of: .notification) ?? "none"
+            throw ArgumentError("--push-type \(hex(pushType)) is not a notification type in the \(profile.name) profile (\(types))")
         }
         if let path = try arguments.option("--store") {
+            try requireSessions(for: "--store")
             guard !path.isEmpty else { throw ArgumentError("--store needs a file name") }
             storePath = path
         }
         if let limit = try arguments.option("--mailbox-limit") {
+            try requireSessions(for: "--mailbox-limit")
             mailboxLimits.maximumMessages = try Parse.count(limit, option: "--mailbox-limit")
         }
         if let age = try arguments.option("--mailbox-age") {
+            try requireSessions(for: "--mailbox-age")
             mailboxLimits.maximumAge = try Parse.secondsOrOff(age, option: "--mailbox-age", maximum: Self.maximumMailboxAge)
         }
         if let timeout = try arguments.option("--idle-timeout") {
@@ -123,6 +145,12 @@ struct ServeCommand: Command {
         tls = try ServerTLSOptions.parse(&arguments)
     }
 
+    /// Fails for `option`, which sets up the mailboxes, when the profile has no sessions.
+    private func requireSessions(for option: String) throws(ArgumentError) {
+        guard !profile.supportsSessions else { return }
+        throw ArgumentError("\(option) sets up mailboxes, and the \(profile.name) profile has no sessions: they need a serial on the wire")
+    }
+
     /// What ended one of the serve tasks.
     private enum Outcome: Sendable {
         case signal(Int32)
@@ -131,15 +159,19 @@ struct ServeCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
-        var configuration = ServerConfiguration(host: host, port: port)
+        var configuration = ServerConfiguration(host: host, port: port, profile: profile)
         configuration.idleTimeout = idleTimeout
         configuration.handshakeTimeout = handshakeTimeout
-        var mailboxes = try mailboxConfiguration()
-        mailboxes.limits = mailboxLimits
-        configuration.mailboxes = mailboxes
+        if profile.supportsSessions {
+            var mailboxes = try mailboxConfiguration()
+            mailboxes.limits = mailboxLimits
+            configuration.mailboxes = mailboxes
+        } else {
+            Console.err("sessions are off: the \(profile.name) profile has no serial on the wire")
+        }
         configuration.tls = tls?.configuration(handshakeTimeout: handshakeTimeout)
         let server = Server(configuration: configuration)
-        SeedService.install(on: server)
+        SeedService.install(on: server, profile: profile)
         let book = PeerBook()
         server.authenticate { hello in
             book.identified(hello.peer, as: hello.clientID)
@@ -150,7 +182,9 @@ struct ServeCommand: Command {
         let signals = watcher.signals
         let pushInterval = pushInterval
         let pushType = pushType
-        let listeningNote = tls.map { " (\($0.summary))" } ?? ""
+        let notes = (profile.name == Profile.seed.name ? [] : ["profile \(profile.name)"]) + (tls.map { [$0.summary] } ?? [])
+        let listeningNote = notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"
+        let sessions = configuration.mailboxes != nil
 
         try await withThrowingTaskGroup(of: Outcome.self) { group in
             group.addTask {
@@ -171,7 +205,7 @@ struct ServeCommand: Command {
             }
             if let pushInterval {
                 group.addTask {
-                    try await Self.tick(on: server, book: book, every: pushInterval, type: pushType)
+                    try await Self.tick(on: server, book: book, every: pushInterval, type: pushType, sessions: sessions)
                     return .idle
                 }
             }
@@ -229,24 +263,27 @@ struct ServeCommand: Command {
         "\(id) secured: \(tlsSummary(details, peer: "client"))"
     }
 
-    /// Pushes tick after tick until cancelled: to every client id, stored in its mailbox,
-    /// and to every connected peer that has not identified.
-    private static func tick(on server: Server, book: PeerBook, every interval: Duration, type: UInt32) async throws {
+    /// Pushes tick after tick until cancelled: to every client id, stored in its mailbox
+    /// (with `sessions`), and to every connected peer that has not identified.
+    private static func tick(on server: Server, book: PeerBook, every interval: Duration, type: UInt32, sessions: Bool) async throws {
         _ = try await server.listeningAddress()
         var sequence: UInt32 = 0
         while true {
             try await Task.sleep(for: interval)
             sequence = sequence == .max ? 1 : sequence + 1
             let frame = SeedService.push(type: type, sequence: sequence, time: Date().ISO8601Format())
-            do {
-                let clients = try await server.clientIDs()
-                if !clients.isEmpty {
-                    let offline = clients.count { server.peer(forClient: $0) == nil }
-                    try await server.push(frame, toClients: clients)
-                    Console.err("tick \(sequence): \(clients.count) client\(clients.count == 1 ? "" : "s") (\(offline) offline)")
+            // Without sessions there are no client ids: every peer is anonymous.
+            if sessions {
+                do {
+                    let clients = try await server.clientIDs()
+                    if !clients.isEmpty {
+                        let offline = clients.count { server.peer(forClient: $0) == nil }
+                        try await server.push(frame, toClients: clients)
+                        Console.err("tick \(sequence): \(clients.count) client\(clients.count == 1 ? "" : "s") (\(offline) offline)")
+                    }
+                } catch {
+                    Console.err("tick \(sequence): \(error.message)")
                 }
-            } catch {
-                Console.err("tick \(sequence): \(error.message)")
             }
             // An identified client gets its tick from its mailbox only, not twice.
             for peer in server.peers where book.isAnonymous(peer.id) {

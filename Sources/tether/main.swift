@@ -16,6 +16,7 @@ let commands: [any Command.Type] = [
     PingCommand.self,
     BenchCommand.self,
     PinCommand.self,
+    ProfilesCommand.self,
 ]
 
 func topLevelHelp() -> String {
@@ -33,6 +34,10 @@ func topLevelHelp() -> String {
 
         Run `tether <command> --help` for the options of one command.
         Frame types are decimal (1026) or hex (0x402); durations are seconds (0.5).
+
+        Wire formats: serve, request, listen, ping and bench speak the seed profile unless
+        given --profile NAME, one of \(ProfileOption.names);
+        `tether profiles` describes them.
 
         TLS: `serve --tls-cert FILE --tls-key FILE` serves TLS only (add --tls-client-ca
         FILE to require client certificates); request, listen, ping and bench connect with
