@@ -1,0 +1,57 @@
+// The libFuzzer entry points. libFuzzer supplies `main`, so this module has no top-level
+// code (SwiftPM compiles executables with -parse-as-library under --sanitize=fuzzer).
+//
+// TETHER_FUZZ_PROFILE names the profile to fuzz, one of Profile.builtIn; `list` prints
+// their names, one a line, and exits.
+import FuzzHarness
+import Tether
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The profile under test, chosen once from the environment.
+let fuzzedProfile: Profile = chooseProfile()
+
+private func chooseProfile() -> Profile {
+    let name = getenv("TETHER_FUZZ_PROFILE").map { String(cString: $0) }
+    let names = Profile.builtIn.map(\.name)
+    if name == "list" {
+        print(names.joined(separator: "\n"))
+        exit(0)
+    }
+    if let name, let profile = Profile.named(name) { return profile }
+    let problem = name.map { "unknown profile \"\($0)\"" } ?? "TETHER_FUZZ_PROFILE is not set"
+    writeError(
+        "tether-fuzz: \(problem); set TETHER_FUZZ_PROFILE to one of: \(names.joined(separator: " ")) (or to list)\n"
+    )
+    exit(2)
+}
+
+private func writeError(_ text: String) {
+    var text = text
+    text.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+}
+
+@_cdecl("LLVMFuzzerInitialize")
+public func fuzzerInitialize(
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>
+) -> CInt {
+    // Resolve the profile before libFuzzer reads the corpus, so a bad name fails at once.
+    _ = fuzzedProfile
+    return 0
+}
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzerTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = size == 0 ? [] : Array(UnsafeBufferPointer(start: data, count: size))
+    do {
+        try FuzzHarness.run(input, profile: fuzzedProfile)
+    } catch {
+        fatalError("broken codec invariant: \(error)")
+    }
+    return 0
+}
