@@ -61,7 +61,7 @@ extension Connection {
                         continuation.resume(throwing: error)
                         return
                     }
-                    if configuration.profile.correlation != .bySerial { awaitAnswer(to: frame) }
+                    awaitAnswer(to: frame)
                     counters.requestsSent += 1
                 } else if let refusal = queueRefusal() {
                     continuation.resume(throwing: refusal)
@@ -180,7 +180,7 @@ extension Connection {
               let (serial, frame) = table.dequeue() {
             do {
                 try write(frame, on: channel)
-                if configuration.profile.correlation != .bySerial { awaitAnswer(to: frame) }
+                awaitAnswer(to: frame)
                 counters.requestsSent += 1
             } catch {
                 guard let entry = table.removeAnswered(serial: serial) else { continue }
@@ -237,7 +237,8 @@ extension Connection {
 
     /// For profiles without serials on the wire: the written request takes its place in line.
     private func awaitAnswer(to frame: Frame) {
-        inOrderReplies.sent(serial: frame.serial, key: configuration.profile.correlation == .inOrderPerType ? frame.type : 0)
+        guard let key = configuration.profile.correlation.key(for: frame.type) else { return }
+        inOrderReplies.sent(serial: frame.serial, key: key)
     }
 
     /// For profiles without serials on the wire: a request-type frame written with
@@ -245,15 +246,14 @@ extension Connection {
     /// request made later. Its place holds serial 0, which no request has, so the answer is
     /// dropped as late.
     private func holdPlaceForAnswer(to frame: Frame) {
-        let correlation = configuration.profile.correlation
-        guard correlation != .bySerial, configuration.profile.classify(frame.type) == .message else { return }
-        inOrderReplies.sent(serial: 0, key: correlation == .inOrderPerType ? frame.type : 0)
+        guard let key = configuration.profile.correlation.key(for: frame.type),
+              configuration.profile.classify(frame.type) == .message else { return }
+        inOrderReplies.sent(serial: 0, key: key)
     }
 
     func completeRequest(with frame: Frame) {
         var frame = frame
-        if configuration.profile.correlation != .bySerial {
-            let key = configuration.profile.correlation == .inOrderPerType ? frame.type : 0
+        if let key = configuration.profile.correlation.key(for: frame.type) {
             guard let serial = inOrderReplies.answer(key: key) else {
                 counters.lateResponses += 1
                 return

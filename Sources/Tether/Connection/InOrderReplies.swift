@@ -1,3 +1,15 @@
+extension Profile.Correlation {
+    /// The line a frame of `type` waits in when responses are matched in order: its type, or
+    /// one line (0) for all; `nil` when responses are matched by serial.
+    func key(for type: UInt32) -> UInt32? {
+        switch self {
+        case .bySerial: nil
+        case .inOrderPerType: type
+        case .inOrder: 0
+        }
+    }
+}
+
 /// For profiles whose wire has no serial (``Profile/Correlation/inOrderPerType`` and
 /// ``Profile/Correlation/inOrder``): the serials of the requests written and not yet
 /// answered, oldest first, per key (the type, or one key for all).

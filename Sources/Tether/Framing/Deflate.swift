@@ -26,12 +26,7 @@ package enum Deflate {
         var consumed = 0
         var produced = 0
         while true {
-            if stream.pointee.avail_in == 0, consumed < bytes.count {
-                let take = min(bytes.count - consumed, Int(UInt32.max))
-                stream.pointee.next_in = mutableBytes(bytes, at: consumed)
-                stream.pointee.avail_in = UInt32(take)
-                consumed += take
-            }
+            feed(stream, from: bytes, consumed: &consumed)
             if produced == output.count { grow(&output, to: max(64, output.count * 2)) }
             let flush = consumed == bytes.count ? Z_FINISH : Z_NO_FLUSH
             let (status, written) = run(stream, into: &output, at: produced) { CZlib.deflate($0, flush) }
@@ -76,12 +71,7 @@ package enum Deflate {
         var consumed = 0
         var produced = 0
         while true {
-            if stream.pointee.avail_in == 0, consumed < bytes.count {
-                let take = min(bytes.count - consumed, Int(UInt32.max))
-                stream.pointee.next_in = mutableBytes(bytes, at: consumed)
-                stream.pointee.avail_in = UInt32(take)
-                consumed += take
-            }
+            feed(stream, from: bytes, consumed: &consumed)
             if produced == output.count {
                 guard output.count < capacity else { throw tooLarge(limit) }
                 let doubled = output.count > capacity / 2 ? capacity : output.count * 2
@@ -135,6 +125,16 @@ package enum Deflate {
     }
 
     /// zlib's input pointer for `bytes[offset...]`; zlib only reads through it.
+    /// Hands zlib the next part of `bytes` once it has taken the last: at most `UInt32.max`
+    /// bytes at a time, zlib's counts being 32-bit.
+    private static func feed(_ stream: UnsafeMutablePointer<z_stream>, from bytes: UnsafeRawBufferPointer, consumed: inout Int) {
+        guard stream.pointee.avail_in == 0, consumed < bytes.count else { return }
+        let take = min(bytes.count - consumed, Int(UInt32.max))
+        stream.pointee.next_in = mutableBytes(bytes, at: consumed)
+        stream.pointee.avail_in = UInt32(take)
+        consumed += take
+    }
+
     private static func mutableBytes(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> UnsafeMutablePointer<UInt8>? {
         guard let base = bytes.baseAddress else { return nil }
         return UnsafeMutablePointer(mutating: (base + offset).assumingMemoryBound(to: UInt8.self))

@@ -207,10 +207,9 @@ public actor Peer {
             payload: response.payload,
             fields: fields
         )
-        let correlation = configuration.profile.correlation
-        let frames = correlation == .bySerial
-            ? [frame]
-            : sequencer.complete(key: correlation == .inOrderPerType ? request.type : 0, number: request.serial, frame: frame)
+        let frames = configuration.profile.correlation.key(for: request.type).map {
+            sequencer.complete(key: $0, number: request.serial, frame: frame)
+        } ?? [frame]
         do {
             for frame in frames {
                 try write(frame, on: channel)
@@ -374,10 +373,9 @@ extension Peer: ChannelDelegate {
             }
         case .message, .notification:
             var frame = frame
-            let correlation = configuration.profile.correlation
-            if correlation != .bySerial {
+            if let key = configuration.profile.correlation.key(for: frame.type) {
                 // Numbered as they come, so the responses go out in the same order.
-                frame.serial = sequencer.assign(key: correlation == .inOrderPerType ? frame.type : 0)
+                frame.serial = sequencer.assign(key: key)
             }
             if let hub, frame.type == hub.configuration.wireTypes.acknowledgement {
                 acknowledged(frame, hub: hub)
