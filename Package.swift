@@ -12,6 +12,7 @@ let package = Package(
     products: [
         .library(name: "Tether", targets: ["Tether"]),
         .library(name: "TetherTLS", targets: ["TetherTLS"]),
+        .library(name: "TetherHTTP", targets: ["TetherHTTP"]),
         .executable(name: "tether", targets: ["tether"]),
     ],
     dependencies: [],
@@ -45,14 +46,29 @@ let package = Package(
             dependencies: ["Tether", "COpenSSL"],
             swiftSettings: strict
         ),
+        // The server side of HTTP through the channel: performs the requests clients send
+        // with `Connection.http(_:)`, with the toolchain's URLSession (FoundationNetworking
+        // on Linux). Its own module so programs that never forward HTTP never link it.
+        .target(
+            name: "TetherHTTP",
+            dependencies: ["Tether"],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "tether",
-            dependencies: ["Tether", "TetherTLS"],
+            dependencies: ["Tether", "TetherTLS", "TetherHTTP"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether", "TetherTLS", "CSQLite", "COpenSSL"],
+            dependencies: ["Tether", "TetherTLS", "TetherHTTP", "CSQLite", "COpenSSL"],
+            swiftSettings: strict
+        ),
+        // The code examples of the documentation and the README, compiled (and the
+        // self-contained ones run) so they cannot drift from the API.
+        .testTarget(
+            name: "DocumentationTests",
+            dependencies: ["Tether", "TetherTLS", "TetherHTTP"],
             swiftSettings: strict
         ),
     ],
