@@ -61,7 +61,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether", "TetherTLS", "TetherHTTP", "CSQLite", "COpenSSL"],
+            dependencies: ["Tether", "TetherTLS", "TetherHTTP", "CSQLite", "COpenSSL", "CZlib"],
             swiftSettings: strict
         ),
         // The code examples of the documentation and the README, compiled (and the

@@ -48,6 +48,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case storeFailed
             case tlsFailed
             case certificateRejected
+            case httpFailed
         }
 
         let value: Value
@@ -119,6 +120,11 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// untrusted, self-signed), it is not for the host connected to, or its public key
         /// matches none of the pinned ones.
         public static let certificateRejected = Code(value: .certificateRejected)
+        /// A server could not perform an HTTP request sent with ``Connection/http(_:timeout:type:)``:
+        /// the host is not on its allow-list, the upstream server timed out or could not be
+        /// reached, or its response was too large. ``TetherError/underlying`` is an
+        /// ``HTTPForwardingError`` with the reason.
+        public static let httpFailed = Code(value: .httpFailed)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
@@ -176,7 +182,7 @@ package func describe(_ duration: Duration) -> String {
 }
 
 /// Formats a byte count the way error messages print limits: `16 MiB`, `64 KiB`, `100 bytes`.
-func describeBytes(_ count: Int) -> String {
+package func describeBytes(_ count: Int) -> String {
     if count >= 1 << 20, count % (1 << 20) == 0 { return "\(count >> 20) MiB" }
     if count >= 1 << 10, count % (1 << 10) == 0 { return "\(count >> 10) KiB" }
     return "\(count) bytes"
