@@ -8,7 +8,7 @@ import Synchronization
 /// Performs the HTTP requests that clients send with ``Tether/Connection/http(_:timeout:type:)``,
 /// with the system's `URLSession`, within an allow-list and bounds.
 ///
-/// Register it on a server with ``Tether/Server/forwardHTTP(_:)``:
+/// Register it on a server with ``Tether/Server/forwardHTTP(_:observer:)``:
 ///
 /// ```swift
 /// let server = Server(configuration: ServerConfiguration(host: "0.0.0.0", port: 9000))
@@ -75,18 +75,25 @@ public final class HTTPForwarder: Sendable {
     /// - Parameter request: A request frame of ``HTTPForwardingConfiguration/requestType``.
     /// - Returns: The answer to send back.
     public func answer(_ request: Request) async -> Response {
+        await exchange(request).response
+    }
+
+    /// Answers one request frame and says what happened, for ``Tether/Server/forwardHTTP(_:observer:)``.
+    func exchange(_ request: Request) async -> (response: Response, request: HTTPRequest?, outcome: Result<HTTPResponse, HTTPForwardingError>) {
+        var http: HTTPRequest?
         do throws(HTTPForwardingError) {
-            let http = try HTTPWire.decodeRequest(request.payload)
-            let response = try await perform(http)
+            let decoded = try HTTPWire.decodeRequest(request.payload)
+            http = decoded
+            let response = try await perform(decoded)
             let payload = HTTPWire.encode(response)
             guard payload.count <= maximumPayloadLength else {
                 throw HTTPForwardingError(
                     reason: .responseTooLarge,
-                    message: "HTTP \(http.method) \(http.url): the response (\(payload.count) bytes with its headers) is larger than the frame limit of \(describeBytes(maximumPayloadLength))")
+                    message: "HTTP \(decoded.method) \(decoded.url): the response (\(payload.count) bytes with its headers) is larger than the frame limit of \(describeBytes(maximumPayloadLength))")
             }
-            return Response(payload: payload)
+            return (Response(payload: payload), decoded, .success(response))
         } catch {
-            return Response(payload: HTTPWire.encode(error))
+            return (Response(payload: HTTPWire.encode(error)), http, .failure(error))
         }
     }
 

@@ -55,13 +55,22 @@ enum Console {
         write(line + "\n", to: STDERR_FILENO)
     }
 
+    /// Writes bytes on stdout as they are.
+    static func write(_ bytes: [UInt8]) {
+        write(bytes[...], to: STDOUT_FILENO)
+    }
+
     /// Prints `tether: <message>` on stderr.
     static func fail(_ message: String) {
         err("tether: \(message)")
     }
 
     private static func write(_ text: String, to fd: Int32) {
-        var bytes = Array(text.utf8)[...]
+        write(Array(text.utf8)[...], to: fd)
+    }
+
+    private static func write(_ bytes: ArraySlice<UInt8>, to fd: Int32) {
+        var bytes = bytes
         while !bytes.isEmpty {
             let written = bytes.withUnsafeBytes { systemWrite(fd, $0.baseAddress, $0.count) }
             if written < 0 {

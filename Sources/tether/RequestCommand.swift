@@ -5,7 +5,8 @@ struct RequestCommand: Command {
     static let name = "request"
     static let summary = "send one request and print the response content"
     static let synopsis = """
-        tether request HOST:PORT --type TYPE [--profile NAME] [--json JSON | --text TEXT] [--field NAME=VALUE]... \
+        tether request HOST:PORT (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
+        [--profile NAME] [--field NAME=VALUE]... \
         [--timeout SECONDS] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(ClientTLSOptions.synopsis)
         """
@@ -16,6 +17,14 @@ struct RequestCommand: Command {
           tether request 127.0.0.1:9000 --type 0x402 --json '{"hello": "world"}'
           tether request 127.0.0.1:9000 --profile lines --text 'hello'
           tether request 127.0.0.1:9000 --profile marker --field destination=7 --field source=1 --text on
+
+        With --http-get, the server performs an HTTP GET for it (type 0x403; the server
+        must allow the host, see `tether serve --http-allow`). The status and headers go
+        to stderr, the body to stdout as it is; a status of 400 or more exits 1:
+
+          tether request 127.0.0.1:9000 --http-get http://127.0.0.1:8080/status
+          tether: HTTP 200 from http://127.0.0.1:8080/status
+          tether: Content-Type: application/json
 
         With --profile, it speaks another wire format (`tether profiles`). In marker and
         lines --type may be left out: their one request type, 0x401, is the default.
@@ -50,6 +59,9 @@ struct RequestCommand: Command {
           --json JSON                    the content, checked to be JSON (default: no content)
           --text TEXT                    the content as it is, UTF-8: a line in the lines
                                          profile
+          --http-get URL                 have the server GET this http or https URL (type
+                                         0x403 unless --type says otherwise)
+          --header NAME:VALUE            an HTTP header for --http-get; repeat it for several
           --field NAME=VALUE             a header field of the profile, decimal or hex;
                                          repeat it for several
           --timeout SECONDS              limit for connecting, for the TLS handshake and for
@@ -72,14 +84,33 @@ struct RequestCommand: Command {
     var timeout: Duration = .seconds(10)
     var heartbeat = HeartbeatOptions()
     var tls = ClientTLSOptions()
+    var http: HTTPRequest?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         profile = try ProfileOption.parse(&arguments)
+        if let url = try arguments.option("--http-get") {
+            var request = HTTPRequest.get(url)
+            for header in try arguments.options("--header") {
+                guard let colon = header.firstIndex(of: ":"), colon != header.startIndex else {
+                    throw ArgumentError("--header \(header): write it as NAME:VALUE")
+                }
+                request.headers.add(name: String(header[..<colon]),
+                                    value: String(header[header.index(after: colon)...].drop { $0 == " " }))
+            }
+            http = request
+        } else if !(try arguments.options("--header")).isEmpty {
+            throw ArgumentError("--header needs --http-get")
+        }
         if let type = try arguments.option("--type") {
             self.type = try Parse.frameType(type, option: "--type")
             guard profile.kind(of: self.type) == .message else {
                 let types = profile.typeList(of: .message) ?? "none"
                 throw ArgumentError("--type \(hex(self.type)) is not a request type in the \(profile.name) profile (\(types))")
+            }
+        } else if http != nil {
+            self.type = 0x403
+            guard profile.kind(of: type) == .message else {
+                throw ArgumentError("--http-get: 0x403 is not a request type in the \(profile.name) profile; name one with --type")
             }
         } else if let type = profile.onlyRequestType {
             // The profile has one request type: no need to name it.
@@ -89,6 +120,9 @@ struct RequestCommand: Command {
         }
         let json = try arguments.option("--json")
         let text = try arguments.option("--text")
+        if http != nil, json != nil || text != nil {
+            throw ArgumentError("--http-get sends an HTTP request; it takes no --json or --text")
+        }
         switch (json, text) {
         case (.some, .some):
             throw ArgumentError("--json and --text are two ways to give the content; give one of them")
@@ -127,6 +161,9 @@ struct RequestCommand: Command {
         if let details = await connection.tlsDetails {
             Console.err("tether: \(tlsSummary(details, peer: "server"))")
         }
+        if let http {
+            return try await get(http, through: connection)
+        }
         let response: Response
         do {
             response = try await connection.request(request, timeout: timeout)
@@ -148,5 +185,23 @@ struct RequestCommand: Command {
         }
         Console.out(response.text)
         return .success
+    }
+
+    /// `--http-get`: the status and headers on stderr, the body on stdout.
+    private func get(_ request: HTTPRequest, through connection: Connection) async throws -> ExitStatus {
+        let response: HTTPResponse
+        do {
+            response = try await connection.http(request, timeout: timeout, type: type)
+        } catch {
+            await connection.close()
+            throw error
+        }
+        await connection.close()
+        Console.err("tether: HTTP \(response.status) from \(response.url)")
+        for field in response.headers {
+            Console.err("tether: \(field.name): \(field.value)")
+        }
+        Console.write(response.body)
+        return response.status >= 400 ? .failure : .success
     }
 }

@@ -8,6 +8,7 @@ import Darwin
 import Foundation
 import Synchronization
 import Tether
+import TetherHTTP
 
 /// `tether serve`: the seed demo server, until SIGINT or SIGTERM.
 struct ServeCommand: Command {
@@ -17,6 +18,7 @@ struct ServeCommand: Command {
         tether serve [--host HOST] [--port PORT] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
         [--store FILE] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
+        [--http-allow HOST[:PORT]]... [--http-timeout SECONDS] \
         \(ServerTLSOptions.synopsis)
         """
     static let help = """
@@ -58,6 +60,12 @@ struct ServeCommand: Command {
         closed and logged with the reason: `peer#2 disconnected: TLS handshake with …
         failed: …`.
 
+        With --http-allow it performs HTTP requests for its clients (type 0x403,
+        `tether request --http-get URL`), to the hosts named and no others, and logs each:
+
+          peer#1 HTTP GET http://127.0.0.1:8080/status → 200 (17 bytes, 3 ms)
+          peer#1 HTTP GET http://10.0.0.1/ refused: 10.0.0.1:80 is not on this server's allow-list
+
         options:
           --host HOST                   address to listen on (default 127.0.0.1)
           --port PORT                   port; 0 picks a free one (default 9000)
@@ -82,6 +90,11 @@ struct ServeCommand: Command {
           --handshake-timeout SECONDS   close a new peer that has not sent a complete frame
                                         this long after connecting; 0 or off waits forever
                                         (default 10)
+          --http-allow HOST[:PORT]      forward HTTP requests (type 0x403) to this host, on
+                                        this port or any; repeat it for several; *.DOMAIN
+                                        allows subdomains (default: no forwarding)
+          --http-timeout SECONDS        the longest a forwarded HTTP exchange may take
+                                        (default 30)
         \(ServerTLSOptions.help(column: 32))
           -h, --help                    show this help
         """
@@ -96,6 +109,8 @@ struct ServeCommand: Command {
     var storePath: String?
     var mailboxLimits = MailboxLimits()
     var tls: ServerTLSOptions?
+    var httpAllowed: [HTTPAllowedHost] = []
+    var httpTimeout: Duration?
 
     /// The longest `--mailbox-age`: ten years.
     static let maximumMailboxAge = 10 * 365 * 86_400
@@ -142,6 +157,20 @@ struct ServeCommand: Command {
         if let timeout = try arguments.option("--handshake-timeout") {
             handshakeTimeout = try Parse.secondsOrOff(timeout, option: "--handshake-timeout")
         }
+        for entry in try arguments.options("--http-allow") {
+            do {
+                httpAllowed.append(try HTTPAllowedHost(parsing: entry))
+            } catch {
+                throw ArgumentError("--http-allow: \(error.message)")
+            }
+        }
+        if let timeout = try arguments.option("--http-timeout") {
+            guard !httpAllowed.isEmpty else { throw ArgumentError("--http-timeout needs --http-allow") }
+            httpTimeout = try Parse.seconds(timeout, option: "--http-timeout")
+        }
+        if !httpAllowed.isEmpty, profile.kind(of: HTTPForwardingConfiguration().requestType) != .message {
+            throw ArgumentError("--http-allow: 0x403 is not a request type in the \(profile.name) profile")
+        }
         tls = try ServerTLSOptions.parse(&arguments)
     }
 
@@ -172,6 +201,11 @@ struct ServeCommand: Command {
         configuration.tls = tls?.configuration(handshakeTimeout: handshakeTimeout)
         let server = Server(configuration: configuration)
         SeedService.install(on: server, profile: profile)
+        if !httpAllowed.isEmpty {
+            var http = HTTPForwardingConfiguration(allowedHosts: httpAllowed)
+            if let httpTimeout { http.timeout = httpTimeout }
+            server.forwardHTTP(http) { record in Console.err(Self.logLine(for: record)) }
+        }
         let book = PeerBook()
         server.authenticate { hello in
             book.identified(hello.peer, as: hello.clientID)
@@ -255,6 +289,18 @@ struct ServeCommand: Command {
         case .peerDisconnected: return "\(peer) disconnected\(reason)"
         case .peerRejected: return "rejected a connection from \(event.address)\(reason)"
         default: return nil
+        }
+    }
+
+    /// `peer#1 HTTP GET http://127.0.0.1:8080/ → 200 (17 bytes, 3 ms)`, or the failure.
+    static func logLine(for record: HTTPExchangeRecord) -> String {
+        let millis = record.duration.components.seconds * 1000 + record.duration.components.attoseconds / 1_000_000_000_000_000
+        switch record.outcome {
+        case .success(let response):
+            let what = record.request.map { "HTTP \($0.method) \($0.url)" } ?? "HTTP"
+            return "\(record.peer) \(what) → \(response.status) (\(response.body.count) bytes, \(millis) ms)"
+        case .failure(let failure):
+            return "\(record.peer) \(failure.message)"
         }
     }
 
