@@ -9,6 +9,7 @@ import Dispatch
 import Foundation
 import Synchronization
 import Tether
+import TetherHTTP
 import TetherTLS
 
 /// `tether demo`: a server and a client in one process, every feature once, in about a second and a half.
@@ -45,7 +46,11 @@ struct DemoCommand: Command {
           8. wire formats: a server and a client on the compact profile, a 20 KB JSON
              request whose bytes on the wire (metrics.bytesOut) show zlib at work; then
              on the marker profile, a reply whose address fields the server swapped
-          9. a clean close and the final state
+          9. HTTP through the channel: a small HTTP server on 127.0.0.1 stands for the
+             business servers; the demo server forwards to it alone (its allow-list), the
+             client GETs its /weather through the long connection, and a GET of an address
+             that is not allowed is refused before any connection is made
+         10. a clean close and the final state
 
         Ends by itself in about a second and a half and exits 0; exits 1 if any step
         fails. Every wait is bounded, and the whole demo gives up after 10 s.
@@ -111,6 +116,7 @@ struct DemoCommand: Command {
         try await lifecycle(running.server, connection)
         try await encrypted()
         try await wireFormats()
+        try await httpThroughTheChannel(running.server, connection)
         try await close(connection)
     }
 
@@ -406,8 +412,33 @@ struct DemoCommand: Command {
         }
     }
 
+    private static func httpThroughTheChannel(_ server: Server, _ connection: Connection) async throws {
+        Console.out("\n9. HTTP through the channel")
+        let upstream = try DemoHTTPServer()
+        defer { upstream.stop() }
+        let allowed = "127.0.0.1:\(upstream.port)"
+        server.forwardHTTP(HTTPForwardingConfiguration(allowedHosts: [HTTPAllowedHost(host: "127.0.0.1", port: upstream.port)]))
+        Console.out("   an HTTP server on \(allowed); the demo server forwards type 0x403 to it and to nothing else")
+        let url = "http://\(allowed)/weather"
+        Console.out("   -> 0x403 GET \(url)")
+        let response = try await connection.http(.get(url, headers: ["Accept": "application/json"]))
+        guard response.status == 200, response.json?["city"] == "Lisbon" else {
+            throw TetherError(code: .protocolError, message: "GET \(url) through the channel answered \(response.status): \(response.text)")
+        }
+        Console.out("   <- HTTP \(response.status), \(response.headers["Content-Type"] ?? "?"): \(response.text)")
+        let metadata = "http://169.254.169.254/latest/meta-data/"
+        Console.out("   -> 0x403 GET \(metadata)")
+        do {
+            _ = try await connection.http(.get(metadata))
+            throw TetherError(code: .protocolError, message: "GET \(metadata) was not refused")
+        } catch let error as TetherError where error.code == .httpFailed {
+            let reason = (error.underlying as? HTTPForwardingError)?.reason.rawValue ?? "?"
+            Console.out("   <- \(error.code), \(reason): \(error.message)")
+        }
+    }
+
     private static func close(_ connection: Connection) async throws {
-        Console.out("\n9. close")
+        Console.out("\n10. close")
         let states = connection.states
         await connection.close()
         let seen = try await withTimeout(stepLimit, waitingFor: "the closed state") {
