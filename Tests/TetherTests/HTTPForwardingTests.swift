@@ -249,6 +249,29 @@ struct HTTPForwardingTests {
         #expect(upstream.requests.count == 1)
     }
 
+    @Test("a client that leaves mid-exchange cancels the upstream transfer")
+    func clientLeaves() async throws {
+        let upstream = try TestHTTPServer()
+        defer { upstream.stop() }
+        let configuration = try HTTPForwardingConfiguration(allowing: [upstream.hostAndPort])
+        let (records, recordSink) = AsyncStream<HTTPExchangeRecord>.makeStream()
+        try await withServer(handlers: { $0.forwardHTTP(configuration) { recordSink.yield($0) } }) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let call = Task { try await connection.http(.get(upstream.url("/slow/30000"))) }
+            #expect(try await collect(1, from: upstream.arrivals, "the upstream request") == ["/slow/30000"])
+            await connection.close()
+            #expect(try await collect(1, from: upstream.hangups, "the upstream transfer to be dropped") == ["/slow/30000"])
+            let record = try #require(try await collect(1, from: records, "the exchange record").first)
+            guard case .failure(let failure) = record.outcome else {
+                Issue.record("the exchange succeeded")
+                return
+            }
+            #expect(failure == HTTPForwardingError(reason: .upstreamFailed, message: "HTTP GET \(upstream.url("/slow/30000")) was cancelled"))
+            #expect(record.request?.url == upstream.url("/slow/30000"))
+            await #expect(throws: TetherError.self) { try await call.value }
+        }
+    }
+
     @Test("an empty allow-list refuses everything")
     func emptyAllowList() async throws {
         let upstream = try TestHTTPServer()

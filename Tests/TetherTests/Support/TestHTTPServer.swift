@@ -38,6 +38,12 @@ final class TestHTTPServer: Sendable {
     private let log = Mutex<[Received]>([])
     private let accepted = Atomic<Int>(0)
     private let done = Semaphore()
+    private let arrivalSink: AsyncStream<String>.Continuation
+    private let hangupSink: AsyncStream<String>.Continuation
+    /// The target of each request, as it arrives.
+    let arrivals: AsyncStream<String>
+    /// The target of each `/slow` request whose client left before the answer.
+    let hangups: AsyncStream<String>
 
     init() throws {
         let address = SocketAddress(ipAddress: "127.0.0.1", port: 0)!
@@ -50,6 +56,8 @@ final class TestHTTPServer: Sendable {
         }
         listener = fd
         port = try Syscall.localAddress(fd).port
+        (arrivals, arrivalSink) = AsyncStream.makeStream()
+        (hangups, hangupSink) = AsyncStream.makeStream()
         BlockingThread.run { [self] in acceptLoop() }
     }
 
@@ -86,6 +94,7 @@ final class TestHTTPServer: Sendable {
         defer { Glibc.close(fd) }
         guard let request = readRequest(fd) else { return }
         log.withLock { $0.append(request) }
+        arrivalSink.yield(request.target)
         let (path, query) = split(request.target)
         let parts = path.split(separator: "/").map(String.init)
         switch parts.first {
@@ -111,7 +120,10 @@ final class TestHTTPServer: Sendable {
             let millis = Int32(parts.dropFirst().first ?? "") ?? 0
             // Waits, but returns at once when the client hangs up.
             var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            if poll(&descriptor, 1, millis) > 0 { return }
+            if poll(&descriptor, 1, millis) > 0 {
+                hangupSink.yield(request.target)
+                return
+            }
             respond(fd, status: 200, headers: [("Content-Type", "text/plain")], body: Array("slow".utf8))
         case "redirect":
             let target = query.flatMap { $0.hasPrefix("to=") ? percentDecoded(String($0.dropFirst(3))) : nil } ?? "/"
