@@ -3,7 +3,7 @@ import Testing
 
 // The code of README.md.
 
-private func talk() async throws {
+func talk() async throws {
     let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: 9000))
 
     // Pushes from the server, in their own loop; the connection reconnects by itself under it.
@@ -21,7 +21,7 @@ private func talk() async throws {
     await pushes.value
 }
 
-private func serve() async throws {
+func serve() async throws {
     let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 9000))
     server.handle(type: 0x402) { request, peer in
         Response(json: ["echo": request.json ?? .null])
