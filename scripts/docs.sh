@@ -87,11 +87,13 @@ echo "docs: building the symbol graphs of ${modules[*]}"
 for module in "${modules[@]}"; do
     build_graphs "$module"
     if [[ ! -f "$graphs/$module.symbols.json" ]]; then
-        # Up to date from a build whose graphs were deleted since: rebuild the module.
-        rm -rf "$scratch/debug/$module.build" "$scratch/debug/Modules/$module.swiftmodule"
+        # Up to date from a build whose graphs were deleted since: without its module file
+        # the module is emitted again, and its graphs with it.
+        rm -f "$scratch/debug/Modules/$module.swiftmodule"
         build_graphs "$module"
         [[ -f "$graphs/$module.symbols.json" ]] || {
-            echo "docs: the build of $module wrote no $graphs/$module.symbols.json" >&2
+            echo "docs: the build of $module wrote no $graphs/$module.symbols.json;" \
+                "remove .build-docs and run again" >&2
             exit 1
         }
     fi
