@@ -3,6 +3,11 @@
 import Testing
 import Tether
 
+/// The examples' `print`, recorded by the test that runs them (see ``Transcript``).
+private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
+    Transcript.print(items, separator: separator, terminator: terminator)
+}
+
 // Stand-ins for the application code the article's examples call.
 private func show(_ push: Frame) {}
 private func refetchHistory() async {}

@@ -4,6 +4,11 @@
 import Tether
 import TetherTLS
 
+/// The examples' `print`, recorded by the test that runs them (see ``Transcript``).
+private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
+    Transcript.print(items, separator: separator, terminator: terminator)
+}
+
 // MARK: - Overview
 
 func tlsOverview() async throws -> (ServerConfiguration, Connection) {

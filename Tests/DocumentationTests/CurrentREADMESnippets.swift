@@ -1,7 +1,13 @@
-// The code of README.md, and tests that run its self-contained examples.
+// The code of README.md as it stands, and tests that run its self-contained examples. When
+// the README is rewritten, its new code gets a file of its own and this one goes.
 import Testing
 import Tether
 import TetherTLS
+
+/// The examples' `print`, recorded by the test that runs them (see ``Transcript``).
+private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
+    Transcript.print(items, separator: separator, terminator: terminator)
+}
 
 // Stand-ins for the application code the README's examples call.
 private func handle(_ push: Frame) {}
