@@ -37,9 +37,14 @@
 #    articles beneath it), and TetherTLS and TetherHTTP get module pages of their own
 #    (/documentation/tethertls, /documentation/tetherhttp) with their symbols; TetherTLS's
 #    extensions of Tether types (TLSConfiguration.client(...)) appear on those types' pages.
-#    A link from one module's comments to another module's symbol names the module:
-#    ``Tether/TLSDetails``. Serve the archive with any static file server and open
-#    /documentation/tether; scripts/docs-screenshots.sh does that and takes screenshots.
+#    Two rules follow from having three modules in one catalog, where docc has no single
+#    module to fall back on: a link from one module's comments to another module's symbol
+#    names the module (``Tether/TLSDetails``, ``TetherTLS/TLSClientOptions``), and every
+#    article must be listed in a Topics section (`- <doc:Name>`) of Tether.md or of an
+#    article listed there. docc reports a broken link, but leaves an unlisted article out
+#    without a word, so this script checks that each article came out as a page. Serve the
+#    archive with any static file server and open /documentation/tether;
+#    scripts/docs-screenshots.sh does that and takes screenshots.
 #
 # Every step runs even when an earlier check failed (a failed build of the symbol graphs
 # stops the script, since nothing after it can run), and each failure is listed at the end.
@@ -171,6 +176,18 @@ if "$docc" convert "$root/Documentation.docc" \
         echo "docs: $archive has no Tether module page at /documentation/tether" >&2
         failures+=("rendering")
     fi
+    # With more than one module in the catalog, docc silently leaves out an article that no
+    # Topics section lists: every article must have come out as a page.
+    unrendered=0
+    for article in "$root"/Documentation.docc/*.md; do
+        head -n 1 "$article" | grep -q '^# ``' && continue  # a symbol's page, not an article
+        name=$(basename "$article" .md)
+        if [[ ! -f "$archive/data/documentation/tether/${name,,}.json" ]]; then
+            echo "Documentation.docc/$name.md:1: not rendered: list <doc:$name> in a Topics section of Tether.md (or of an article listed there)" >&2
+            unrendered=$((unrendered + 1))
+        fi
+    done
+    (( unrendered == 0 )) || failures+=("uncurated articles")
 else
     cat "$logs/docc.log" >&2
     failures+=("rendering")
