@@ -57,7 +57,7 @@ public struct TLSClientOptions: Sendable {
     public var serverName: String?
     /// Public keys the server's certificate must have one of, in addition to a chain that
     /// verifies: each the SHA-256 of a SubjectPublicKeyInfo, as `sha256/` and base64 (what
-    /// ``TLSDetails/peerPublicKeyPin`` and ``TLSConfiguration/publicKeyPin(ofCertificateFile:)``
+    /// ``Tether/TLSDetails/peerPublicKeyPin`` and ``Tether/TLSConfiguration/publicKeyPin(ofCertificateFile:)``
     /// print) or as 64 hex digits. Default: none, no pinning.
     public var pinnedPublicKeys: [String] = []
     /// A certificate to present when the server asks for one (mutual TLS). Default `nil`.
@@ -191,7 +191,7 @@ extension TLSConfiguration {
 
 extension TLSConfiguration {
     /// The pin of the public key in a PEM certificate file, as `sha256/` and base64: the
-    /// value to put in ``TLSClientOptions/pinnedPublicKeys``.
+    /// value to put in ``TetherTLS/TLSClientOptions/pinnedPublicKeys``.
     ///
     /// - Parameter path: A PEM file; its first certificate is read.
     /// - Returns: The pin.

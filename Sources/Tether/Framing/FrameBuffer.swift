@@ -109,6 +109,12 @@ public struct FrameBuffer: Sendable {
     }
 
     /// Calls `body` with the readable bytes.
+    ///
+    /// - Parameter body: A closure that reads the bytes from ``readerIndex`` up to the end of
+    ///   what was written. The pointer is valid only while it runs, and reading does not
+    ///   consume anything.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` throws.
     public func withReadableBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
         let result: Result<R, E> = storage.withUnsafeBytes { raw in
             let slice = UnsafeRawBufferPointer(rebasing: raw[readerIndex..<writerIndex])

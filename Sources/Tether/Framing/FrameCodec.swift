@@ -37,6 +37,11 @@ public protocol FrameCodec: Sendable {
 
 extension FrameCodec {
     /// Default: decode once more, then report any bytes left as a truncated frame.
+    ///
+    /// - Parameter buffer: The bytes left after the last ``decode(_:)``.
+    /// - Returns: The frame ``decode(_:)`` finds in them, or `nil` when the buffer is empty.
+    /// - Throws: What ``decode(_:)`` throws, or ``TetherError`` with
+    ///   ``TetherError/Code/truncatedFrame`` when bytes remain that make no whole frame.
     public mutating func decodeLast(_ buffer: inout FrameBuffer) throws(TetherError) -> Frame? {
         if let frame = try decode(&buffer) { return frame }
         if buffer.readableBytes > 0 {

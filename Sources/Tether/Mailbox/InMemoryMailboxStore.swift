@@ -57,6 +57,15 @@ public final class InMemoryMailboxStore: MailboxStore {
     /// Creates an empty store.
     public init() {}
 
+    /// Appends messages, each to its client's mailbox with the next sequence number of that
+    /// client, then drops what `limits` no longer allow from the mailboxes it touched.
+    ///
+    /// - Parameters:
+    ///   - messages: The messages, in order.
+    ///   - limits: The count and age bounds of each mailbox.
+    ///   - now: The time to store with the messages and to judge their age by.
+    /// - Returns: The sequence number given to each message, in the same order.
+    /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
         mailboxes.withLock { mailboxes in
             var touched: Set<String> = []
@@ -71,6 +80,15 @@ public final class InMemoryMailboxStore: MailboxStore {
         }
     }
 
+    /// Prepares a client's mailbox for a resume: registers the client if it is new, drops
+    /// what `limits` no longer allow, and describes what is left.
+    ///
+    /// - Parameters:
+    ///   - clientID: The client.
+    ///   - limits: The count and age bounds of the mailbox.
+    ///   - now: The time to judge ages by.
+    /// - Returns: The client's sequence and what its mailbox holds.
+    /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
         mailboxes.withLock { mailboxes in
             mailboxes[clientID, default: Mailbox()].enforce(limits, now: now)
@@ -78,6 +96,14 @@ public final class InMemoryMailboxStore: MailboxStore {
         }
     }
 
+    /// The messages of one client after a sequence number, oldest first.
+    ///
+    /// - Parameters:
+    ///   - clientID: The client; one the store does not know has none.
+    ///   - sequence: Only messages with a higher sequence number are returned.
+    ///   - limit: At most this many.
+    /// - Returns: The messages, in sequence order.
+    /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
         mailboxes.withLock { mailboxes in
             guard let held = mailboxes[clientID]?.held else { return [] }
@@ -87,6 +113,13 @@ public final class InMemoryMailboxStore: MailboxStore {
         }
     }
 
+    /// Records that a client has every message up to `sequence`, and deletes them. A
+    /// sequence beyond the last one given counts as the last one.
+    ///
+    /// - Parameters:
+    ///   - clientID: The client; one the store does not know is ignored.
+    ///   - sequence: The highest sequence number the client has; lower ones are implied.
+    /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
         mailboxes.withLock { mailboxes in
             guard var mailbox = mailboxes[clientID] else { return }
@@ -98,6 +131,11 @@ public final class InMemoryMailboxStore: MailboxStore {
         }
     }
 
+    /// Every client the store knows, in no particular order: those that ever opened a
+    /// mailbox or were sent a message since the store was created.
+    ///
+    /// - Returns: The client ids.
+    /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func clientIDs() async throws -> [String] {
         mailboxes.withLock { Array($0.keys) }
     }

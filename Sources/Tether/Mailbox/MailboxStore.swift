@@ -227,11 +227,18 @@ public struct MailboxTime: Sendable, Hashable, Comparable, CustomStringConvertib
     }
 
     /// The system's wall-clock time now.
+    ///
+    /// - Returns: The current time, to the millisecond.
     public static func now() -> MailboxTime {
         MailboxTime(millisecondsSince1970: WallClock.millisecondsSince1970())
     }
 
     /// Orders times.
+    ///
+    /// - Parameters:
+    ///   - lhs: A time.
+    ///   - rhs: Another time.
+    /// - Returns: Whether `lhs` is earlier than `rhs`.
     public static func < (lhs: MailboxTime, rhs: MailboxTime) -> Bool {
         lhs.millisecondsSince1970 < rhs.millisecondsSince1970
     }

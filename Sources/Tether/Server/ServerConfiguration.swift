@@ -78,6 +78,11 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible, Comparable {
     public var description: String { "peer#\(rawValue)" }
 
     /// Orders peers by the order in which they connected.
+    ///
+    /// - Parameters:
+    ///   - lhs: A peer.
+    ///   - rhs: Another peer of the same server.
+    /// - Returns: Whether `lhs` connected before `rhs`.
     public static func < (lhs: PeerID, rhs: PeerID) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 

@@ -6,12 +6,19 @@ import Foundation
 /// (`reply.json?["echo"]?["hello"]?.stringValue`). For your own types, use `Codable`
 /// with ``Request/init(type:encoding:)`` and ``Response/decode(_:)``.
 public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// `null`.
     case null
+    /// `true` or `false`.
     case bool(Bool)
+    /// A whole number that fits in an `Int`.
     case int(Int)
+    /// Any other number. One that is not finite (infinity, NaN) is written as `null`.
     case double(Double)
+    /// A string.
     case string(String)
+    /// An array, in order.
     case array([JSONValue])
+    /// An object: members by name. Encoded with its keys sorted.
     case object([String: JSONValue])
 
     /// Parses UTF-8 JSON text.
@@ -41,6 +48,12 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
         return encoder
     }()
 
+    /// Decodes whatever JSON value the decoder holds: `null`, a Boolean, a whole number
+    /// (as ``int(_:)`` when it fits in an `Int`), any other number, a string, an array or
+    /// an object.
+    ///
+    /// - Parameter decoder: The decoder to read from.
+    /// - Throws: The decoder's `DecodingError` when the value is none of these.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
@@ -61,6 +74,9 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
     }
 
     /// Encodes the value as the JSON it stands for.
+    ///
+    /// - Parameter encoder: The encoder to write to.
+    /// - Throws: The encoder's `EncodingError`, if it refuses the value.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {
@@ -76,12 +92,16 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
     }
 
     /// The member `key` of an object, or `nil`.
+    ///
+    /// - Parameter key: The member's name.
     public subscript(key: String) -> JSONValue? {
         if case .object(let members) = self { return members[key] }
         return nil
     }
 
     /// The element at `index` of an array, or `nil`.
+    ///
+    /// - Parameter index: The element's position, from 0; one out of range gives `nil`.
     public subscript(index: Int) -> JSONValue? {
         if case .array(let elements) = self, elements.indices.contains(index) { return elements[index] }
         return nil
@@ -133,12 +153,40 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
 extension JSONValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
     ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral
 {
+    /// ``null``, written `nil`.
+    ///
+    /// - Parameter nilLiteral: Nothing: the literal `nil`.
     public init(nilLiteral: ()) { self = .null }
+
+    /// ``bool(_:)``, written `true` or `false`.
+    ///
+    /// - Parameter value: The literal.
     public init(booleanLiteral value: Bool) { self = .bool(value) }
+
+    /// ``int(_:)``, written as a whole number: `3`.
+    ///
+    /// - Parameter value: The literal.
     public init(integerLiteral value: Int) { self = .int(value) }
+
+    /// ``double(_:)``, written with a fraction or an exponent: `0.5`, `1e3`.
+    ///
+    /// - Parameter value: The literal.
     public init(floatLiteral value: Double) { self = .double(value) }
+
+    /// ``string(_:)``, written as a string literal.
+    ///
+    /// - Parameter value: The literal.
     public init(stringLiteral value: String) { self = .string(value) }
+
+    /// ``array(_:)``, written as an array literal: `[1, "two", nil]`.
+    ///
+    /// - Parameter elements: The elements, in order.
     public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+
+    /// ``object(_:)``, written as a dictionary literal: `["hello": "world"]`. When a key
+    /// appears more than once, the last value wins.
+    ///
+    /// - Parameter elements: The members, as name and value.
     public init(dictionaryLiteral elements: (String, JSONValue)...) {
         self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
     }

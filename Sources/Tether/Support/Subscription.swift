@@ -19,17 +19,28 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
         var base: AsyncStream<Element>.Iterator
 
         /// The next element, or `nil` once the source has closed.
+        ///
+        /// - Returns: The oldest element not yet read, waiting for one when none is buffered;
+        ///   `nil` once the source has closed and the buffer is empty.
         public mutating func next() async -> Element? {
             await base.next()
         }
 
-        /// The next element, or `nil` once the source has closed.
+        /// The next element, or `nil` once the source has closed, without leaving the
+        /// caller's actor.
+        ///
+        /// - Parameter actor: The actor the caller is isolated to, or `nil`.
+        /// - Returns: The oldest element not yet read, waiting for one when none is buffered;
+        ///   `nil` once the source has closed and the buffer is empty.
         public mutating func next(isolation actor: isolated (any Actor)?) async -> Element? {
             await base.next(isolation: actor)
         }
     }
 
     /// Makes the iterator that a `for await` loop uses.
+    ///
+    /// - Returns: An iterator over the elements delivered since the subscription was made,
+    ///   the oldest still buffered first.
     public func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(base: stream.makeAsyncIterator())
     }

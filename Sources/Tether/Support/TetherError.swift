@@ -158,6 +158,11 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
 
 extension TetherError: Equatable {
     /// Two errors are equal when their codes and messages are; the underlying error is ignored.
+    ///
+    /// - Parameters:
+    ///   - lhs: An error.
+    ///   - rhs: Another error.
+    /// - Returns: Whether their codes and messages are equal.
     public static func == (lhs: TetherError, rhs: TetherError) -> Bool {
         lhs.code == rhs.code && lhs.message == rhs.message
     }
@@ -165,6 +170,8 @@ extension TetherError: Equatable {
 
 extension TetherError: Hashable {
     /// Hashes the code and the message.
+    ///
+    /// - Parameter hasher: The hasher to feed.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(code)
         hasher.combine(message)

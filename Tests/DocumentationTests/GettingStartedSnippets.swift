@@ -1,0 +1,179 @@
+// The code of Documentation.docc/GettingStarted.md, block by block, and a test that runs the
+// article's steps in order against its server and checks what they print.
+import Testing
+import Tether
+
+/// The examples' `print`, recorded by the test that runs them (see ``Transcript``).
+private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
+    Transcript.print(items, separator: separator, terminator: terminator)
+}
+
+// MARK: - Start a server
+
+func gettingStartedServer() -> Server {
+    let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
+    server.handle(type: 0x402) { request, peer in
+        Response(json: ["echo": request.json ?? .null])
+    }
+    server.handle(type: 0x404) { request, peer in
+        let delay = request.json?["delay_ms"]?.intValue ?? 0
+        try await Task.sleep(for: .milliseconds(delay))
+        return Response(json: ["slept_ms": .int(delay)])
+    }
+    return server
+}
+
+func gettingStartedRunServer(_ server: Server) async throws {
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await server.run() }
+        let address = try await server.listeningAddress()
+        print("listening on \(address)")                  // listening on 127.0.0.1:40325
+
+        // … connect and talk to it: the steps below …
+
+        group.cancelAll()                                  // stops the server
+    }
+}
+
+// MARK: - Connect
+
+func gettingStartedConnect(to address: SocketAddress) async throws -> Connection {
+    var configuration = ConnectionConfiguration()
+    configuration.heartbeat = .every(.milliseconds(500))
+    configuration.requestTimeout = .seconds(5)
+
+    let connection = try await Connection.connect(
+        to: Endpoint(host: "127.0.0.1", port: address.port),
+        configuration: configuration
+    )
+    return connection
+}
+
+// MARK: - Send a request
+
+func gettingStartedRequest(_ connection: Connection) async throws {
+    let reply = try await connection.request(Request(type: 0x402, json: ["hello": "world"]))
+    print(reply.serial, reply.text)                        // 1 {"echo":{"hello":"world"}}
+    print(reply.json?["echo"]?["hello"]?.stringValue ?? "") // world
+}
+
+func gettingStartedErrorResponse(_ connection: Connection) async throws {
+    let unknown = try await connection.request(Request(type: 0x999))
+    if let message = unknown.errorMessage {
+        print("server said:", message)                     // server said: unknown type 0x999
+    }
+}
+
+func gettingStartedConcurrentRequests(_ connection: Connection) async throws {
+    try await withThrowingTaskGroup(of: Response.self) { group in
+        for delay in [300, 100, 200] {
+            group.addTask {
+                try await connection.request(Request(type: 0x404, json: ["delay_ms": .int(delay)]))
+            }
+        }
+        for try await response in group {
+            print(response.text)                           // {"slept_ms":100}, then 200, then 300
+        }
+    }
+}
+
+// MARK: - Listen to pushes
+
+func gettingStartedPushes(_ connection: Connection, server: Server) async {
+    let pushes = connection.notifications(ofType: 0x2)
+
+    let news: JSONValue = ["news": "hi"]
+    await server.broadcast(Frame(type: 0x2, serial: 1, payload: news.encoded))
+
+    for await push in pushes {
+        print(push.type, push.serial, push.json ?? .null)  // 2 1 {"news":"hi"}
+        break
+    }
+}
+
+// MARK: - Watch heartbeats
+
+func gettingStartedHeartbeats(_ connection: Connection) async {
+    var acks = 0
+    for await beat in connection.heartbeats where beat.outcome == .acked {
+        print("heartbeat \(beat.serial): \(beat.roundTripTime ?? .zero)")
+        acks += 1
+        if acks == 3 { break }
+    }
+}
+
+// MARK: - Close
+
+func gettingStartedClose(_ connection: Connection) async {
+    let states = connection.states
+    await connection.close()
+    for await state in states {
+        print(state)            // connected, then: closed: connection to 127.0.0.1:40325 closed by close()
+    }
+}
+
+// MARK: - Handle errors
+
+func gettingStartedHandleErrors(_ connection: Connection) async throws {
+    do {
+        _ = try await connection.request(Request(type: 0x402), timeout: .milliseconds(100))
+    } catch let error as TetherError where error.code == .connectionLost {
+        print("in flight when the connection broke, not resent:", error.message)
+    } catch let error as TetherError where error.code == .notConnected || error.code == .connectionClosed {
+        print("closed:", error.message)
+    } catch let error as TetherError where error.code == .timedOut {
+        print("slow server:", error.message)
+    }
+}
+
+// MARK: - Tests
+
+@Suite struct GettingStartedTests {
+    @Test func serverPrintsItsAddressAndStopsWhenCancelled() async throws {
+        let lines = try await printedLines {
+            try await gettingStartedRunServer(gettingStartedServer())
+        }
+        #expect(lines.count == 1)
+        #expect(lines.first?.hasPrefix("listening on 127.0.0.1:") == true)
+    }
+
+    @Test func theArticleStepByStep() async throws {
+        let server = gettingStartedServer()
+        try await whileServing(server) { address in
+            let connection = try await bounded("connect") { try await gettingStartedConnect(to: address) }
+
+            let reply = try await printedLines { try await gettingStartedRequest(connection) }
+            #expect(reply == [#"1 {"echo":{"hello":"world"}}"#, "world"])
+
+            let unknown = try await printedLines { try await gettingStartedErrorResponse(connection) }
+            #expect(unknown == ["server said: unknown type 0x999"])
+
+            let concurrent = try await printedLines { try await gettingStartedConcurrentRequests(connection) }
+            #expect(concurrent == [#"{"slept_ms":100}"#, #"{"slept_ms":200}"#, #"{"slept_ms":300}"#])
+
+            let pushes = try await printedLines { await gettingStartedPushes(connection, server: server) }
+            #expect(pushes == [#"2 1 {"news":"hi"}"#])
+
+            let states = try await printedLines { await gettingStartedClose(connection) }
+            #expect(states == ["connected", "closed: connection to 127.0.0.1:\(address.port) closed by close()"])
+
+            let errors = try await printedLines { try await gettingStartedHandleErrors(connection) }
+            #expect(errors.count == 1)
+            #expect(errors.first?.hasPrefix("closed: ") == true)
+        }
+    }
+
+    @Test func heartbeatsAreAcked() async throws {
+        try await whileServing(gettingStartedServer()) { address in
+            var configuration = quietConfiguration()
+            configuration.heartbeat = .every(.milliseconds(20))
+            try await Connection.withConnection(
+                to: Endpoint(host: "127.0.0.1", port: address.port), configuration: configuration
+            ) { connection in
+                let lines = try await printedLines { await gettingStartedHeartbeats(connection) }
+                #expect(lines.count == 3)
+                #expect(lines.allSatisfy { $0.hasPrefix("heartbeat ") && $0.hasSuffix(" seconds") })
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+// Support for the documentation's code: each *Snippets.swift file holds the Swift blocks of
+// one article (or of the README) verbatim, wrapped in functions where they are statements,
+// and `scripts/docs.sh` checks that every block still appears in one of these files. Where
+// an example can run on its own (a server on 127.0.0.1, port 0, and a client), a test runs
+// it and checks what the example's comments say it prints.
+import Synchronization
+import Testing
+import Tether
+
+/// What the examples print while a test records them. Each snippet file that prints has a
+/// file-private `print` that calls ``Transcript/print(_:separator:terminator:)``, so its
+/// examples read as their article shows them and their lines go to the current task's
+/// transcript, if it has one, instead of standard output.
+final class Transcript: Sendable {
+    @TaskLocal static var current: Transcript?
+
+    /// Records a line in the current transcript, or prints it without one.
+    static func print(_ items: [Any], separator: String, terminator: String) {
+        let line = items.map { String(describing: $0) }.joined(separator: separator)
+        if let transcript = current {
+            transcript.append(line)
+        } else {
+            Swift.print(line, terminator: terminator)
+        }
+    }
+
+    private let recorded = Mutex<[String]>([])
+    private let stream: AsyncStream<String>
+    private let continuation: AsyncStream<String>.Continuation
+
+    init() {
+        (stream, continuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+    }
+
+    /// Every line printed so far.
+    var lines: [String] { recorded.withLock { $0 } }
+
+    func append(_ line: String) {
+        recorded.withLock { $0.append(line) }
+        continuation.yield(line)
+    }
+
+    /// Waits, within `limit`, until `count` lines have been printed, and returns them.
+    func waitForLines(_ count: Int, within limit: Duration = testBound) async throws -> [String] {
+        let stream = stream
+        let recorded = self
+        return try await bounded("\(count) printed lines", limit) {
+            if recorded.lines.count < count {
+                for await _ in stream where recorded.lines.count >= count { break }
+            }
+            return recorded.lines
+        }
+    }
+}
+
+
+/// Runs `body` with a fresh transcript, within `limit`, and returns what it printed.
+func printedLines(
+    within limit: Duration = testBound,
+    _ body: @escaping @Sendable () async throws -> Void
+) async throws -> [String] {
+    let transcript = Transcript()
+    try await bounded("the example", limit) {
+        try await Transcript.$current.withValue(transcript) { try await body() }
+    }
+    return transcript.lines
+}
+
+/// How long anything a test awaits may take before the test fails: generous, since each
+/// test finishes in a fraction of it when nothing is wrong.
+let testBound: Duration = .seconds(5)
+
+struct TimedOut: Error, CustomStringConvertible {
+    var what: String
+    var description: String { "timed out waiting for \(what)" }
+}
+
+/// Runs `operation`, failing with ``TimedOut`` if it takes longer than `limit`; the operation
+/// is then cancelled. Whichever finishes first wins, so an operation that ignores
+/// cancellation cannot hang the test.
+func bounded<T: Sendable>(
+    _ what: String,
+    _ limit: Duration = testBound,
+    _ operation: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    let pending = Mutex<CheckedContinuation<T, any Error>?>(nil)
+    let finish: @Sendable (Result<T, any Error>) -> Void = { result in
+        pending.withLock { slot in
+            slot?.resume(with: result)
+            slot = nil
+        }
+    }
+    return try await withCheckedThrowingContinuation { continuation in
+        pending.withLock { $0 = continuation }
+        let work = Task {
+            do { finish(.success(try await operation())) } catch { finish(.failure(error)) }
+        }
+        let timer = Task {
+            do { try await Task.sleep(for: limit) } catch { return }
+            finish(.failure(TimedOut(what: what)))
+            work.cancel()
+        }
+        Task {
+            await work.value
+            timer.cancel()
+        }
+    }
+}
+
+/// Runs `server` on its port-0 address for the duration of `body`, then cancels it and
+/// waits, within the bound, for it to stop.
+func whileServing<T: Sendable>(
+    _ server: Server,
+    _ body: @escaping @Sendable (SocketAddress) async throws -> T
+) async throws -> T {
+    let running = Task { try await server.run() }
+    let result: Result<T, any Error>
+    do {
+        let address = try await bounded("the server to listen") { try await server.listeningAddress() }
+        result = .success(try await body(address))
+    } catch {
+        result = .failure(error)
+    }
+    running.cancel()
+    _ = try? await bounded("the server to stop") { try await running.value }
+    return try result.get()
+}
+
+/// A client configuration for tests: no reconnecting, so a stopped server ends it.
+func quietConfiguration() -> ConnectionConfiguration {
+    var configuration = ConnectionConfiguration()
+    configuration.reconnect = .disabled
+    configuration.heartbeat = .disabled
+    return configuration
+}
