@@ -32,7 +32,7 @@ public struct HTTPAllowedHost: Sendable, Hashable, CustomStringConvertible {
     /// Parses an entry written as `host`, `host:port`, `[ipv6]`, `[ipv6]:port` or `*.domain`.
     ///
     /// - Parameter spec: The entry.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/invalidArgument`` naming the entry
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/invalidArgument`` naming the entry
     ///   when it cannot be read.
     public init(parsing spec: String) throws(TetherError) {
         func refuse(_ why: String) -> TetherError {
@@ -116,12 +116,12 @@ public struct HTTPForwardingConfiguration: Sendable {
     /// The hosts requests may go to. Empty (the default) refuses everything.
     public var allowedHosts: [HTTPAllowedHost]
     /// The longest an exchange with the upstream server may take, redirects included. A
-    /// client may ask for less with ``HTTPRequest/timeout``, never more. Default 30 s.
+    /// client may ask for less with ``Tether/HTTPRequest/timeout``, never more. Default 30 s.
     public var timeout: Duration = .seconds(30)
     /// The largest response body passed back. A larger one is cut off as soon as it is seen
     /// (from `Content-Length`, or while it streams) and answered with
-    /// ``HTTPForwardingError/Reason/responseTooLarge``. The server's frame limit
-    /// (``Limits/maximumPayloadLength``) applies too. Default 8 MiB.
+    /// ``Tether/HTTPForwardingError/Reason/responseTooLarge``. The server's frame limit
+    /// (``Tether/Limits/maximumPayloadLength``) applies too. Default 8 MiB.
     public var maximumResponseBodySize: Int = 8 << 20
     /// How many redirects are followed, each only to an allowed host; a redirect elsewhere,
     /// or one too many, is passed back as the `3xx` response it is. Default 5.
@@ -140,7 +140,7 @@ public struct HTTPForwardingConfiguration: Sendable {
     ///
     /// - Parameter allowing: Entries such as `"api.example.com"`, `"127.0.0.1:8080"` or
     ///   `"*.internal.example"`; see ``HTTPAllowedHost``.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/invalidArgument`` for an entry that
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/invalidArgument`` for an entry that
     ///   cannot be read.
     public init(allowing: [String]) throws(TetherError) {
         var hosts: [HTTPAllowedHost] = []

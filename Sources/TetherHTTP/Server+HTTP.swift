@@ -17,7 +17,7 @@ extension Server {
     /// Answers HTTP requests that clients send with ``Tether/Connection/http(_:timeout:type:)``
     /// by performing them, within the configuration's allow-list and bounds.
     ///
-    /// It registers a handler for ``HTTPForwardingConfiguration/requestType`` (`0x403` by
+    /// It registers a handler for ``TetherHTTP/HTTPForwardingConfiguration/requestType`` (`0x403` by
     /// default), replacing any handler of that type. The answers fit the server's
     /// ``Tether/Limits/maximumPayloadLength``.
     ///
@@ -31,7 +31,7 @@ extension Server {
     ///   - configuration: The hosts that may be reached, the timeout and the size limit.
     ///   - observer: Called after each request is answered, on the handler's task; keep it
     ///     short. `nil` (the default) for none.
-    /// - Returns: The forwarder, to call ``HTTPForwarder/perform(_:)`` directly if you wish.
+    /// - Returns: The forwarder, to call ``TetherHTTP/HTTPForwarder/perform(_:)`` directly if you wish.
     @discardableResult
     public func forwardHTTP(
         _ configuration: HTTPForwardingConfiguration,

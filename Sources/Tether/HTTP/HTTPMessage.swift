@@ -35,7 +35,8 @@ public struct HTTPMethod: RawRepresentable, Hashable, Sendable, ExpressibleByStr
     /// `OPTIONS`: asks what a resource supports.
     public static let options: HTTPMethod = "OPTIONS"
 
-    /// Whether the name is a valid HTTP token: letters, digits and ``!#$%&'*+-.^_`|~``.
+    /// Whether the name is a valid HTTP token: letters, digits and a few symbols, without
+    /// spaces or control characters.
     public var isValid: Bool {
         !rawValue.isEmpty && rawValue.utf8.allSatisfy(isTokenByte)
     }
@@ -167,6 +168,7 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
     ///
     /// - Parameter isIncluded: Decides, for each field, whether it stays.
     /// - Returns: The fields that stay, in order.
+    /// - Throws: Whatever `isIncluded` throws.
     public func filter(_ isIncluded: (Field) throws -> Bool) rethrows -> HTTPHeaders {
         var result = HTTPHeaders()
         result.fields = try fields.filter(isIncluded)
@@ -199,7 +201,7 @@ func equalsIgnoringCase(_ lhs: String, _ rhs: String) -> Bool {
 }
 
 /// An HTTP request that a Tether server performs on the client's behalf, sent with
-/// ``Connection/http(_:timeout:)``.
+/// ``Connection/http(_:timeout:type:)``.
 ///
 /// Shaped like Foundation's `URLRequest`: a method, an absolute `http` or `https` URL,
 /// headers and a body. The server decides which hosts it reaches; see
@@ -318,7 +320,7 @@ public struct HTTPResponse: Sendable, Hashable {
 }
 
 /// Why a server could not perform an ``HTTPRequest``: the `underlying` error of the
-/// ``TetherError/Code/httpFailed`` that ``Connection/http(_:timeout:)`` throws.
+/// ``TetherError/Code/httpFailed`` that ``Connection/http(_:timeout:type:)`` throws.
 public struct HTTPForwardingError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The kind of failure, as the server reports it.
     public struct Reason: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
