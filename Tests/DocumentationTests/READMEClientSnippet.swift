@@ -1,7 +1,4 @@
 import Tether
-import Testing
-
-// The code of README.md.
 
 func talk() async throws {
     let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: 9000))
@@ -19,12 +16,4 @@ func talk() async throws {
 
     await connection.close()          // ends the pushes loop too
     await pushes.value
-}
-
-func serve() async throws {
-    let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 9000))
-    server.handle(type: 0x402) { request, peer in
-        Response(json: ["echo": request.json ?? .null])
-    }
-    try await server.run()            // until the task is cancelled; heartbeats are acked for you
 }
