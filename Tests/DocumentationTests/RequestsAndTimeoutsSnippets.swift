@@ -109,7 +109,7 @@ private func textAndDictionaryExample(connection: Connection) async throws {
     print(object.keys.sorted())                      // ["echo"]
 }
 
-private func loadProfile(on connection: Connection) async -> String {
+func loadProfile(on connection: Connection) async -> String {
     do {
         let reply = try await connection.request(Request(type: 0x402, json: ["user": 42]),
                                                  timeout: .seconds(5))
@@ -271,6 +271,20 @@ struct RequestsAndTimeoutsSnippets {
                 let answer = try await firstElement(of: frames)
                 #expect(answer?.type == 0x420)
                 #expect(await connection.metrics.lateResponses == 1)
+            }
+        }
+    }
+
+    @Test("a frame of a notification type sent to a server comes back, as a push, with the server's answer")
+    func sendNotificationType() async throws {
+        try await withLocalServer(handlers: { _ in }) { _, endpoint in
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let pushes = connection.notifications
+                try await connection.send(Frame(type: 0x20, payload: Array("hi".utf8)))
+                let push = try await firstElement(of: pushes)
+                #expect(push?.type == 0x20)
+                #expect(push?.json == ["error": "unknown type 0x20"])
+                #expect(await connection.metrics.lateResponses == 0)
             }
         }
     }
