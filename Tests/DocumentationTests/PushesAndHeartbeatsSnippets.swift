@@ -224,10 +224,10 @@ struct PushesAndHeartbeatsSnippets {
 
     @Test("a peer is greeted as it connects, and a broadcast reaches every peer")
     func serverPushes() async throws {
-        try await withLocalServer(handlers: { _ in }) { server, endpoint in
+        let greeter = try await withLocalServer(handlers: { _ in }) { server, endpoint in
             let events = server.events
+            // Not cancelled: its loop ends when the server stops and its events end.
             let greeter = Task { await greetPeers(events, on: server) }
-            defer { greeter.cancel() }
             let printed = try await withTimeLimit(.seconds(5)) {
                 try await withPrintedLines { try await subscribeBeforeConnectingExample(endpoint: endpoint) }
             }
@@ -250,6 +250,8 @@ struct PushesAndHeartbeatsSnippets {
                     #expect(try await firstElement(of: news.1)?.json == ["headline": "Markets open"])
                 }
             }
+            return greeter
         }
+        try await withTimeLimit(.seconds(5)) { await greeter.value }
     }
 }
