@@ -105,6 +105,19 @@ private func subscribeBeforeConnectingExample(endpoint: Endpoint) async throws {
 
 @Suite("Pushes and heartbeats, as the article shows them", .timeLimit(.minutes(1)))
 struct PushesAndHeartbeatsSnippets {
+    @Test("the defaults the article states")
+    func defaults() {
+        let heartbeat = HeartbeatConfiguration()
+        #expect(heartbeat.isEnabled)
+        #expect(heartbeat.interval == .seconds(10))
+        #expect(heartbeat.timeout == .seconds(5))
+        #expect(heartbeat.maximumMissed == 3)
+        #expect(HeartbeatConfiguration.every(.seconds(4)).timeout == .seconds(2))
+        #expect(Limits().subscriberBufferSize == 4_096)
+        #expect(ServerConfiguration().idleTimeout == .seconds(60))
+        #expect(ServerConfiguration().limits.maximumOutboundBytes == 64 << 20)
+    }
+
     @Test("a push written before the answer is there once the request returns")
     func subscribeFirst() async throws {
         try await withLocalServer(handlers: installWatchHandler) { _, endpoint in

@@ -175,6 +175,55 @@ final class RequestGate: Sendable {
 
 @Suite("Requests, timeouts and cancellation, as the article shows them", .timeLimit(.minutes(1)))
 struct RequestsAndTimeoutsSnippets {
+    @Test("the defaults the article states")
+    func defaults() {
+        let configuration = ConnectionConfiguration()
+        #expect(configuration.requestTimeout == .seconds(30))
+        #expect(configuration.requestsWaitForConnection)
+        let limits = configuration.limits
+        #expect(limits.maximumInFlightRequests == 4_096)
+        #expect(limits.maximumQueuedRequests == 4_096)
+        #expect(limits.outboundHighWaterMark == 1 << 20)
+        #expect(limits.maximumOutboundBytes == 64 << 20)
+        #expect(limits.maximumPayloadLength == 16 << 20)
+    }
+
+    @Test("a request that times out while queued says it was never sent")
+    func timeoutWhileQueued() async throws {
+        try await withLocalServer(handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            var configuration = ConnectionConfiguration.localTesting
+            configuration.reconnect = .backoff(initialDelay: .seconds(30))
+            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
+                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
+                let states = connection.states
+                for peer in server.peers { await peer.close() }
+                _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+                let error = await #expect(throws: TetherError.self) {
+                    try await connection.request(Request(type: 0x402), timeout: .milliseconds(50))
+                }
+                #expect(error?.code == .timedOut)
+                #expect(error?.message == "request 0x402 serial 1 timed out after 50 ms (never sent: reconnecting)")
+            }
+        }
+    }
+
+    @Test("a request over the payload limit fails at once with frameTooLarge")
+    func tooLarge() async throws {
+        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
+            var configuration = ConnectionConfiguration.localTesting
+            configuration.limits.maximumPayloadLength = 10
+            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
+                let error = await #expect(throws: TetherError.self) {
+                    try await connection.request(Request(type: 0x402, payload: Array(repeating: 1, count: 20)))
+                }
+                #expect(error?.code == .frameTooLarge)
+                #expect(error?.message == "frame 0x402 payload of 20 bytes exceeds the 10 bytes limit")
+                #expect(await connection.currentState.phase == .connected)
+            }
+        }
+    }
+
     @Test("a request gets the echo of its content")
     func overview() async throws {
         try await withLocalServer(handlers: echoHandlers) { _, endpoint in

@@ -80,6 +80,22 @@ final class ConnectionStatus {
 
 @Suite("Staying connected, as the article shows it", .timeLimit(.minutes(1)))
 struct ResilienceSnippets {
+    @Test("the defaults the article states")
+    func defaults() {
+        let policy = ReconnectPolicy()
+        #expect(policy.isEnabled)
+        #expect(policy.initialDelay == .seconds(1))
+        #expect(policy.multiplier == 1.6)
+        #expect(policy.maximumDelay == .seconds(120))
+        #expect(policy.jitter == 0.2)
+        #expect(policy.maximumAttempts == nil)
+        #expect(!policy.appliesToFirstConnect)
+        #expect(ConnectionConfiguration().drainTimeout == .seconds(5))
+        let heartbeat = HeartbeatConfiguration()
+        let (i, t, n) = (heartbeat.interval, heartbeat.timeout, heartbeat.maximumMissed)
+        #expect(i * n + t == .seconds(35))                // the dead-peer bound
+    }
+
     @Test("suspend() fails what is in flight and disconnects; what is asked meanwhile waits for resume()")
     func suspendAndResume() async throws {
         let gate = RequestGate()

@@ -203,9 +203,13 @@ struct WritingAServerSnippets {
                         _ = try await connection.request(Request(type: 0x402))
                         await metricsExample(server: server)
                     }
-                    // Stop once the last event has been told, so that no event is published
-                    // while the logging loop is cancelled.
+                    // Stop only once the last event has been published to every subscriber.
+                    // Broadcaster.publish yields while holding its lock, and a subscriber task
+                    // cancelled during that yield takes the same lock from its termination
+                    // handler: the two can deadlock. Subscribing takes the lock too, so it
+                    // returns only after the publish has finished.
                     _ = try await firstElement(of: disconnected)
+                    _ = server.events
                     group.cancelAll()
                 }
             }
