@@ -10,7 +10,6 @@ struct ConnectionMetricsExporter {
     private let inFlight: Gauge
     private let queued: Gauge
     private var last = ConnectionMetrics()
-
     init(endpoint: Endpoint) {
         let dimensions = [("endpoint", endpoint.description)]
         counters = [
@@ -27,7 +26,6 @@ struct ConnectionMetricsExporter {
         inFlight = Gauge(label: "tether_client_requests_in_flight", dimensions: dimensions)
         queued = Gauge(label: "tether_client_requests_queued", dimensions: dimensions)
     }
-
     /// Adds what changed since the last call to the counters, and sets the gauges.
     mutating func export(_ metrics: ConnectionMetrics) {
         for (field, counter) in counters where metrics[keyPath: field] > last[keyPath: field] {
@@ -70,7 +68,6 @@ struct ServerMetricsExporter {
     ]
     private let peers = Gauge(label: "tether_server_peers")
     private var last: ServerMetrics?
-
     /// Adds what changed since the last call to the counters, and sets the gauge.
     mutating func export(_ metrics: ServerMetrics) {
         for (field, counter) in counters {

@@ -10,7 +10,6 @@ import Tether
 struct TetherServerService: Service {
     let server: Server
     let logger: Logger
-
     func run() async throws {
         let events = server.events                    // before run(), to log `listening`
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -27,7 +26,6 @@ struct TetherServerService: Service {
 struct ServerMetricsService: Service {
     let server: Server
     var interval: Duration = .seconds(10)
-
     func run() async throws {
         await cancelWhenGracefulShutdown {
             var exporter = ServerMetricsExporter()
