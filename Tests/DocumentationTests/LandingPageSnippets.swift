@@ -1,0 +1,37 @@
+// The code of Documentation.docc/Tether.md, compiled and run.
+
+import Testing
+import Tether
+
+private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
+    recordAndPrint(items, separator: separator, terminator: terminator)
+}
+
+/// The example on the first screen of the landing page, line for line.
+private func landingPageExample() async throws {
+    let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
+    server.handle(type: 0x402) { request, peer in
+        Response(json: ["echo": request.json ?? .null])
+    }
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await server.run() }           // serves until cancelled
+        let address = try await server.listeningAddress()
+        try await Connection.withConnection(to: Endpoint(host: "127.0.0.1", port: address.port)) { connection in
+            let reply = try await connection.request(Request(type: 0x402, json: ["hello": "world"]),
+                                                     timeout: .seconds(5))
+            print(reply.text)                               // {"echo":{"hello":"world"}}
+        }
+        group.cancelAll()                                   // stops the server gracefully
+    }
+}
+
+@Suite("The landing page's example", .timeLimit(.minutes(1)))
+struct LandingPageSnippets {
+    @Test("the first-screen example prints the echo and returns once the server has stopped")
+    func firstScreen() async throws {
+        let printed = try await withTimeLimit(.seconds(5)) {
+            try await withPrintedLines { try await landingPageExample() }
+        }
+        #expect(printed == [#"{"echo":{"hello":"world"}}"#])
+    }
+}

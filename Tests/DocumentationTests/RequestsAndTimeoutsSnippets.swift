@@ -1,0 +1,486 @@
+// The code of Documentation.docc/RequestsAndTimeouts.md, compiled, and run against a local
+// server where the example is self-contained.
+
+import Synchronization
+import Testing
+import Tether
+
+private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
+    recordAndPrint(items, separator: separator, terminator: terminator)
+}
+
+// MARK: The article's code
+
+private func overviewExample(connection: Connection) async throws {
+    let reply = try await connection.request(Request(type: 0x402, json: ["hello": "world"]),
+                                             timeout: .seconds(2))
+    print(reply.json?["echo"]?["hello"]?.stringValue ?? "")   // world
+}
+
+private func defaultTimeoutExample(endpoint: Endpoint) async throws {
+    var configuration = ConnectionConfiguration()
+    configuration.requestTimeout = .seconds(5)        // for requests that give no timeout
+    let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+    let reply = try await connection.request(Request(type: 0x402))                        // 5 s
+    let quick = try await connection.request(Request(type: 0x402), timeout: .milliseconds(500))
+    await connection.close()
+    _ = (reply, quick)
+}
+
+private func timeoutExample(connection: Connection) async throws {
+    do {
+        let reply = try await connection.request(Request(type: 0x404, json: ["delay_ms": 250]),
+                                                 timeout: .milliseconds(100))
+        print(reply.text)
+    } catch let error as TetherError where error.code == .timedOut {
+        print(error.message)   // request 0x404 serial 1 timed out after 100 ms
+    }
+}
+
+private func cancellationExample(connection: Connection) async throws {
+    let lookup = Task {
+        try await connection.request(Request(type: 0x404, json: ["delay_ms": 250]))
+    }
+    lookup.cancel()                                  // the user left the screen
+    do {
+        _ = try await lookup.value
+    } catch is CancellationError {
+        print("cancelled")                           // at once, not after 250 ms
+    }
+}
+
+private func sendExample(connection: Connection) async throws {
+    let event: JSONValue = ["screen": "settings", "action": "opened"]
+    try await connection.send(Frame(type: 0x420, payload: event.encoded))
+}
+
+private func limitsExample() {
+    var configuration = ConnectionConfiguration()
+    configuration.limits.maximumInFlightRequests = 64     // written, waiting for their answer
+    configuration.limits.maximumQueuedRequests = 256      // waiting to be written; then refused
+    _ = configuration
+}
+
+private func noWaitingExample() {
+    var configuration = ConnectionConfiguration()
+    configuration.requestsWaitForConnection = false       // fail at once while disconnected
+    _ = configuration
+}
+
+/// Sends an idempotent request again when the connection broke before its answer came.
+func requestRetryingIfLost(_ request: Request, on connection: Connection, attempts: Int = 3) async throws -> Response {
+    var attempt = 1
+    while true {
+        do {
+            return try await connection.request(request)
+        } catch let error as TetherError where error.code == .connectionLost && attempt < attempts {
+            attempt += 1                             // the connection is coming back: wait for it
+        }
+    }
+}
+
+struct Order: Codable, Sendable {
+    var item: String
+    var quantity: Int
+}
+struct Receipt: Codable, Sendable {
+    var orderID: Int
+    var total: Double
+}
+
+private func installOrderHandler(on server: Server) {
+    server.handle(type: 0x430) { request, peer in
+        let order = try request.decode(Order.self)
+        return try Response(encoding: Receipt(orderID: 17, total: Double(order.quantity) * 3.5))
+    }
+}
+
+private func codableExample(connection: Connection) async throws {
+    let reply = try await connection.request(try Request(type: 0x430, encoding: Order(item: "tea", quantity: 2)))
+    let receipt = try reply.decode(Receipt.self)
+    print(receipt.orderID, receipt.total)            // 17 7.0
+}
+
+private func textAndDictionaryExample(connection: Connection) async throws {
+    let line = try await connection.request(Request(type: 0x431, payload: Array("ping".utf8)))
+    print(line.text)                                 // pong
+    let legacy = try await connection.request(try Request(type: 0x402, jsonObject: ["ids": [1, 2, 3]]))
+    let object = try legacy.jsonObject()             // [String: Any]
+    print(object.keys.sorted())                      // ["echo"]
+}
+
+func loadProfile(on connection: Connection) async -> String {
+    do {
+        let reply = try await connection.request(Request(type: 0x402, json: ["user": 42]),
+                                                 timeout: .seconds(5))
+        if let message = reply.errorMessage { return "The server refused: \(message)" }
+        return reply.text
+    } catch let error as TetherError {
+        switch error.code {
+        case .timedOut:
+            return "The server is slow. Try again."      // it may still act on the request
+        case .connectionLost:
+            return "The connection broke. Try again."    // sent, perhaps acted on, not resent
+        case .notConnected, .connectionClosed:
+            return "Offline."
+        case .tooManyPendingRequests:
+            return "Busy. Try again in a moment."
+        default:
+            return "Failed: \(error.message)"
+        }
+    } catch {
+        return "Cancelled."                              // CancellationError
+    }
+}
+
+// MARK: Running them
+
+/// 0x402 echoes `{"echo": content}`; 0x404 echoes after `delay_ms`, as `tether serve` does.
+private func echoHandlers(_ server: Server) {
+    server.handle(type: 0x402) { request, _ in
+        Response(json: ["echo": request.json ?? .null])
+    }
+    server.handle(type: 0x404) { request, _ in
+        try await Task.sleep(for: .milliseconds(request.json?["delay_ms"]?.intValue ?? 0))
+        return Response(json: ["echo": request.json ?? .null])
+    }
+}
+
+/// A gate that handlers wait at until the test opens it, with a signal for each request
+/// that reached it.
+final class RequestGate: Sendable {
+    private let state = Mutex<(isOpen: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    let (arrivals, arrival) = AsyncStream<Void>.makeStream()
+
+    func wait() async {
+        arrival.yield()
+        await withCheckedContinuation { continuation in
+            let isOpen = state.withLock { state in
+                if !state.isOpen { state.waiters.append(continuation) }
+                return state.isOpen
+            }
+            if isOpen { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let waiters = state.withLock { state in
+            state.isOpen = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+}
+
+@Suite("Requests, timeouts and cancellation, as the article shows them", .timeLimit(.minutes(1)))
+struct RequestsAndTimeoutsSnippets {
+    @Test("the defaults the article states")
+    func defaults() {
+        let configuration = ConnectionConfiguration()
+        #expect(configuration.requestTimeout == .seconds(30))
+        #expect(configuration.requestsWaitForConnection)
+        let limits = configuration.limits
+        #expect(limits.maximumInFlightRequests == 4_096)
+        #expect(limits.maximumQueuedRequests == 4_096)
+        #expect(limits.outboundHighWaterMark == 1 << 20)
+        #expect(limits.maximumOutboundBytes == 64 << 20)
+        #expect(limits.maximumPayloadLength == 16 << 20)
+    }
+
+    @Test("a request that times out while queued says it was never sent")
+    func timeoutWhileQueued() async throws {
+        try await withLocalServer(handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            var configuration = ConnectionConfiguration.localTesting
+            configuration.reconnect = .backoff(initialDelay: .seconds(30))
+            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
+                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
+                let states = connection.states
+                for peer in server.peers { await peer.close() }
+                _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+                let error = await #expect(throws: TetherError.self) {
+                    try await connection.request(Request(type: 0x402), timeout: .milliseconds(50))
+                }
+                #expect(error?.code == .timedOut)
+                #expect(error?.message == "request 0x402 serial 1 timed out after 50 ms (never sent: reconnecting)")
+            }
+        }
+    }
+
+    @Test("a request over the payload limit fails at once with frameTooLarge")
+    func tooLarge() async throws {
+        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
+            var configuration = ConnectionConfiguration.localTesting
+            configuration.limits.maximumPayloadLength = 10
+            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
+                let error = await #expect(throws: TetherError.self) {
+                    try await connection.request(Request(type: 0x402, payload: Array(repeating: 1, count: 20)))
+                }
+                #expect(error?.code == .frameTooLarge)
+                #expect(error?.message == "frame 0x402 payload of 20 bytes exceeds the 10 bytes limit")
+                #expect(await connection.currentState.phase == .connected)
+            }
+        }
+    }
+
+    @Test("a request gets the echo of its content")
+    func overview() async throws {
+        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let printed = try await withPrintedLines { try await overviewExample(connection: connection) }
+                #expect(printed == ["world"])
+            }
+        }
+    }
+
+    @Test("the configured default and a per-call timeout both answer")
+    func defaultTimeout() async throws {
+        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
+            try await withTimeLimit(.seconds(5)) { try await defaultTimeoutExample(endpoint: endpoint) }
+        }
+    }
+
+    @Test("a request that times out says so, and its late answer is dropped and counted")
+    func timeout() async throws {
+        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let frames = connection.frames
+                let printed = try await withPrintedLines { try await timeoutExample(connection: connection) }
+                #expect(printed == ["request 0x404 serial 1 timed out after 100 ms"])
+                #expect(await connection.currentState.phase == .connected)
+                let late = try await firstElement(of: frames)
+                #expect(late?.serial == 1)
+                let metrics = await connection.metrics
+                #expect(metrics.requestsTimedOut == 1)
+                #expect(metrics.lateResponses == 1)
+                #expect(metrics.inFlightRequests == 0)
+            }
+        }
+    }
+
+    @Test("a cancelled request ends at once with CancellationError, without its answer")
+    func cancellation() async throws {
+        let gate = RequestGate()
+        try await withLocalServer(handlers: { server in
+            server.handle(type: 0x404) { _, _ in
+                await gate.wait()
+                return Response(json: ["late": true])
+            }
+        }) { _, endpoint in
+            defer { gate.open() }
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let printed = try await withTimeLimit(.seconds(5)) {
+                    try await withPrintedLines { try await cancellationExample(connection: connection) }
+                }
+                #expect(printed == ["cancelled"])
+                #expect(await connection.pendingRequestCount == 0)
+            }
+        }
+    }
+
+    @Test("a request cancelled once written gets its answer dropped as late")
+    func cancellationAfterWriting() async throws {
+        let gate = RequestGate()
+        try await withLocalServer(handlers: { server in
+            server.handle(type: 0x404) { _, _ in
+                await gate.wait()
+                return Response(json: ["late": true])
+            }
+        }) { _, endpoint in
+            defer { gate.open() }
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let frames = connection.frames
+                let lookup = Task { try await connection.request(Request(type: 0x404)) }
+                _ = try await firstElement(of: gate.arrivals)          // the server has it
+                lookup.cancel()
+                await #expect(throws: CancellationError.self) { try await lookup.value }
+                gate.open()
+                let late = try await firstElement(of: frames)
+                #expect(late?.json == ["late": true])
+                #expect(await connection.metrics.lateResponses == 1)
+            }
+        }
+    }
+
+    @Test("a frame sent with send(_:) reaches its handler, and the server's answer is dropped as late")
+    func send() async throws {
+        let (events, received) = AsyncStream<JSONValue>.makeStream()
+        try await withLocalServer(handlers: { server in
+            server.handle(type: 0x420) { request, _ in
+                received.yield(request.json ?? .null)
+                return Response()
+            }
+        }) { _, endpoint in
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let frames = connection.frames
+                try await sendExample(connection: connection)
+                let event = try await firstElement(of: events)
+                #expect(event == ["screen": "settings", "action": "opened"])
+                let answer = try await firstElement(of: frames)
+                #expect(answer?.type == 0x420)
+                #expect(await connection.metrics.lateResponses == 1)
+            }
+        }
+    }
+
+    @Test("a frame of a notification type sent to a server comes back, as a push, with the server's answer")
+    func sendNotificationType() async throws {
+        try await withLocalServer(handlers: { _ in }) { _, endpoint in
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let pushes = connection.notifications
+                try await connection.send(Frame(type: 0x20, payload: Array("hi".utf8)))
+                let push = try await firstElement(of: pushes)
+                #expect(push?.type == 0x20)
+                #expect(push?.json == ["error": "unknown type 0x20"])
+                #expect(await connection.metrics.lateResponses == 0)
+            }
+        }
+    }
+
+    @Test("beyond the in-flight limit requests queue; beyond the queue limit they are refused at once")
+    func limits() async throws {
+        limitsExample()
+        noWaitingExample()
+        let gate = RequestGate()
+        try await withLocalServer(handlers: { server in
+            server.handle(type: 0x404) { _, _ in
+                await gate.wait()
+                return Response(json: ["done": true])
+            }
+        }) { _, endpoint in
+            defer { gate.open() }
+            var configuration = ConnectionConfiguration.localTesting
+            configuration.limits.maximumInFlightRequests = 1
+            configuration.limits.maximumQueuedRequests = 1
+            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
+                let first = Task { try await connection.request(Request(type: 0x404)) }
+                _ = try await firstElement(of: gate.arrivals)
+                // Two more at once: one takes the only place in the queue, the other is refused.
+                try await withThrowingTaskGroup(of: Result<Response, TetherError>.self) { group in
+                    for _ in 0..<2 {
+                        group.addTask {
+                            do {
+                                return .success(try await connection.request(Request(type: 0x404)))
+                            } catch let error as TetherError {
+                                return .failure(error)
+                            }
+                        }
+                    }
+                    let refused = try await group.next()
+                    guard case .failure(let error) = refused else {
+                        Issue.record("expected a refusal first, got \(String(describing: refused))")
+                        return
+                    }
+                    #expect(error.code == .tooManyPendingRequests)
+                    #expect(error.message == "1 requests are already waiting to be sent to \(endpoint), the limit")
+                    let metrics = await connection.metrics
+                    #expect(metrics.inFlightRequests == 1)
+                    #expect(metrics.queuedRequests == 1)
+                    #expect(metrics.requestsRefused == 1)
+                    gate.open()
+                    let queued = try await group.next()
+                    #expect(try queued?.get().json == ["done": true])
+                }
+                let answered = try await first.value
+                #expect(answered.json == ["done": true])
+            }
+        }
+    }
+
+    @Test("a request made while reconnecting waits for the connection and is answered")
+    func whileReconnecting() async throws {
+        try await withLocalServer(handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
+                let states = connection.states
+                for peer in server.peers { await peer.close() }
+                _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+                let reply = try await connection.request(Request(type: 0x402, json: ["after": "reconnect"]))
+                #expect(reply.json == ["echo": ["after": "reconnect"]])
+                #expect(await connection.metrics.connects == 2)
+            }
+        }
+    }
+
+    @Test("with requestsWaitForConnection off, a request made while reconnecting fails at once")
+    func notWaiting() async throws {
+        try await withLocalServer(handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            var configuration = ConnectionConfiguration.localTesting
+            configuration.requestsWaitForConnection = false
+            configuration.reconnect = .backoff(initialDelay: .seconds(30))
+            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
+                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
+                let states = connection.states
+                for peer in server.peers { await peer.close() }
+                _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+                let error = await #expect(throws: TetherError.self) {
+                    try await connection.request(Request(type: 0x402))
+                }
+                #expect(error?.code == .notConnected)
+                #expect(error?.message == "not connected to \(endpoint) (reconnecting), and requests do not wait for the connection")
+            }
+        }
+    }
+
+    @Test("an idempotent request is sent again after the connection broke under it")
+    func retryIfLost() async throws {
+        let calls = Mutex(0)
+        try await withLocalServer(handlers: { server in
+            server.handle(type: 0x402) { request, peer in
+                let call = calls.withLock { count in
+                    count += 1
+                    return count
+                }
+                if call == 1 { await peer.close() }          // the first one is lost
+                return Response(json: ["call": .int(call)])
+            }
+        }) { _, endpoint in
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let reply = try await requestRetryingIfLost(Request(type: 0x402), on: connection)
+                #expect(reply.json == ["call": 2])
+                #expect(await connection.metrics.connects == 2)
+            }
+        }
+    }
+
+    @Test("Codable content, raw text and plain dictionaries")
+    func typedContent() async throws {
+        try await withLocalServer(handlers: { server in
+            echoHandlers(server)
+            installOrderHandler(on: server)
+            server.handle(type: 0x431) { request, _ in
+                Response(payload: Array((request.text == "ping" ? "pong" : "?").utf8))
+            }
+        }) { _, endpoint in
+            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+                let printed = try await withPrintedLines {
+                    try await codableExample(connection: connection)
+                    try await textAndDictionaryExample(connection: connection)
+                }
+                #expect(printed == ["17 7.0", "pong", #"["echo"]"#])
+                let error = await #expect(throws: TetherError.self) {
+                    try await connection.request(Request(type: 0x402)).decode(Receipt.self)
+                }
+                #expect(error?.code == .decodingFailed)
+            }
+        }
+    }
+
+    @Test("errors are told apart by their code")
+    func errorCodes() async throws {
+        try await withLocalServer(handlers: { server in
+            server.handle(type: 0x402) { request, _ in
+                guard request.json?["user"] == 42 else { throw TetherError(code: .invalidArgument, message: "no such user") }
+                return Response(json: ["name": "Ada"])
+            }
+        }) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: .localTesting)
+            #expect(await loadProfile(on: connection) == #"{"name":"Ada"}"#)
+            await connection.close()
+            #expect(await loadProfile(on: connection) == "Offline.")
+        }
+    }
+}
