@@ -69,6 +69,12 @@ final class Broadcaster<Element: Sendable>: Sendable {
     }
 
     private let state = Lock(State())
+    /// Subscribers whose stream ended (its task cancelled, its loop left), to be removed
+    /// under `state` by the next call that takes it. A termination handler runs while the
+    /// runtime holds the ending task's status lock, and `publish` holds `state` while
+    /// `yield` takes a task's status lock: taking `state` in the handler would invert that
+    /// order and could deadlock. This lock is a leaf: nothing else is taken while it is held.
+    private let ended = Lock([UInt64]())
     private let bufferSize: Int
     private let keepsLatest: Bool
     private let holdsUntilSubscribed: Bool
@@ -91,6 +97,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
     func subscribe(where filter: (@Sendable (Element) -> Bool)? = nil) -> Subscription<Element> {
         let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: lossless ? .unbounded : .bufferingNewest(bufferSize))
         let finished = state.withLock { state -> Bool in
+            removeEnded(&state)
             if let replay = state.replay, filter?(replay) ?? true {
                 continuation.yield(replay)
             }
@@ -111,11 +118,8 @@ final class Broadcaster<Element: Sendable>: Sendable {
             state.subscribers[id] = Subscriber(continuation: continuation, filter: filter)
             subscriberCount.store(state.subscribers.count, ordering: .relaxed)
             continuation.onTermination = { [weak self] _ in
-                guard let self else { return }
-                self.state.withLock { state in
-                    state.subscribers.removeValue(forKey: id)
-                    self.subscriberCount.store(state.subscribers.count, ordering: .relaxed)
-                }
+                // Only noted here; see `ended`.
+                self?.ended.withLock { $0.append(id) }
             }
             return false
         }
@@ -128,6 +132,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
         // A subscriber that joins concurrently may miss this element: it subscribed "from now".
         if !keepsLatest && !holdsUntilSubscribed && subscriberCount.load(ordering: .relaxed) == 0 { return }
         state.withLock { state in
+            removeEnded(&state)
             if keepsLatest { state.replay = element }
             if holdsUntilSubscribed && state.subscribers.isEmpty && !state.finished {
                 if state.held.count >= bufferSize {
@@ -145,12 +150,27 @@ final class Broadcaster<Element: Sendable>: Sendable {
         }
     }
 
+    /// Removes the subscribers whose streams ended since the last call; `state` is held.
+    private func removeEnded(_ state: inout State) {
+        let ids = ended.withLock { ids -> [UInt64] in
+            defer { ids.removeAll() }
+            return ids
+        }
+        guard !ids.isEmpty else { return }
+        for id in ids { state.subscribers.removeValue(forKey: id) }
+        subscriberCount.store(state.subscribers.count, ordering: .relaxed)
+    }
+
+    /// Subscribers still registered, for tests.
+    var subscriberCountForTesting: Int { state.withLock { $0.subscribers.count } }
+
     /// Elements dropped because a subscriber's buffer was full.
     var droppedCount: Int { state.withLock { $0.dropped } }
 
     /// Ends every subscription; later subscribers get the replayed element, then the end.
     func finish(last: Element? = nil) {
         let subscribers = state.withLock { state -> [Subscriber] in
+            removeEnded(&state)
             if let last {
                 if keepsLatest { state.replay = last }
                 for subscriber in state.subscribers.values where subscriber.filter?(last) ?? true {
