@@ -7,8 +7,9 @@
 # `python3 -m http.server`, on 127.0.0.1 only, on a port the system picks, and has headless
 # Chromium (Debian: `apt-get install chromium`) draw the Tether module page
 # (/documentation/tether), the Getting Started article (/documentation/tether/gettingstarted)
-# and the TetherTLS module page (/documentation/tethertls) into OUTDIR/tether.png,
-# OUTDIR/gettingstarted.png and OUTDIR/tethertls.png, 1280×1600. Prints the files' paths.
+# the TetherTLS module page (/documentation/tethertls) and the HTTP Through the Channel
+# article into OUTDIR/tether.png, OUTDIR/gettingstarted.png, OUTDIR/tethertls.png and
+# OUTDIR/httpthroughthechannel.png, 1280×1600. Prints the files' paths.
 #
 # DocC's pages are drawn by JavaScript from the page's JSON, so each screenshot waits for a
 # virtual-time budget of 15 s (Chromium skips ahead when it is idle, so this costs about a
@@ -95,3 +96,4 @@ shoot() {
 shoot tether /documentation/tether
 shoot gettingstarted /documentation/tether/gettingstarted
 shoot tethertls /documentation/tethertls
+shoot httpthroughthechannel /documentation/tether/httpthroughthechannel

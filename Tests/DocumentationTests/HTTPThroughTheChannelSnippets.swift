@@ -9,20 +9,22 @@ private struct User: Decodable {
 }
 
 private func httpOverview(connection: Connection) async throws {
-    let response = try await connection.http(.get("https://api.example.com/users/42"))
-    print(response.status)                       // 200
+    let request = HTTPRequest.get("https://api.example.com/users/42")
+    let response = try await connection.http(request)
+    print(response.status)                        // 200
     print(response.headers["Content-Type"] ?? "") // application/json
-    print(response.text)                         // {"id":42,"name":"Ada"}
+    print(response.text)                          // {"id":42,"name":"Ada"}
 }
 
 private func httpSending(connection: Connection, token: String) async throws {
-    let created = try await connection.http(.post("https://api.example.com/users", json: ["name": "Ada"]))
+    let users = "https://api.example.com/users"
+    let created = try await connection.http(.post(users, json: ["name": "Ada"]))
 
-    var update = HTTPRequest(method: .put, url: "https://api.example.com/users/42")
+    var update = HTTPRequest(method: .put, url: users + "/42")
     update.headers["Authorization"] = "Bearer \(token)"
     update.headers["Content-Type"] = "application/json"
     update.body = Array(#"{"name":"Ada Lovelace"}"#.utf8)
-    update.timeout = .seconds(5)             // the server gives up on the upstream after 5 s
+    update.timeout = .seconds(5)   // the server's limit for this exchange
     let updated = try await connection.http(update)
     if updated.isSuccess, let user = try? updated.decode(User.self) {
         print(user.name)
@@ -32,7 +34,8 @@ private func httpSending(connection: Connection, token: String) async throws {
 
 private func httpForwarding() throws -> Server {
     let server = Server(configuration: ServerConfiguration(host: "0.0.0.0", port: 9000))
-    var forwarding = try HTTPForwardingConfiguration(allowing: ["api.example.com", "127.0.0.1:8080", "*.internal.example"])
+    let allowed = ["api.example.com", "127.0.0.1:8080", "*.internal.example"]
+    var forwarding = try HTTPForwardingConfiguration(allowing: allowed)
     forwarding.timeout = .seconds(10)                  // default 30 s
     forwarding.maximumResponseBodySize = 4 << 20       // default 8 MiB
     server.forwardHTTP(forwarding) { record in

@@ -9,19 +9,23 @@ private func print(_ items: Any..., separator: String = " ", terminator: String 
 
 /// The example on the first screen of the landing page, line for line.
 private func landingPageExample() async throws {
-    let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
+    let configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
+    let server = Server(configuration: configuration)
     server.handle(type: 0x402) { request, peer in
         Response(json: ["echo": request.json ?? .null])
     }
+
     try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { try await server.run() }           // serves until cancelled
+        group.addTask { try await server.run() }   // serves until cancelled
         let address = try await server.listeningAddress()
-        try await Connection.withConnection(to: Endpoint(host: "127.0.0.1", port: address.port)) { connection in
-            let reply = try await connection.request(Request(type: 0x402, json: ["hello": "world"]),
-                                                     timeout: .seconds(5))
-            print(reply.text)                               // {"echo":{"hello":"world"}}
+        let endpoint = Endpoint(host: "127.0.0.1", port: address.port)
+
+        try await Connection.withConnection(to: endpoint) { connection in
+            let request = Request(type: 0x402, json: ["hello": "world"])
+            let reply = try await connection.request(request, timeout: .seconds(5))
+            print(reply.text)   // {"echo":{"hello":"world"}}
         }
-        group.cancelAll()                                   // stops the server gracefully
+        group.cancelAll()       // stops the server gracefully
     }
 }
 
