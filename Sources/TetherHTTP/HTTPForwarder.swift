@@ -342,7 +342,7 @@ final class Exchange: Sendable {
                     message: "HTTP \(method) \(url): the response body is larger than the limit of \(describeBytes(bodyLimit))")
                 return false
             }
-            state.body.append(contentsOf: data)
+            data.withUnsafeBytes { state.body.append(contentsOf: $0) }
             return true
         }
     }

@@ -166,7 +166,9 @@ func gettingStartedHandleErrors(_ connection: Connection) async throws {
     @Test func heartbeatsAreAcked() async throws {
         try await whileServing(gettingStartedServer()) { address in
             var configuration = quietConfiguration()
-            configuration.heartbeat = .every(.milliseconds(20))
+            // A generous ack timeout: on a loaded machine an ack can take longer than the
+            // default half interval, and misses would close the connection.
+            configuration.heartbeat = .every(.milliseconds(20), timeout: .seconds(2))
             try await Connection.withConnection(
                 to: Endpoint(host: "127.0.0.1", port: address.port), configuration: configuration
             ) { connection in

@@ -22,7 +22,7 @@ private func defaultTimeoutExample(endpoint: Endpoint) async throws {
     configuration.requestTimeout = .seconds(5)        // for requests that give no timeout
     let connection = try await Connection.connect(to: endpoint, configuration: configuration)
     let reply = try await connection.request(Request(type: 0x402))                        // 5 s
-    let quick = try await connection.request(Request(type: 0x402), timeout: .milliseconds(500))
+    let quick = try await connection.request(Request(type: 0x402), timeout: .seconds(2))
     await connection.close()
     _ = (reply, quick)
 }

@@ -24,9 +24,11 @@ struct ExactlyOnceTests {
                         case 0: // answered quickly
                             _ = try await connection.request(Request(type: 0x402, json: ["i": .int(index)]))
                         case 1: // times out: the server waits longer than the caller
-                            _ = try await connection.request(Request(type: 0x404, json: ["delay_ms": 2000]), timeout: .milliseconds(20))
+                            _ = try await connection.request(Request(type: 0x404, json: ["delay_ms": 30_000]), timeout: .milliseconds(20))
                         default: // slow; cancelled, or cut off by the close
-                            _ = try await connection.request(Request(type: 0x404, json: ["delay_ms": 3000]), timeout: .seconds(20))
+                            // The server's 30 s outlast any stall of a loaded machine; its
+                            // handlers are cancelled when it closes the peer, so nobody waits them out.
+                            _ = try await connection.request(Request(type: 0x404, json: ["delay_ms": 30_000]), timeout: .seconds(60))
                         }
                         return .response
                     } catch let error as TetherError where error.code == .timedOut {

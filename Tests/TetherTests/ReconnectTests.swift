@@ -353,9 +353,11 @@ struct ReconnectTests {
         let detected = clock.now - start
         #expect(lost.reason?.code == .heartbeatTimeout)
         #expect(lost.reason?.message == "no heartbeat ack from \(endpoint.host):\(endpoint.port) for 2 heartbeats in a row (100 ms each)")
-        // Heartbeats go out at 0 and 200 ms; the second miss is at 300 ms, inside the 600 ms bound.
+        // Heartbeats go out at 0 and 200 ms; the second miss is at 300 ms, inside the 600 ms
+        // bound. The upper check only tells a heartbeat miss from some other, much later
+        // cause (the 10 s defaults): a loaded machine can add a second of scheduling delay.
         #expect(detected >= .milliseconds(300))
-        #expect(detected < .milliseconds(600) + .milliseconds(300), "detected after \(detected)")
+        #expect(detected < .seconds(3), "detected after \(detected)")
         let again = try await listener.accept()
         try await watcher.next(.connected)
         // The new connection's first heartbeat goes unanswered too, so this can grow meanwhile.

@@ -77,7 +77,9 @@ struct ResilienceTests {
                 let detected = clock.now - stalledAt
                 Attachment.record("\(detected)", named: "stall-detection.txt")
                 #expect(lost.reason?.code == .heartbeatTimeout)
-                #expect(detected < .milliseconds(1600) + .milliseconds(300), "detected after \(detected)")
+                // Within interval × (misses + 1) = 1.6 s on a quiet machine; the bound only tells a
+                // heartbeat miss from a much later cause, since a loaded machine adds delay.
+                #expect(detected < .milliseconds(1600) + .seconds(2), "detected after \(detected)")
                 try await watcher.next(.connected)
                 let reply = try await connection.request(Request(type: 0x402, json: ["after": "stall"]))
                 #expect(reply.json == ["echo": ["after": "stall"]])
