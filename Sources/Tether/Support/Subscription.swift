@@ -75,6 +75,8 @@ final class Broadcaster<Element: Sendable>: Sendable {
     /// `yield` takes a task's status lock: taking `state` in the handler would invert that
     /// order and could deadlock. This lock is a leaf: nothing else is taken while it is held.
     private let ended = Lock([UInt64]())
+    /// Whether `ended` may hold ids: publishing checks this one load, not the lock.
+    private let hasEnded = Atomic<Bool>(false)
     private let bufferSize: Int
     private let keepsLatest: Bool
     private let holdsUntilSubscribed: Bool
@@ -119,7 +121,9 @@ final class Broadcaster<Element: Sendable>: Sendable {
             subscriberCount.store(state.subscribers.count, ordering: .relaxed)
             continuation.onTermination = { [weak self] _ in
                 // Only noted here; see `ended`.
-                self?.ended.withLock { $0.append(id) }
+                guard let self else { return }
+                self.ended.withLock { $0.append(id) }
+                self.hasEnded.store(true, ordering: .releasing)
             }
             return false
         }
@@ -152,6 +156,8 @@ final class Broadcaster<Element: Sendable>: Sendable {
 
     /// Removes the subscribers whose streams ended since the last call; `state` is held.
     private func removeEnded(_ state: inout State) {
+        guard hasEnded.load(ordering: .acquiring) else { return }
+        hasEnded.store(false, ordering: .relaxed)
         let ids = ended.withLock { ids -> [UInt64] in
             defer { ids.removeAll() }
             return ids
