@@ -104,7 +104,10 @@ public final class HTTPForwarder: Sendable {
     /// - Throws: ``Tether/HTTPForwardingError`` with the reason when the request is refused
     ///   or no complete response arrives in time and within the size limit.
     public func perform(_ request: HTTPRequest) async throws(HTTPForwardingError) -> HTTPResponse {
-        let url = try checkedURL(request.url, method: request.method)
+        guard request.method.isValid else {
+            throw HTTPForwardingError(reason: .invalidRequest, message: "HTTP request refused: \"\(request.method)\" is not a valid method")
+        }
+        let url = try checkURL(request.url, method: request.method, configuration: configuration)
         var limit = configuration.timeout
         if let asked = request.timeout, asked < limit { limit = asked }
         var urlRequest = URLRequest(url: url)
@@ -137,18 +140,11 @@ public final class HTTPForwarder: Sendable {
         return HTTPResponse(status: response.statusCode, headers: returnedFields(of: response),
                             body: body, url: response.url?.absoluteString ?? request.url)
     }
-
-    /// Checks a URL before anything touches the network, and rebuilds it from its parsed
-    /// parts so the transfer connects to exactly the host that was checked.
-    private func checkedURL(_ text: String, method: HTTPMethod) throws(HTTPForwardingError) -> URL {
-        guard method.isValid else {
-            throw HTTPForwardingError(reason: .invalidRequest, message: "HTTP request refused: \"\(method)\" is not a valid method")
-        }
-        return try checkURL(text, method: method, configuration: configuration)
-    }
 }
 
-/// Parses, checks and rebuilds a URL; shared by the first request and every redirect.
+/// Parses and checks a URL before anything touches the network, and rebuilds it from its
+/// parsed parts so the transfer connects to exactly the host that was checked; for the first
+/// request and every redirect.
 func checkURL(_ text: String, method: HTTPMethod, configuration: HTTPForwardingConfiguration) throws(HTTPForwardingError) -> URL {
     func refuse(_ why: String) -> HTTPForwardingError {
         HTTPForwardingError(reason: .invalidRequest, message: "HTTP \(method) \(text) refused: \(why)")
@@ -194,17 +190,24 @@ let hopByHopFields: Set<String> = [
     "te", "trailer", "trailers", "transfer-encoding", "upgrade", "expect", "host", "content-length",
 ]
 
-/// The request's fields that go upstream, after checking each one.
-func forwardedFields(of headers: HTTPHeaders, method: HTTPMethod, url: String) throws(HTTPForwardingError) -> [HTTPHeaders.Field] {
+/// The lower-case names of the fields not passed on: the hop-by-hop ones, and those the
+/// `Connection` field names.
+func droppedFields(connection values: [String]) -> Set<String> {
     var dropped = hopByHopFields
-    for value in headers.values(for: "Connection") {
+    for value in values {
         for token in value.split(separator: ",") {
             dropped.insert(token.trimmingCharacters(in: .whitespaces).lowercased())
         }
     }
+    return dropped
+}
+
+/// The request's fields that go upstream, after checking each one.
+func forwardedFields(of headers: HTTPHeaders, method: HTTPMethod, url: String) throws(HTTPForwardingError) -> [HTTPHeaders.Field] {
+    let dropped = droppedFields(connection: headers.values(for: "Connection"))
     var kept: [HTTPHeaders.Field] = []
     for field in headers {
-        guard !field.name.isEmpty, field.name.utf8.allSatisfy(isHeaderNameByte) else {
+        guard !field.name.isEmpty, field.name.utf8.allSatisfy(isTokenByte) else {
             throw HTTPForwardingError(reason: .invalidRequest, message: "HTTP \(method) \(url) refused: \"\(field.name)\" is not a valid header name")
         }
         guard !field.value.utf8.contains(where: { $0 == 0 || $0 == 10 || $0 == 13 }) else {
@@ -215,25 +218,11 @@ func forwardedFields(of headers: HTTPHeaders, method: HTTPMethod, url: String) t
     return kept
 }
 
-func isHeaderNameByte(_ byte: UInt8) -> Bool {
-    switch byte {
-    case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-        return true
-    default:
-        return Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
-    }
-}
-
 /// The upstream response's fields that go back to the client. The body arrives decoded
 /// and complete, so the fields that described its transfer go too.
 func returnedFields(of response: HTTPURLResponse) -> HTTPHeaders {
-    var dropped = hopByHopFields
+    var dropped = droppedFields(connection: response.value(forHTTPHeaderField: "Connection").map { [$0] } ?? [])
     dropped.remove("host")
-    if let connection = response.value(forHTTPHeaderField: "Connection") {
-        for token in connection.split(separator: ",") {
-            dropped.insert(token.trimmingCharacters(in: .whitespaces).lowercased())
-        }
-    }
     dropped.insert("content-encoding")
     var headers = HTTPHeaders()
     let pairs = response.allHeaderFields.compactMap { key, value -> (String, String)? in

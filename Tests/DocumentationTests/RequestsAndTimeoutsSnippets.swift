@@ -261,45 +261,27 @@ struct RequestsAndTimeoutsSnippets {
 
     @Test("a cancelled request ends at once with CancellationError, without its answer")
     func cancellation() async throws {
-        let gate = RequestGate()
-        try await withLocalServer(handlers: { server in
-            server.handle(type: 0x404) { _, _ in
-                await gate.wait()
-                return Response(json: ["late": true])
+        try await withGatedServer { gate, connection in
+            let printed = try await withTimeLimit(.seconds(5)) {
+                try await withPrintedLines { try await cancellationExample(connection: connection) }
             }
-        }) { _, endpoint in
-            defer { gate.open() }
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let printed = try await withTimeLimit(.seconds(5)) {
-                    try await withPrintedLines { try await cancellationExample(connection: connection) }
-                }
-                #expect(printed == ["cancelled"])
-                #expect(await connection.pendingRequestCount == 0)
-            }
+            #expect(printed == ["cancelled"])
+            #expect(await connection.pendingRequestCount == 0)
         }
     }
 
     @Test("a request cancelled once written gets its answer dropped as late")
     func cancellationAfterWriting() async throws {
-        let gate = RequestGate()
-        try await withLocalServer(handlers: { server in
-            server.handle(type: 0x404) { _, _ in
-                await gate.wait()
-                return Response(json: ["late": true])
-            }
-        }) { _, endpoint in
-            defer { gate.open() }
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let frames = connection.frames
-                let lookup = Task { try await connection.request(Request(type: 0x404)) }
-                _ = try await firstElement(of: gate.arrivals)          // the server has it
-                lookup.cancel()
-                await #expect(throws: CancellationError.self) { try await lookup.value }
-                gate.open()
-                let late = try await firstElement(of: frames)
-                #expect(late?.json == ["late": true])
-                #expect(await connection.metrics.lateResponses == 1)
-            }
+        try await withGatedServer { gate, connection in
+            let frames = connection.frames
+            let lookup = Task { try await connection.request(Request(type: 0x404)) }
+            _ = try await firstElement(of: gate.arrivals)          // the server has it
+            lookup.cancel()
+            await #expect(throws: CancellationError.self) { try await lookup.value }
+            gate.open()
+            let late = try await firstElement(of: frames)
+            #expect(late?.json == ["late": true])
+            #expect(await connection.metrics.lateResponses == 1)
         }
     }
 
@@ -481,6 +463,23 @@ struct RequestsAndTimeoutsSnippets {
             #expect(await loadProfile(on: connection) == #"{"name":"Ada"}"#)
             await connection.close()
             #expect(await loadProfile(on: connection) == "Offline.")
+        }
+    }
+}
+
+/// A server whose `0x404` handler waits at a gate, then answers `{"late": true}`, and a
+/// connection to it; the gate opens when `body` returns.
+private func withGatedServer(_ body: (RequestGate, Connection) async throws -> Void) async throws {
+    let gate = RequestGate()
+    try await withLocalServer(handlers: { server in
+        server.handle(type: 0x404) { _, _ in
+            await gate.wait()
+            return Response(json: ["late": true])
+        }
+    }) { _, endpoint in
+        defer { gate.open() }
+        try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
+            try await body(gate, connection)
         }
     }
 }

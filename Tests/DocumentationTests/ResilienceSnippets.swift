@@ -124,14 +124,7 @@ struct ResilienceSnippets {
                 await appWillEnterForeground(connection)
                 let reply = try await withTimeLimit(.seconds(5)) { try await waiting.value }
                 #expect(reply.json == ["echo": ["n": 1]])
-                let phases = try await withTimeLimit(.seconds(5)) {
-                    var phases: [ConnectionState.Phase] = []
-                    for await state in states {
-                        phases.append(state.phase)
-                        if phases.count > 1, state.phase == .connected { break }
-                    }
-                    return phases
-                }
+                let phases = try await phasesUntilConnectedAgain(states)
                 #expect(phases == [.connected, .suspended, .connecting, .connected])
                 #expect(await connection.metrics.connects == 2)
             }
@@ -167,14 +160,7 @@ struct ResilienceSnippets {
             try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
                 let states = connection.states
                 await networkPathDidChange(connection)
-                let phases = try await withTimeLimit(.seconds(5)) {
-                    var phases: [ConnectionState.Phase] = []
-                    for await state in states {
-                        phases.append(state.phase)
-                        if phases.count > 1, state.phase == .connected { break }
-                    }
-                    return phases
-                }
+                let phases = try await phasesUntilConnectedAgain(states)
                 #expect(phases == [.connected, .suspended, .connecting, .connected])
                 #expect(await connection.metrics.connects == 2)
             }
@@ -215,5 +201,17 @@ struct ResilienceSnippets {
             #expect(await status.isOnline == false)
             #expect(await status.banner == nil)
         }
+    }
+}
+
+/// The phases a connection goes through, from its current one until it is connected again.
+private func phasesUntilConnectedAgain(_ states: Subscription<ConnectionState>) async throws -> [ConnectionState.Phase] {
+    try await withTimeLimit(.seconds(5)) {
+        var phases: [ConnectionState.Phase] = []
+        for await state in states {
+            phases.append(state.phase)
+            if phases.count > 1, state.phase == .connected { break }
+        }
+        return phases
     }
 }

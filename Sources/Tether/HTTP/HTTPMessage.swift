@@ -46,7 +46,7 @@ public struct HTTPMethod: RawRepresentable, Hashable, Sendable, ExpressibleByStr
 }
 
 /// Whether a byte may appear in an HTTP token (a method or a header name).
-func isTokenByte(_ byte: UInt8) -> Bool {
+package func isTokenByte(_ byte: UInt8) -> Bool {
     switch byte {
     case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
         return true
