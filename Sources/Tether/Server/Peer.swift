@@ -4,7 +4,8 @@ import Synchronization
 ///
 /// Handlers receive the peer so they can push to it or close it. The actor runs on an
 /// event loop, like ``Connection``: frames are decoded and heartbeats acked on the loop
-/// thread, and handlers run as child tasks that prefer the same loop.
+/// thread. A handler that never suspends (``Server/ImmediateHandler``) answers right there;
+/// the others run as child tasks that prefer the same loop.
 public actor Peer {
     /// Identifies the peer within its server.
     public nonisolated let id: PeerID
@@ -126,9 +127,14 @@ public actor Peer {
                             continue
                         }
                         guard let entry = handlers.handler(for: frame.type) else { continue }
-                        tasks.addImmediateTask { [self] in
-                            guard let response = await Self.invoke(entry.handler, Request(frame: frame), self) else { return }
-                            respond(response, to: frame)
+                        switch entry.kind {
+                        case .immediate(let handler):
+                            answer(frame, with: handler)
+                        case .suspending(let handler):
+                            tasks.addImmediateTask { [self] in
+                                guard let response = await Self.invoke(handler, Request(frame: frame), self) else { return }
+                                respond(response, to: frame)
+                            }
                         }
                     }
                 }
@@ -178,6 +184,20 @@ public actor Peer {
             inboxWaiter = nil
             waiter.resume(returning: true)
         }
+    }
+
+    /// Runs an immediate handler and writes its answer; a thrown error becomes an error
+    /// response.
+    private func answer(_ frame: Frame, with handler: Server.ImmediateHandler) {
+        let response: Response
+        do {
+            response = try handler(Request(frame: frame), self)
+        } catch let error as TetherError {
+            response = .error(error.message)
+        } catch {
+            response = .error(String(describing: error))
+        }
+        respond(response, to: frame)
     }
 
     /// Runs a handler; a thrown error becomes an error response, except the cancellation
@@ -379,8 +399,16 @@ extension Peer: ChannelDelegate {
             }
             if let hub, frame.type == hub.configuration.wireTypes.acknowledgement {
                 acknowledged(frame, hub: hub)
-            } else if handlers.handler(for: frame.type) != nil || frame.type == hub?.configuration.wireTypes.hello {
+            } else if frame.type == hub?.configuration.wireTypes.hello {
                 deliver(frame)
+            } else if let entry = handlers.handler(for: frame.type) {
+                // An immediate handler answers here unless earlier requests still wait to
+                // be started: then it takes its turn after them.
+                if inbox.isEmpty, case .immediate(let handler) = entry.kind {
+                    answer(frame, with: handler)
+                } else {
+                    deliver(frame)
+                }
             } else {
                 respond(.error("unknown type \(hex(frame.type))"), to: frame)
             }

@@ -15,11 +15,22 @@
 public final class Server: Sendable {
     /// Answers one request.
     ///
-    /// It runs on the peer's event loop, isolated to the ``Peer`` like the code that calls
-    /// it, so a handler that does not suspend costs no executor hop. It may suspend; requests
-    /// of the same peer are handled concurrently. Do not block in it: that stalls every
-    /// connection on the same loop.
+    /// It runs as a task of its own on the peer's event loop, isolated to the ``Peer`` like
+    /// the code that calls it. It may suspend; requests of the same peer are handled
+    /// concurrently. A closure that never uses `await` is an ``ImmediateHandler`` instead,
+    /// which needs no task. Do not block in it: that stalls every connection on the same
+    /// loop.
     public typealias Handler = nonisolated(nonsending) @Sendable (_ request: Request, _ peer: Peer) async throws -> Response
+
+    /// Answers one request without suspending.
+    ///
+    /// It runs on the peer's event loop as soon as the request is decoded, isolated to the
+    /// ``Peer`` it is given (so it can call ``Peer/push(_:)`` without `await`), and its
+    /// response is written before the next request is looked at. No task is created for it:
+    /// this is the cheapest way to answer. A handler closure that never uses `await` is one
+    /// of these; ``Server/handle(type:_:)-(_,Handler)`` takes the others. Do not block in it: that
+    /// stalls every connection on the same loop.
+    public typealias ImmediateHandler = @Sendable (_ request: Request, _ peer: isolated Peer) throws -> Response
 
     /// How the server listens and what it allows.
     public let configuration: ServerConfiguration
@@ -60,7 +71,27 @@ public final class Server: Sendable {
     ///   - type: The request type.
     ///   - handler: Answers a request; a thrown error is sent back as `{"error": "…"}`.
     public func handle(type: UInt32, _ handler: @escaping Handler) {
-        handlers.set(type, handler)
+        handlers.set(type, .suspending(handler))
+    }
+
+    /// Registers a handler that answers without suspending, replacing any earlier one.
+    ///
+    /// A closure that never uses `await` picks this overload by itself:
+    ///
+    /// ```swift
+    /// server.handle(type: 0x402) { request, peer in
+    ///     Response(payload: request.payload)
+    /// }
+    /// ```
+    ///
+    /// It is called on the peer's event loop as soon as the request is decoded, with no task
+    /// and no executor hop, and its response is written in the same loop turn.
+    ///
+    /// - Parameters:
+    ///   - type: The request type.
+    ///   - handler: Answers a request; a thrown error is sent back as `{"error": "…"}`.
+    public func handle(type: UInt32, _ handler: @escaping ImmediateHandler) {
+        handlers.set(type, .immediate(handler))
     }
 
     /// Listening, peer connected and peer disconnected events, from now on.
@@ -306,19 +337,26 @@ public final class Server: Sendable {
     }
 }
 
-/// The handlers of a server by request type; read by every peer, written by ``Server/handle(type:_:)``.
+/// The handlers of a server by request type; read by every peer, written by `Server.handle(type:_:)`.
 final class HandlerTable: Sendable {
     /// A handler in a box: returning a class reference through the generic lock costs
     /// nothing, where returning the closure itself allocates a reabstraction thunk per lookup.
     final class Entry: Sendable {
-        let handler: Server.Handler
-        init(_ handler: @escaping Server.Handler) { self.handler = handler }
+        enum Kind {
+            /// Runs as a task of its own, which may suspend.
+            case suspending(Server.Handler)
+            /// Runs inline on the peer's loop.
+            case immediate(Server.ImmediateHandler)
+        }
+
+        let kind: Kind
+        init(_ kind: Kind) { self.kind = kind }
     }
 
     private let table = Lock<[UInt32: Entry]>([:])
 
-    func set(_ type: UInt32, _ handler: @escaping Server.Handler) {
-        let entry = Entry(handler)
+    func set(_ type: UInt32, _ kind: Entry.Kind) {
+        let entry = Entry(kind)
         table.withLock { $0[type] = entry }
     }
 
