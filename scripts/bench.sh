@@ -287,7 +287,7 @@ run_allocations() {
         /round trip/ && !/│/ { name = $0 }
         /Malloc \(total\)/ {
             gsub(/ /, "", $5)
-            side = name ~ /^client round trip/ ? "client" : name ~ /^server round trip/ ? "server" : "both"
+            side = name ~ /^client round trip on its loop/ ? "client-loop" : name ~ /^client round trip/ ? "client" : name ~ /^server round trip/ ? "server" : "both"
             printf "RUN rep=1 scenario=g server=tether client=%s status=%s RESULT mallocs=%s\n", side, status, $5
         }' "$log" >> "$results"
     grep 'scenario=g' "$results" | sed 's/^.*client=/      /' >&2 || true

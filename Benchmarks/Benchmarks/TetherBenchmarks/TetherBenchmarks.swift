@@ -3,7 +3,9 @@ import Tether
 
 // Heap allocations per request round trip over loopback, one request in flight:
 //
-//   client round trip   Tether `Connection` ↔ a raw-socket echo thread: the client's allocations
+//   client round trip   Tether `Connection` ↔ a raw-socket echo thread: the client's allocations,
+//                       with the calling task on the global executor (as an app's is) and,
+//                       "on its loop", on the connection's event loop (`taskExecutor`)
 //   server round trip   a raw blocking socket ↔ Tether `Server`: the server's allocations
 //   client ↔ server     Tether on both sides, in one process: the two added up
 //
@@ -81,6 +83,22 @@ let benchmarks: @Sendable () -> Void = {
         client.connection = try await connect(port: raw.port)
     } teardown: {
         await client.close()
+    }
+
+    let onLoop = Fixture()
+    Benchmark("client round trip on its loop (Connection ↔ raw echo, taskExecutor)") { benchmark in
+        guard let connection = onLoop.connection else { return }
+        try await withTaskExecutorPreference(connection.taskExecutor) {
+            for _ in benchmark.scaledIterations {
+                blackHole(try await connection.request(request))
+            }
+        }
+    } setup: {
+        let raw = try RawEchoServer()
+        onLoop.rawServer = raw
+        onLoop.connection = try await connect(port: raw.port)
+    } teardown: {
+        await onLoop.close()
     }
 
     let server = Fixture()

@@ -163,7 +163,12 @@ struct Report {
     }
 
     func allocations() -> String? {
-        let sides = [("client", "client: Connection ↔ raw socket echo"), ("server", "server: raw socket client ↔ Server"), ("both", "client ↔ server, both Tether, one process")]
+        let sides = [
+            ("client", "client: Connection ↔ raw socket echo, caller on the global executor"),
+            ("client-loop", "client: the same, caller on the connection's loop (`taskExecutor`)"),
+            ("server", "server: raw socket client ↔ Server"),
+            ("both", "client ↔ server, both Tether, one process"),
+        ]
         let rows = sides.compactMap { side, title -> String? in
             guard let summary = summary("g", Pair(server: "tether", client: side, title: ""), .mallocs) else { return nil }
             return "| \(title) | \(summary.text(.mallocs)) |"

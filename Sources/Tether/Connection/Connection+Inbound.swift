@@ -1,6 +1,6 @@
 extension Connection: ChannelDelegate {
     nonisolated func channelRead(_ channel: SocketChannel) {
-        assumeIsolated { $0.decodeFrames(from: channel) }
+        onLoop(loop, self, channel, Connection.decodeFrames)
     }
 
     nonisolated func channelClosed(_ channel: SocketChannel, error: TetherError) {
@@ -12,9 +12,15 @@ extension Connection: ChannelDelegate {
     }
 
     nonisolated func channelWritable(_ channel: SocketChannel) {
-        assumeIsolated { connection in
-            if connection.channel === channel { connection.pump() }
-        }
+        onLoop(loop, self, channel, Connection.pumpIfCurrent)
+    }
+
+    private static func pumpIfCurrent(_ connection: isolated Connection, _ channel: SocketChannel) {
+        if connection.channel === channel { connection.pump() }
+    }
+
+    private static func decodeFrames(_ connection: isolated Connection, _ channel: SocketChannel) {
+        connection.decodeFrames(from: channel)
     }
 
     private func decodeFrames(from channel: SocketChannel) {

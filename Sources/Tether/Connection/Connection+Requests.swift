@@ -1,7 +1,11 @@
 extension Connection: TimerTarget {
     /// A request's timeout fired: `tag` is its id, `detail` its serial.
     nonisolated func timerFired(tag: UInt64, detail: UInt32) {
-        assumeIsolated { $0.expire(serial: detail, id: tag) }
+        onLoop(loop, self, (serial: detail, id: tag), Connection.expire)
+    }
+
+    private static func expire(_ connection: isolated Connection, _ request: (serial: UInt32, id: UInt64)) {
+        connection.expire(serial: request.serial, id: request.id)
     }
 }
 

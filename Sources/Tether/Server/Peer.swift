@@ -227,11 +227,14 @@ public actor Peer {
             payload: response.payload,
             fields: fields
         )
-        let frames = configuration.profile.correlation.key(for: request.type).map {
-            sequencer.complete(key: $0, number: request.serial, frame: frame)
-        } ?? [frame]
         do {
-            for frame in frames {
+            guard let key = configuration.profile.correlation.key(for: request.type) else {
+                // Answers matched by serial go out as they are ready, with no array to build.
+                try write(frame, on: channel)
+                counts.requestsHandled += 1
+                return
+            }
+            for frame in sequencer.complete(key: key, number: request.serial, frame: frame) {
                 try write(frame, on: channel)
                 counts.requestsHandled += 1
             }
@@ -333,7 +336,7 @@ extension Peer: ChannelDelegate {
     }
 
     nonisolated func channelRead(_ channel: SocketChannel) {
-        assumeIsolated { $0.decodeFrames(from: channel) }
+        onLoop(loop, self, channel, Peer.decodeFrames)
     }
 
     nonisolated func channelClosed(_ channel: SocketChannel, error: TetherError) {
@@ -359,6 +362,10 @@ extension Peer: ChannelDelegate {
             }
         }
         end(reason, graceful: false)
+    }
+
+    private static func decodeFrames(_ peer: isolated Peer, _ channel: SocketChannel) {
+        peer.decodeFrames(from: channel)
     }
 
     private func decodeFrames(from channel: SocketChannel) {
