@@ -54,17 +54,17 @@ public actor Connection {
     /// ends exactly once.
     typealias Waiter = UnsafeContinuation<Response, any Error>
 
-    var channel: SocketChannel?
+    @exclusivity(unchecked) var channel: SocketChannel?
     var codec: any FrameCodec
-    var table: RequestTable<Waiter>
+    @exclusivity(unchecked) var table: RequestTable<Waiter>
     /// For profiles without serials on the wire: which requests wait for an answer, in order.
-    var inOrderReplies = InOrderReplies()
+    @exclusivity(unchecked) var inOrderReplies = InOrderReplies()
     var state = ConnectionState.connecting
-    var counters = ConnectionMetrics()
+    @exclusivity(unchecked) var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
     var heartbeatTimer: LoopTimer?
     /// Frames from ``send(_:)`` waiting for a connection or for the outbound buffer to drain.
-    var sendQueue: [QueuedSend] = []
+    @exclusivity(unchecked) var sendQueue: [QueuedSend] = []
     var nextSendID: UInt64 = 0
     /// Bytes moved by sockets of earlier connections, for the metrics.
     var earlierBytesIn = 0

@@ -18,10 +18,10 @@ public actor Peer {
     /// The server's mailboxes, when it has them: sessions are accepted only then.
     let hub: MailboxHub?
     private var pendingFD: Int32
-    var channel: SocketChannel?
+    @exclusivity(unchecked) var channel: SocketChannel?
     private var codec: any FrameCodec
     /// For profiles without serials on the wire: keeps each type's responses in request order.
-    private var sequencer = ResponseSequencer()
+    @exclusivity(unchecked) private var sequencer = ResponseSequencer()
     var closeReason: TetherError?
     /// Set once, as the peer ends; read by the mailbox hub from other threads.
     private let ended = Atomic<Bool>(false)
@@ -34,15 +34,15 @@ public actor Peer {
     /// The replay waiting for the outbound buffer to drain.
     var writableWaiter: UnsafeContinuation<Void, Never>?
     /// Requests decoded and not yet handed to a handler task, and the run loop waiting for them.
-    private var inbox: [Frame] = []
+    @exclusivity(unchecked) private var inbox: [Frame] = []
     /// The batch being handled; swapped with ``inbox`` so taking a batch copies nothing.
-    private var batch: [Frame] = []
+    @exclusivity(unchecked) private var batch: [Frame] = []
     /// Unsafe rather than checked (which allocates per wait): it is set and taken only on
     /// this actor, and resumed exactly once by ``deliver(_:)`` or ``end(_:graceful:)``.
     private var inboxWaiter: UnsafeContinuation<Bool, Never>?
     /// This peer's counters; the byte counts are taken from the socket when asked for, and
     /// kept here when the peer ends.
-    var counts = PeerMetrics()
+    @exclusivity(unchecked) var counts = PeerMetrics()
     /// ``ServerConfiguration/idleTimeout`` in nanoseconds; `nil` when there is none.
     private let idleNanoseconds: UInt64?
     /// When the socket last read something (monotonic nanoseconds); kept only with an idle

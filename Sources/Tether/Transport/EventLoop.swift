@@ -14,9 +14,14 @@ protocol Flushable: AnyObject {
 ///
 /// The loop is also a Swift executor: actors that set their `unownedExecutor` to
 /// ``serialExecutor`` run on this thread, so socket callbacks reach them with
-/// `assumeIsolated` instead of a thread hop. A turn of the loop is: wait for readiness
+/// `onLoop(_:_:_:_:)` instead of a thread hop. A turn of the loop is: wait for readiness
 /// (or the next timer, or a wake-up), handle I/O, fire due timers, run queued jobs, then
 /// flush every connection that wrote during the turn with one system call each.
+///
+/// State touched on every request (here, in ``SocketChannel``, ``Connection`` and
+/// ``Peer``) is marked `@exclusivity(unchecked)`: it is only ever used on the loop's thread
+/// (or inside its actor), never through overlapping `inout` accesses, and the run-time
+/// exclusivity checks on it cost about a tenth of a request's processor time.
 final class EventLoop: @unchecked Sendable {
     // @unchecked Sendable: fields below `remote` are touched only on the loop thread
     // (checked with `preconditionInLoop()` where it matters); `remote` is behind a lock.
@@ -40,20 +45,20 @@ final class EventLoop: @unchecked Sendable {
     private let remote = Lock(Remote())
     private var selector: Selector
     private var handlers: [(any IOHandler)?] = []
-    private var timers = TimerHeap()
+    @exclusivity(unchecked) private var timers = TimerHeap()
     /// When the loop's last wait returned with readiness events (monotonic nanoseconds): one
     /// clock read per turn that handlers can use instead of one per read. Loop thread only.
     private(set) var lastWake: UInt64 = 0
-    private var timerPool: [LoopTimer] = []
-    private var local: [Job] = []
-    private var running: [Job] = []
+    @exclusivity(unchecked) private var timerPool: [LoopTimer] = []
+    @exclusivity(unchecked) private var local: [Job] = []
+    @exclusivity(unchecked) private var running: [Job] = []
     /// Swapped with the remote queue each turn, so taking the remote jobs copies nothing.
     private var incoming: [Job] = []
-    private var flushing: [any Flushable] = []
-    private var flushQueue: [any Flushable] = []
+    @exclusivity(unchecked) private var flushing: [any Flushable] = []
+    @exclusivity(unchecked) private var flushQueue: [any Flushable] = []
     /// The buffer sockets read into when they hold no partial frame: one per loop instead of
     /// one per connection, so an idle connection owns no read buffer at all.
-    var readBuffer = FrameBuffer(capacity: 64 << 10)
+    @exclusivity(unchecked) var readBuffer = FrameBuffer(capacity: 64 << 10)
     /// Where TLS connections read ciphertext: their session takes all of it at once, so one
     /// buffer per loop serves every connection. Allocated on first use.
     var sealedReadBuffer = FrameBuffer(capacity: 0)

@@ -35,8 +35,8 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     private(set) var fd: Int32
     /// Bytes received and not yet decoded. Empty and without storage between reads unless
     /// it holds part of a frame.
-    var inbound = FrameBuffer()
-    var outbound = FrameBuffer(capacity: 0)
+    @exclusivity(unchecked) var inbound = FrameBuffer()
+    @exclusivity(unchecked) var outbound = FrameBuffer(capacity: 0)
     var delegate: (any ChannelDelegate)?
     /// TLS between the socket and the codec, when the connection uses it.
     let tls: (any TLSSession)?
@@ -48,12 +48,12 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     private var verdictTimer: LoopTimer?
     let maximumOutboundBytes: Int
     /// Bytes read from and written to the socket so far, for metrics.
-    private(set) var bytesRead = 0
-    private(set) var bytesWritten = 0
+    @exclusivity(unchecked) private(set) var bytesRead = 0
+    @exclusivity(unchecked) private(set) var bytesWritten = 0
     /// When set, the delegate hears ``ChannelDelegate/channelWritable(_:)`` once the bytes
     /// waiting to be written fall to this many or fewer.
     var writableThreshold: Int?
-    private var flushScheduled = false
+    @exclusivity(unchecked) private var flushScheduled = false
     private var wantsWrite = false
     private var closeWhenFlushed = false
     private var drainTimer: LoopTimer?
