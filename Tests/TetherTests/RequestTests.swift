@@ -74,6 +74,61 @@ struct RequestTests {
         }
     }
 
+    @Test("timeouts of different lengths each fire on time, in deadline order, never early")
+    func mixedTimeouts() async throws {
+        try await withServer(handlers: { server in
+            server.handle(type: 0x402) { _, _ in Response() }
+            server.handle(type: 0x405) { _, _ in
+                try await Task.sleep(for: .seconds(60))
+                return Response()
+            }
+        }) { _, endpoint in
+            // The configured timeout is 1 s. An answered request first leaves the shared
+            // deadline timer set for 1 s with no request waiting; "short" must set it again.
+            // "middle" is shorter than the request before it and gets a timer of its own.
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.requestTimeout = .seconds(1) })
+            _ = try await connection.request(Request(type: 0x402))
+            let clock = ContinuousClock()
+            let start = clock.now
+            let plan: [(String, Duration?)] = [("short", .milliseconds(150)), ("first", nil), ("middle", .milliseconds(300)), ("second", nil), ("long", .seconds(2))]
+            let ended = try await bounded("five timeouts") {
+                try await withThrowingTaskGroup(of: (String, Duration).self) { group in
+                    for (name, timeout) in plan {
+                        group.addTask {
+                            do {
+                                _ = try await connection.request(Request(type: 0x405), timeout: timeout)
+                                return ("\(name): answered", clock.now - start)
+                            } catch let error as TetherError {
+                                return ("\(name): \(error.code)", clock.now - start)
+                            }
+                        }
+                        // Made in this order, 10 ms apart.
+                        try await Task.sleep(for: .milliseconds(10))
+                    }
+                    var ended: [(String, Duration)] = []
+                    for try await result in group { ended.append(result) }
+                    return ended
+                }
+            }
+            // First and second may end in one loop turn, so their order is not fixed.
+            #expect(ended.map(\.0).prefix(2) == ["short: timedOut", "middle: timedOut"])
+            #expect(ended.map(\.0).last == "long: timedOut")
+            #expect(Set(ended.map(\.0)) == Set(plan.map { "\($0.0): timedOut" }))
+            let at = Dictionary(uniqueKeysWithValues: ended.map { ($0.0, $0.1) })
+            #expect(at["short: timedOut"]! >= .milliseconds(150))
+            #expect(at["short: timedOut"]! < .milliseconds(900), "the shared timer was not set again for a shorter timeout")
+            #expect(at["middle: timedOut"]! >= .milliseconds(320))
+            #expect(at["middle: timedOut"]! < .milliseconds(950), "a shorter timeout waited for the one before it")
+            #expect(at["first: timedOut"]! >= .milliseconds(1010))
+            #expect(at["second: timedOut"]! >= .milliseconds(1030))
+            #expect(at["second: timedOut"]! < .milliseconds(1950), "the second default timeout waited for the 2 s one")
+            #expect(at["long: timedOut"]! >= .milliseconds(2040))
+            #expect(await connection.metrics.requestsTimedOut == 5)
+            #expect(await connection.pendingRequestCount == 0)
+            await connection.close()
+        }
+    }
+
     @Test("cancelling the caller ends the request with CancellationError at once; the late response is dropped and counted")
     func cancellation() async throws {
         let (arrived, arrival) = AsyncStream<Void>.makeStream()

@@ -1,11 +1,61 @@
 extension Connection: TimerTarget {
-    /// A request's timeout fired: `tag` is its id, `detail` its serial.
+    /// A request's timeout fired: `tag` is its id, `detail` its serial. Tag 0 (no request
+    /// has id 0) is the timer of ``deadlines``.
     nonisolated func timerFired(tag: UInt64, detail: UInt32) {
         onLoop(loop, self, (serial: detail, id: tag), Connection.expire)
     }
 
     private static func expire(_ connection: isolated Connection, _ request: (serial: UInt32, id: UInt64)) {
-        connection.expire(serial: request.serial, id: request.id)
+        if request.id == 0 {
+            connection.expireDeadlines()
+        } else {
+            connection.expire(serial: request.serial, id: request.id)
+        }
+    }
+
+    /// Sets the timeout of a request that was just given `serial` and `id`: in
+    /// ``deadlines`` when its deadline keeps their order (always, for requests that use the
+    /// configured timeout), otherwise with a timer of its own, which it returns.
+    private func startTimeout(_ limit: Duration, serial: UInt32, id: UInt64) -> LoopTimer? {
+        let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: limit)
+        guard deadlines.accepts(deadline) else {
+            return loop.schedule(at: deadline, target: self, tag: id, detail: serial)
+        }
+        deadlines.append(.init(deadline: deadline, serial: serial, id: id))
+        // The timer is never later than the front, except when it was set for requests that
+        // have all ended since and a shorter timeout starts the queue again.
+        if let timer = deadlineTimer, timer.deadline > deadline {
+            loop.cancel(timer)
+            deadlineTimer = nil
+        }
+        if deadlineTimer == nil {
+            deadlineTimer = loop.schedule(at: deadline, target: self, tag: 0, detail: 0)
+        }
+        return nil
+    }
+
+    /// The timer of ``deadlines`` fired: every request whose deadline has passed times out,
+    /// and the timer is set again for the earliest request still waiting.
+    ///
+    /// The timer may be late but never early: it was set for the deadline at the front, or
+    /// for an earlier one whose request has since ended.
+    private func expireDeadlines() {
+        deadlineTimer = nil
+        let now = MonotonicTime.now()
+        while let first = deadlines.first, first.deadline <= now {
+            _ = deadlines.removeFirst()
+            expire(serial: first.serial, id: first.id)
+        }
+        dropEndedDeadlines()
+        if deadlineTimer == nil, let first = deadlines.first {
+            deadlineTimer = loop.schedule(at: first.deadline, target: self, tag: 0, detail: 0)
+        }
+    }
+
+    /// Drops the deadlines of requests that ended from the front of ``deadlines``. The timer
+    /// stays set: when it fires for a request that has ended it only sets itself again.
+    private func dropEndedDeadlines() {
+        deadlines.dropFront { !table.contains(serial: $0.serial, id: $0.id) }
     }
 }
 
@@ -74,11 +124,7 @@ extension Connection {
                     pending = frame
                     awaitDrainIfNeeded()
                 }
-                var timer: LoopTimer?
-                if let limit {
-                    let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: limit)
-                    timer = loop.schedule(at: deadline, target: self, tag: id, detail: serial)
-                }
+                let timer = limit.flatMap { startTimeout($0, serial: serial, id: id) }
                 table.insert(serial: serial, entry: .init(waiter: continuation, id: id, type: request.type, timer: timer, timeout: limit, pending: pending))
             }
         } onCancel: {
@@ -228,6 +274,7 @@ extension Connection {
     private func cancelRequest(serial: UInt32, id: UInt64) {
         guard let entry = table.remove(serial: serial, id: id) else { return }
         if let timer = entry.timer { loop.cancel(timer) }
+        dropEndedDeadlines()
         counters.requestsCancelled += 1
         entry.waiter.resume(throwing: CancellationError())
         if !entry.isQueued { pump() }
@@ -269,6 +316,7 @@ extension Connection {
             return
         }
         if let timer = entry.timer { loop.cancel(timer) }
+        dropEndedDeadlines()
         counters.requestsCompleted += 1
         entry.waiter.resume(returning: Response(frame: frame))
         if table.queuedCount > 0 { pump() }

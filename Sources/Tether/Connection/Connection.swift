@@ -59,6 +59,10 @@ public actor Connection {
     @exclusivity(unchecked) var table: RequestTable<Waiter>
     /// For profiles without serials on the wire: which requests wait for an answer, in order.
     @exclusivity(unchecked) var inOrderReplies = InOrderReplies()
+    /// Timeouts of requests whose deadlines keep their order, with the one timer set for the
+    /// earliest (timer tag 0); other requests get a timer each.
+    @exclusivity(unchecked) var deadlines = DeadlineQueue()
+    var deadlineTimer: LoopTimer?
     var state = ConnectionState.connecting
     @exclusivity(unchecked) var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
@@ -642,6 +646,9 @@ public actor Connection {
         abandonAttempt()
         detachChannel(graceful: graceful)
         let closedByUser = reason.code == .connectionClosed
+        deadlines.removeAll()
+        if let deadlineTimer { loop.cancel(deadlineTimer) }
+        deadlineTimer = nil
         for (serial, entry) in table.removeAll() {
             if let timer = entry.timer { loop.cancel(timer) }
             counters.requestsFailed += 1

@@ -74,6 +74,11 @@ struct RequestTable<Waiter> {
         return take(at: index)
     }
 
+    /// Whether request `id` has not ended yet.
+    func contains(serial: UInt32, id: UInt64) -> Bool {
+        entries[serial]?.id == id
+    }
+
     /// Removes the entry only if it is still the request `id` (for timeouts and cancellation).
     mutating func remove(serial: UInt32, id: UInt64) -> Entry? {
         guard let index = entries.index(forKey: serial), entries.values[index].id == id else { return nil }
