@@ -11,9 +11,29 @@ func performanceOnTheLoop(_ connection: Connection) async {
     }
 }
 
+func performanceImmediateHandler(_ server: Server) {
+    server.handle(type: 0x402) { request, peer in
+        Response(payload: request.payload)
+    }
+}
+
 // MARK: - Tests
 
 @Suite struct PerformanceTests {
+    @Test func theEchoHandlerAnswersWithThePayload() async throws {
+        let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
+        performanceImmediateHandler(server)
+        try await whileServing(server) { address in
+            try await Connection.withConnection(
+                to: Endpoint(host: "127.0.0.1", port: address.port), configuration: quietConfiguration()
+            ) { connection in
+                let reply = try await bounded("the echo") { try await connection.request(Request(type: 0x402, payload: [7, 8, 9])) }
+                #expect(reply.payload == [7, 8, 9])
+                #expect(reply.serial == 1)
+            }
+        }
+    }
+
     @Test func aRequestFromATaskOnTheConnectionsLoopIsAnswered() async throws {
         let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
         server.handle(type: 0x402) { request, _ in Response(json: ["echo": request.json ?? .null]) }

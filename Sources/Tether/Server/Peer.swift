@@ -121,22 +121,7 @@ public actor Peer {
                 // starts at once on this actor and, if it never suspends, answers before the
                 // next request is looked at: no job is queued for it.
                 while await nextBatch() {
-                    for frame in batch {
-                        if let hub, frame.type == hub.configuration.wireTypes.hello {
-                            tasks.addImmediateTask { [self] in await hello(frame, hub: hub) }
-                            continue
-                        }
-                        guard let entry = handlers.handler(for: frame.type) else { continue }
-                        switch entry.kind {
-                        case .immediate(let handler):
-                            answer(frame, with: handler)
-                        case .suspending(let handler):
-                            tasks.addImmediateTask { [self] in
-                                guard let response = await Self.invoke(handler, Request(frame: frame), self) else { return }
-                                respond(response, to: frame)
-                            }
-                        }
-                    }
+                    startBatch(in: &tasks)
                 }
                 // The connection has ended: nobody is left to answer, so handlers still
                 // running are cancelled rather than awaited.
@@ -156,6 +141,30 @@ public actor Peer {
             metrics.bytesOut = channel.bytesWritten
         }
         return metrics
+    }
+
+    /// Starts a handler for every request of ``batch``, in order.
+    ///
+    /// Synchronous, so that its locals live on the thread's stack: written inline in the
+    /// `run()` loop they made the async frames every idle peer keeps while it waits larger,
+    /// and an idle connection cost the server 7.0 KB instead of 4.7 KB.
+    private func startBatch(in tasks: inout DiscardingTaskGroup) {
+        for frame in batch {
+            if let hub, frame.type == hub.configuration.wireTypes.hello {
+                tasks.addImmediateTask { [self] in await hello(frame, hub: hub) }
+                continue
+            }
+            guard let entry = handlers.handler(for: frame.type) else { continue }
+            switch entry.kind {
+            case .immediate(let handler):
+                answer(frame, with: handler)
+            case .suspending(let handler):
+                tasks.addImmediateTask { [self] in
+                    guard let response = await Self.invoke(handler, Request(frame: frame), self) else { return }
+                    respond(response, to: frame)
+                }
+            }
+        }
     }
 
     /// Moves the requests that arrived since the last call into ``batch``; `false` once the
