@@ -78,7 +78,10 @@ has() { [[ $scenarios == *"$1"* ]]; }
 
 # --- build -------------------------------------------------------------------------------
 echo "==> building the Benchmarks package (release)" >&2
-# One retry: the SDK's sources may change under a build while someone edits them.
+# SwiftPM keeps the source list of a path dependency in the build description: drop it, so
+# a file added to the SDK is compiled. One retry: the SDK's sources may change under a
+# build while someone edits them.
+rm -f "$package/.build/release.yaml"
 swift build -c release --package-path "$package" >&2 \
     || { echo "==> build failed; retrying once" >&2; sleep 2; swift build -c release --package-path "$package" >&2; }
 bin="$(swift build -c release --package-path "$package" --show-bin-path)"

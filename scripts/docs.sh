@@ -150,6 +150,9 @@ for manifest in "$root"/Examples/*/Package.swift; do
     package=$(dirname "$manifest")
     name=${package#"$root"/}
     echo "docs: building $name"
+    # The build description keeps the SDK's source list (a path dependency): drop it, so
+    # a file added to the SDK is compiled.
+    rm -f "$package/.build/debug.yaml"
     if swift build --package-path "$package" > "$logs/build-$(basename "$package").log" 2>&1; then
         examples=$((examples + 1))
     else
