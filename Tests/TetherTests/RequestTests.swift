@@ -74,7 +74,7 @@ struct RequestTests {
         }
     }
 
-    @Test("timeouts of different lengths each fire on time, in deadline order, never early")
+    @Test("timeouts of different lengths each fire on time, never early, none waiting for a longer one")
     func mixedTimeouts() async throws {
         try await withServer(handlers: { server in
             server.handle(type: 0x402) { _, _ in Response() }
@@ -89,20 +89,22 @@ struct RequestTests {
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.requestTimeout = .seconds(1) })
             _ = try await connection.request(Request(type: 0x402))
             let clock = ContinuousClock()
-            let start = clock.now
             let plan: [(String, Duration?)] = [("short", .milliseconds(150)), ("first", nil), ("middle", .milliseconds(300)), ("second", nil), ("long", .seconds(2))]
+            // Each request's own wait, from just before it was made to its error: a busy
+            // machine may start the tasks late, but cannot make a timer fire early.
             let ended = try await bounded("five timeouts") {
                 try await withThrowingTaskGroup(of: (String, Duration).self) { group in
                     for (name, timeout) in plan {
                         group.addTask {
+                            let made = clock.now
                             do {
                                 _ = try await connection.request(Request(type: 0x405), timeout: timeout)
-                                return ("\(name): answered", clock.now - start)
+                                return ("\(name): answered", clock.now - made)
                             } catch let error as TetherError {
-                                return ("\(name): \(error.code)", clock.now - start)
+                                return ("\(name): \(error.code)", clock.now - made)
                             }
                         }
-                        // Made in this order, 10 ms apart.
+                        // Usually made in this order, 10 ms apart.
                         try await Task.sleep(for: .milliseconds(10))
                     }
                     var ended: [(String, Duration)] = []
@@ -110,19 +112,16 @@ struct RequestTests {
                     return ended
                 }
             }
-            // First and second may end in one loop turn, so their order is not fixed.
-            #expect(ended.map(\.0).prefix(2) == ["short: timedOut", "middle: timedOut"])
-            #expect(ended.map(\.0).last == "long: timedOut")
             #expect(Set(ended.map(\.0)) == Set(plan.map { "\($0.0): timedOut" }))
-            let at = Dictionary(uniqueKeysWithValues: ended.map { ($0.0, $0.1) })
-            #expect(at["short: timedOut"]! >= .milliseconds(150))
-            #expect(at["short: timedOut"]! < .milliseconds(900), "the shared timer was not set again for a shorter timeout")
-            #expect(at["middle: timedOut"]! >= .milliseconds(320))
-            #expect(at["middle: timedOut"]! < .milliseconds(950), "a shorter timeout waited for the one before it")
-            #expect(at["first: timedOut"]! >= .milliseconds(1010))
-            #expect(at["second: timedOut"]! >= .milliseconds(1030))
-            #expect(at["second: timedOut"]! < .milliseconds(1950), "the second default timeout waited for the 2 s one")
-            #expect(at["long: timedOut"]! >= .milliseconds(2040))
+            let waited = Dictionary(uniqueKeysWithValues: ended.map { ($0.0, $0.1) })
+            #expect(waited["short: timedOut"]! >= .milliseconds(150))
+            #expect(waited["short: timedOut"]! < .milliseconds(750), "the shared timer was not set again for a shorter timeout")
+            #expect(waited["middle: timedOut"]! >= .milliseconds(300))
+            #expect(waited["middle: timedOut"]! < .milliseconds(900), "a shorter timeout waited for the one before it")
+            #expect(waited["first: timedOut"]! >= .seconds(1))
+            #expect(waited["second: timedOut"]! >= .seconds(1))
+            #expect(waited["second: timedOut"]! < .milliseconds(1900), "the second default timeout waited for the 2 s one")
+            #expect(waited["long: timedOut"]! >= .seconds(2))
             #expect(await connection.metrics.requestsTimedOut == 5)
             #expect(await connection.pendingRequestCount == 0)
             await connection.close()
