@@ -201,10 +201,8 @@ public actor Peer {
         let response: Response
         do {
             response = try handler(Request(frame: frame), self)
-        } catch let error as TetherError {
-            response = .error(error.message)
         } catch {
-            response = .error(String(describing: error))
+            response = Self.errorResponse(for: error)
         }
         respond(response, to: frame)
     }
@@ -217,11 +215,15 @@ public actor Peer {
             return try await handler(request, peer)
         } catch is CancellationError where Task.isCancelled {
             return nil
-        } catch let error as TetherError {
-            return .error(error.message)
         } catch {
-            return .error(String(describing: error))
+            return errorResponse(for: error)
         }
+    }
+
+    /// The answer for what a handler threw: a ``TetherError``'s message, or the error's
+    /// description.
+    private static func errorResponse(for error: any Error) -> Response {
+        .error((error as? TetherError)?.message ?? String(describing: error))
     }
 
     func respond(_ response: Response, to request: Frame) {
