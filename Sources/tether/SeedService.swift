@@ -36,27 +36,38 @@ enum SeedService {
                 }
             } else {
                 server.handle(type: messageType) { request, _ in
-                    Response(json: ["echo": content(of: request)])
+                    Response(json: ["echo": try content(of: request)])
                 }
             }
             return
         }
         server.handle(type: echoType) { request, _ in
-            Response(json: ["echo": content(of: request)])
+            Response(json: ["echo": try content(of: request)])
         }
         server.handle(type: delayedEchoType) { request, _ in
             guard let delay = request.json?["delay_ms"]?.intValue, (0...maximumDelay).contains(delay) else {
                 return .error("0x404 needs {\"delay_ms\": 0…\(maximumDelay)}")
             }
             try await Task.sleep(for: .milliseconds(delay))
-            return Response(json: ["echo": content(of: request)])
+            return Response(json: ["echo": try content(of: request)])
         }
     }
 
-    /// The request content as JSON: itself when it parses, a string otherwise, `null` when empty.
-    static func content(of request: Request) -> JSONValue {
+    /// The request content as JSON: itself when it parses, a string when it is text that
+    /// does not look like JSON, `null` when empty.
+    ///
+    /// - Throws: ``TetherError`` when the content starts like a JSON array or object but
+    ///   cannot be parsed (it is malformed, or nested deeper than the parser allows): the
+    ///   client gets that error as its answer, never a value that is not what it sent.
+    static func content(of request: Request) throws(TetherError) -> JSONValue {
         if request.payload.isEmpty { return .null }
-        return request.json ?? .string(String(decoding: request.payload, as: UTF8.self))
+        do {
+            return try JSONValue(parsing: request.payload)
+        } catch {
+            let first = request.payload.first { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }
+            if first == UInt8(ascii: "[") || first == UInt8(ascii: "{") { throw error }
+            return .string(String(decoding: request.payload, as: UTF8.self))
+        }
     }
 
     /// Push number `sequence`: serial `sequence`, content `{"seq": n, "time": "…"}`.

@@ -21,22 +21,48 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
     /// An object: members by name. Encoded with its keys sorted.
     case object([String: JSONValue])
 
-    /// Parses UTF-8 JSON text.
+    /// The most arrays and objects that parsed JSON text may have open at once: 512.
     ///
-    /// - Parameter bytes: The JSON text.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed`` when it is not JSON.
-    public init<Bytes: Collection<UInt8>>(parsing bytes: Bytes) throws(TetherError) {
-        do {
-            self = try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
-        } catch {
-            throw TetherError(code: .decodingFailed, message: "content is not valid JSON: \(error)")
+    /// Parsing costs time in proportion to the length of the text, however it nests; this
+    /// limit bounds the depth of what it builds. Text nested deeper is refused with a
+    /// ``TetherError/Code/decodingFailed`` error that names the limit and the byte offset.
+    public static let defaultMaximumDepth = 512
+
+    /// Parses UTF-8 JSON text (RFC 8259).
+    ///
+    /// The whole text must be one value, with optional white space around it. A whole
+    /// number that fits in an `Int` becomes ``int(_:)``, even when written with a fraction or
+    /// an exponent (`1.0`, `1e3`); other numbers become ``double(_:)``; a member name given
+    /// twice keeps its last value. The time it takes grows with the length of the text only.
+    ///
+    /// - Parameters:
+    ///   - bytes: The JSON text.
+    ///   - maximumDepth: The most arrays and objects that may be open at once;
+    ///     ``defaultMaximumDepth`` unless given.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed`` when it is not JSON,
+    ///   is not UTF-8, has a number out of the range of `Double`, or nests deeper than
+    ///   `maximumDepth`; the message says what and at which byte.
+    public init<Bytes: Collection<UInt8>>(parsing bytes: Bytes, maximumDepth: Int = JSONValue.defaultMaximumDepth) throws(TetherError) {
+        let parsed = bytes.withContiguousStorageIfAvailable { buffer in
+            Result { () throws(TetherError) in try JSONParser.parse(buffer, maximumDepth: maximumDepth) }
+        }
+        if let parsed {
+            self = try parsed.get()
+        } else {
+            let copy = Array(bytes)
+            self = try copy.withUnsafeBufferPointer { buffer throws(TetherError) in
+                try JSONParser.parse(buffer, maximumDepth: maximumDepth)
+            }
         }
     }
 
-    /// The UTF-8 JSON text of this value, with sorted keys.
+    /// The UTF-8 JSON text of this value: members sorted by the bytes of their names, no
+    /// white space. A number that is not finite is written as `null`; nothing else is ever
+    /// replaced, however deep the value nests.
     public var encoded: [UInt8] {
-        // Encoding a JSONValue cannot fail except for non-finite doubles, written as null.
-        (try? Array(JSONValue.encoder.encode(self))) ?? Array("null".utf8)
+        var output: [UInt8] = []
+        JSONWriter.write(self, into: &output)
+        return output
     }
 
     /// A short textual form, for logs and messages.
@@ -195,6 +221,7 @@ extension JSONValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, Expre
 /// JSON helpers shared by ``Request``, ``Response`` and ``Frame``.
 enum JSONCoding {
     static func encode<T: Encodable>(_ value: T) throws(TetherError) -> [UInt8] {
+        if let value = value as? JSONValue { return value.encoded }
         do {
             return Array(try JSONValue.encoder.encode(value))
         } catch {
@@ -203,6 +230,13 @@ enum JSONCoding {
     }
 
     static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8], what: String) throws(TetherError) -> T {
+        if T.self == JSONValue.self {
+            do {
+                return try JSONValue(parsing: payload) as! T
+            } catch {
+                throw TetherError(code: .decodingFailed, message: "cannot decode \(what) as JSONValue: \(error.message)")
+            }
+        }
         do {
             return try JSONDecoder().decode(T.self, from: Data(payload))
         } catch {
