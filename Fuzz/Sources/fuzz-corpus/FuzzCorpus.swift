@@ -77,6 +77,16 @@ func corpus(for profile: Profile) -> [(name: String, stream: [UInt8])] {
 
 @main
 struct FuzzCorpus {
+    /// Seeds for the JSON parser and writer.
+    static let jsonSeeds = [
+        #"{"a":[1,2.5,-3e4,true,false,null],"b":{"c":"d\u00e9\n"}}"#,
+        "[[[[[]]]]]",
+        #""\ud83d\ude00\/\"\\ \b\f\r\t""#,
+        "-0.000001",
+        #"{"":{"":[{"x":1}]}}"#,
+        "123456789012345678901234",
+    ]
+
     static func main() {
         let fuzzDirectory = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -105,6 +115,14 @@ struct FuzzCorpus {
                 }
                 print("\(profile.name): \(generated.count) files in \(directory.path)")
             }
+            // The JSON target's seeds: text that exercises every kind of value and escape.
+            let json = output.appendingPathComponent("json")
+            if files.fileExists(atPath: json.path) { try files.removeItem(at: json) }
+            try files.createDirectory(at: json, withIntermediateDirectories: true)
+            for (index, text) in jsonSeeds.enumerated() {
+                try Data(text.utf8).write(to: json.appendingPathComponent("0\(index + 1)-seed.json"))
+            }
+            print("json: \(jsonSeeds.count) files in \(json.path)")
         } catch {
             FileHandle.standardError.write(Data("fuzz-corpus: \(error)\n".utf8))
             exit(1)

@@ -1,8 +1,8 @@
 // The libFuzzer entry points. libFuzzer supplies `main`, so this module has no top-level
 // code (SwiftPM compiles executables with -parse-as-library under --sanitize=fuzzer).
 //
-// TETHER_FUZZ_PROFILE names the profile to fuzz, one of Profile.builtIn; `list` prints
-// their names, one a line, and exits.
+// TETHER_FUZZ_PROFILE names the profile to fuzz, one of Profile.builtIn, or `json` for the
+// JSON parser and writer; `list` prints the names, one a line, and exits.
 import FuzzHarness
 import Tether
 
@@ -12,16 +12,17 @@ import Glibc
 import Darwin
 #endif
 
-/// The profile under test, chosen once from the environment.
-let fuzzedProfile: Profile = chooseProfile()
+/// The profile under test, chosen once from the environment; `nil` to fuzz JSON.
+let fuzzedProfile: Profile? = chooseProfile()
 
-private func chooseProfile() -> Profile {
+private func chooseProfile() -> Profile? {
     let name = getenv("TETHER_FUZZ_PROFILE").map { String(cString: $0) }
-    let names = Profile.builtIn.map(\.name)
+    let names = Profile.builtIn.map(\.name) + ["json"]
     if name == "list" {
         print(names.joined(separator: "\n"))
         exit(0)
     }
+    if name == "json" { return nil }
     if let name, let profile = Profile.named(name) { return profile }
     let problem = name.map { "unknown profile \"\($0)\"" } ?? "TETHER_FUZZ_PROFILE is not set"
     writeError(
@@ -48,10 +49,30 @@ public func fuzzerInitialize(
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzerTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let input = size == 0 ? [] : Array(UnsafeBufferPointer(start: data, count: size))
+    guard let profile = fuzzedProfile else {
+        fuzzJSON(input)
+        return 0
+    }
     do {
-        try FuzzHarness.run(input, profile: fuzzedProfile)
+        try FuzzHarness.run(input, profile: profile)
     } catch {
         fatalError("broken codec invariant: \(error)")
     }
     return 0
+}
+
+/// JSON text: parsing either refuses it or gives a value that is written and parsed back
+/// to the same value, and whose text is a fixed point of writing.
+private func fuzzJSON(_ input: [UInt8]) {
+    guard let value = try? JSONValue(parsing: input) else { return }
+    let text = value.encoded
+    guard let again = try? JSONValue(parsing: text) else {
+        fatalError("broken JSON invariant: written text does not parse: \(String(decoding: text, as: UTF8.self))")
+    }
+    guard again == value else {
+        fatalError("broken JSON invariant: \(value) came back as \(again)")
+    }
+    guard again.encoded == text else {
+        fatalError("broken JSON invariant: writing is not stable: \(String(decoding: text, as: UTF8.self))")
+    }
 }

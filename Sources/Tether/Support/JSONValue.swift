@@ -81,6 +81,17 @@ public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
     /// - Parameter decoder: The decoder to read from.
     /// - Throws: The decoder's `DecodingError` when the value is none of these.
     public init(from decoder: any Decoder) throws {
+        if let decoder = decoder as? JSONValueDecoder {
+            // Content of requests, responses and frames: already parsed, taken as it is.
+            self = decoder.value
+            return
+        }
+        if decoder.codingPath.count >= JSONValue.defaultMaximumDepth {
+            throw DecodingError.dataCorrupted(.init(
+                codingPath: decoder.codingPath,
+                debugDescription: "JSON nested deeper than \(JSONValue.defaultMaximumDepth) levels"
+            ))
+        }
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
@@ -230,17 +241,16 @@ enum JSONCoding {
     }
 
     static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8], what: String) throws(TetherError) -> T {
-        if T.self == JSONValue.self {
-            do {
-                return try JSONValue(parsing: payload) as! T
-            } catch {
-                throw TetherError(code: .decodingFailed, message: "cannot decode \(what) as JSONValue: \(error.message)")
-            }
+        let value: JSONValue
+        do {
+            value = try JSONValue(parsing: payload)
+        } catch {
+            throw TetherError(code: .decodingFailed, message: "cannot decode \(what) as \(T.self): \(error.message)")
         }
         do {
-            return try JSONDecoder().decode(T.self, from: Data(payload))
+            return try JSONValueDecoder.decode(T.self, from: value)
         } catch {
-            throw TetherError(code: .decodingFailed, message: "cannot decode \(what) as \(T.self): \(error)")
+            throw TetherError(code: .decodingFailed, message: "cannot decode \(what) as \(T.self): \(describe(decodingError: error))")
         }
     }
 
