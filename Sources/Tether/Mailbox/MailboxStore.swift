@@ -283,7 +283,7 @@ public struct MailboxLimits: Sendable, Hashable {
     func tooManyMailboxes(for clientID: String) -> TetherError {
         TetherError(
             code: .mailboxesFull,
-            message: "the mailbox store holds its maximum of \(maximumMailboxes) mailboxes: none for new client \"\(clientID)\" until idle ones expire"
+            message: "the mailbox store holds its maximum of \(maximumMailboxes) mailbox\(maximumMailboxes == 1 ? "" : "es"): none for new client \"\(clientID)\" until idle ones expire"
         )
     }
 
