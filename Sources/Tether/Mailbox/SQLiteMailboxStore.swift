@@ -27,6 +27,14 @@ import CSQLite
 /// Other processes may read the file meanwhile, for example with the `sqlite3` tool; a
 /// writer from elsewhere makes calls wait up to 5 seconds for its lock, then fail.
 ///
+/// **Bounds.** The number of mailboxes and the bytes stored, which
+/// ``MailboxLimits/maximumMailboxes`` and ``MailboxLimits/maximumStoredBytes`` bound, are
+/// counted when the file is opened and kept by this store as it writes; rows another
+/// program adds meanwhile are counted the next time the file is opened.
+///
+/// **Versions.** A file written by an earlier version of this store (schema 1) is upgraded
+/// in place when it is opened: its clients count as active from then on.
+///
 /// Sequence numbers are kept as SQLite's 64-bit signed integers, so they are exact up to
 /// 2⁶³ − 1.
 public final class SQLiteMailboxStore: MailboxStore {
@@ -387,7 +395,7 @@ private struct Statements {
         )
         insertClient = try prepare("INSERT INTO clients (id, active_at) VALUES (?1, ?2)")
         updateClient = try prepare(
-            "UPDATE clients SET last_sequence = ?2, acknowledged = ?3, lost_through = ?4, loss_reason = ?5 WHERE id = ?1"
+            "UPDATE clients SET last_sequence = ?2, acknowledged = ?3, lost_through = ?4, loss_reason = ?5, active_at = max(active_at, ?6) WHERE id = ?1"
         )
         insertMessage = try prepare(
             "INSERT INTO messages (client, sequence, type, payload, stored_at) VALUES (?1, ?2, ?3, ?4, ?5)"
@@ -628,8 +636,7 @@ private final class Database {
                 for clientID in touched {
                     var row = rows[clientID]!
                     try enforce(limits, now: now, on: clientID, &row)
-                    try update(clientID, row)
-                    try touch(clientID, at: now)
+                    try update(clientID, row, activeAt: now)
                 }
                 if storedBytes > limits.maximumStoredBytes {
                     throw SQLiteFailure(bound: limits.tooManyBytes(messages: messages.count, storing: storedBytes))
@@ -809,13 +816,15 @@ private final class Database {
         return ClientRow()
     }
 
-    private func update(_ clientID: String, _ row: ClientRow) throws(SQLiteFailure) {
+    /// Writes a client's row; `activeAt` moves its last active time forward, if given.
+    private func update(_ clientID: String, _ row: ClientRow, activeAt: MailboxTime? = nil) throws(SQLiteFailure) {
         let statement = statements.updateClient
         try statement.bind(1, clientID)
         try statement.bind(2, row.lastSequence.sql)
         try statement.bind(3, row.acknowledged.sql)
         try statement.bind(4, row.lostThrough.sql)
         try statement.bind(5, row.lossReason?.rawValue)
+        try statement.bind(6, activeAt?.millisecondsSince1970 ?? 0)
         try statement.run()
     }
 
