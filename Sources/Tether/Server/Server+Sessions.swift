@@ -51,8 +51,9 @@ extension Server {
         }
     }
 
-    /// Every client id the mailbox store knows: clients that ever identified, and clients
-    /// that were ever pushed to.
+    /// Every client id the mailbox store knows: clients that identified or were pushed to,
+    /// and whose mailboxes were not removed since for being idle
+    /// (``MailboxConfiguration/expiryInterval``).
     ///
     /// - Returns: The client ids, sorted.
     /// - Throws: ``TetherError`` when the server has no mailboxes or the store fails.
