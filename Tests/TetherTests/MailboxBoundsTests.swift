@@ -138,6 +138,30 @@ struct MailboxBoundsTests {
         }
     }
 
+    @Test("a store without removeExpired of its own gets the default: the periodic expiry drops expired pushes by opening each idle client's mailbox")
+    func defaultExpiry() async throws {
+        let store = GatedStore()
+        let clock = ManualMailboxClock()
+        var configuration = MailboxConfiguration(store: store)
+        configuration.clock = { clock.read() }
+        configuration.limits.maximumAge = .seconds(60)
+        configuration.expiryInterval = .milliseconds(10)
+        try await withServer(configure: { $0.mailboxes = configuration }, handlers: echoHandlers) { server, _ in
+            for number in 0..<2 { try await server.push(indexed(number), toClient: "ghost") }
+            clock.advance(by: .milliseconds(60_001))
+            let after = clock.read()
+            let hub = try #require(server.hub)
+            let expiry = try await bounded("an expiry pass after the clock moved") {
+                for await expiry in hub.expiries where expiry.now >= after { return expiry }
+                throw TimedOut(what: "an expiry pass: the hub stopped")
+            }
+            #expect(try expiry.removed.get() == [])
+            #expect(try await store.inner.messages(for: "ghost", after: 0, limit: 10).isEmpty)
+            let summary = try await store.inner.openMailbox(for: "ghost", limits: MailboxLimits(), now: after)
+            #expect(summary == MailboxSummary(lastSequence: 2, acknowledged: 0, lostThrough: 2, lossReason: .expired, count: 0))
+        }
+    }
+
     @Test("a push the store cannot take fails its own caller only: pushes queued with it are stored and delivered")
     func failedAppendIsolated() async throws {
         let store = GatedStore()
