@@ -17,6 +17,7 @@ struct ServeCommand: Command {
     static let synopsis = """
         tether serve [--host HOST] [--port PORT] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
         [--store FILE] [--mailbox-limit N] [--mailbox-age SECONDS] \
+        [--token SECRET] [--max-mailboxes N] [--max-stored-bytes N] [--mailbox-expiry SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
         [--http-allow HOST[:PORT]]... [--http-timeout SECONDS] \
         \(ServerTLSOptions.synopsis)
@@ -44,6 +45,12 @@ struct ServeCommand: Command {
         the SQLite file given with --store, which keeps them across restarts of the server.
         Sessions need a serial on the wire: with compact, marker and lines they are off
         (logged once on stderr), and --store and the mailbox options are refused.
+
+        Every client id it accepts gets a mailbox. On a port strangers can reach, give
+        --token: hellos without that token are rejected (`tether listen --token`), and
+        logged. Without it, the store-wide bounds are what stop made-up client ids: past
+        --max-mailboxes a new client's hello is refused for now (its client retries), and
+        pushes that would pass --max-stored-bytes are not stored (the tick logs it).
 
         Prints `listening on HOST:PORT` on stdout once it accepts connections, followed by
         `(profile NAME)` for a profile other than seed; logs peers on stderr, with the
@@ -84,6 +91,15 @@ struct ServeCommand: Command {
                                         first, and the client is told (default 10000)
           --mailbox-age SECONDS         drop pushes older than this; 0 or off keeps them
                                         until the limit (default 604800, 7 days)
+          --token SECRET                accept only session hellos with this token; others
+                                        are rejected and logged (default: any client id)
+          --max-mailboxes N             the most mailboxes in all; a new client's hello
+                                        beyond it is refused for now (default 100000)
+          --max-stored-bytes N          the most bytes stored in all mailboxes, 64 counted
+                                        per push beyond its content (default 67108864)
+          --mailbox-expiry SECONDS      this often, drop expired pushes and remove the
+                                        mailboxes of clients gone longer than
+                                        --mailbox-age; 0 or off never (default 60)
           --idle-timeout SECONDS        close a peer that sends nothing at all, not even a
                                         heartbeat, for this long; 0 or off keeps quiet
                                         peers (default 60)
@@ -108,6 +124,9 @@ struct ServeCommand: Command {
     var handshakeTimeout = ServerConfiguration().handshakeTimeout
     var storePath: String?
     var mailboxLimits = MailboxLimits()
+    // Mailboxes for strangers: a required token, store-wide bounds, expiry.
+    var token: String?
+    var expiryInterval = MailboxConfiguration.inMemory.expiryInterval
     var tls: ServerTLSOptions?
     var httpAllowed: [HTTPAllowedHost] = []
     var httpTimeout: Duration?
@@ -151,6 +170,7 @@ struct ServeCommand: Command {
             try requireSessions(for: "--mailbox-age")
             mailboxLimits.maximumAge = try Parse.secondsOrOff(age, option: "--mailbox-age", maximum: Self.maximumMailboxAge)
         }
+        try parseStrangerOptions(&arguments)
         if let timeout = try arguments.option("--idle-timeout") {
             idleTimeout = try Parse.secondsOrOff(timeout, option: "--idle-timeout")
         }
@@ -174,6 +194,27 @@ struct ServeCommand: Command {
         tls = try ServerTLSOptions.parse(&arguments)
     }
 
+    /// `--token`, `--max-mailboxes`, `--max-stored-bytes`, `--mailbox-expiry`.
+    private mutating func parseStrangerOptions(_ arguments: inout Arguments) throws(ArgumentError) {
+        if let token = try arguments.option("--token") {
+            try requireSessions(for: "--token")
+            guard !token.isEmpty else { throw ArgumentError("--token needs a secret") }
+            self.token = token
+        }
+        if let count = try arguments.option("--max-mailboxes") {
+            try requireSessions(for: "--max-mailboxes")
+            mailboxLimits.maximumMailboxes = try Parse.count(count, option: "--max-mailboxes")
+        }
+        if let bytes = try arguments.option("--max-stored-bytes") {
+            try requireSessions(for: "--max-stored-bytes")
+            mailboxLimits.maximumStoredBytes = try Parse.count(bytes, option: "--max-stored-bytes")
+        }
+        if let every = try arguments.option("--mailbox-expiry") {
+            try requireSessions(for: "--mailbox-expiry")
+            expiryInterval = try Parse.secondsOrOff(every, option: "--mailbox-expiry")
+        }
+    }
+
     /// Fails for `option`, which sets up the mailboxes, when the profile has no sessions.
     private func requireSessions(for option: String) throws(ArgumentError) {
         guard !profile.supportsSessions else { return }
@@ -194,6 +235,7 @@ struct ServeCommand: Command {
         if profile.supportsSessions {
             var mailboxes = try mailboxConfiguration()
             mailboxes.limits = mailboxLimits
+            mailboxes.expiryInterval = expiryInterval
             configuration.mailboxes = mailboxes
         } else {
             Console.err("sessions are off: the \(profile.name) profile has no serial on the wire")
@@ -207,7 +249,12 @@ struct ServeCommand: Command {
             server.forwardHTTP(http) { record in Console.err(Self.logLine(for: record)) }
         }
         let book = PeerBook()
+        let token = token
         server.authenticate { hello in
+            if let token, hello.token != token {
+                Console.err("\(hello.peer) rejected as client \(hello.clientID): \(hello.token == nil ? "no token" : "wrong token")")
+                throw TetherError(code: .sessionRejected, message: "this server requires a token (tether listen --token)")
+            }
             book.identified(hello.peer, as: hello.clientID)
             Console.err("\(hello.peer) identified as client \(hello.clientID), resuming after \(hello.lastSequence)")
         }

@@ -51,6 +51,14 @@ private func installWhoAmIHandler(on server: Server) {
     }
 }
 
+private func authenticateExample(server: Server, tokens: [String: String]) {
+    server.authenticate { hello in
+        guard tokens[hello.clientID] == hello.token else {
+            throw TetherError(code: .sessionRejected, message: "bad token")
+        }
+    }
+}
+
 /// Work that takes the processor for a while: it must not run on an event loop.
 @concurrent
 func checksum(of bytes: [UInt8]) async -> UInt32 {

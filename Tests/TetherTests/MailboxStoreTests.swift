@@ -309,6 +309,154 @@ struct MailboxStoreContractTests {
     }
 }
 
+// MARK: - Store-wide bounds and expiry, for every store
+
+/// Bounds on the whole store, with nothing else a test would reach by accident.
+private func storeWide(mailboxes: Int = 1_000, bytes: Int = 1 << 30, age: Duration? = nil) -> MailboxLimits {
+    var limits = MailboxLimits(maximumMessages: 3, maximumAge: age)
+    limits.maximumMailboxes = mailboxes
+    limits.maximumStoredBytes = bytes
+    return limits
+}
+
+/// What one message with a payload of `count` bytes counts for the byte bound.
+private func size(_ count: Int) -> Int { count + MailboxLimits.messageOverhead }
+
+@Suite("Mailbox store contract: store-wide bounds and expiry")
+struct MailboxStoreBoundsTests {
+    @Test("the defaults: 100,000 mailboxes, 64 MiB, 64 bytes counted per message beyond its payload")
+    func defaults() {
+        let limits = MailboxLimits()
+        #expect(limits.maximumMailboxes == 100_000)
+        #expect(limits.maximumStoredBytes == 64 * 1024 * 1024)
+        #expect(MailboxLimits.messageOverhead == 64)
+        #expect(MailboxConfiguration.inMemory.expiryInterval == .seconds(60))
+    }
+
+    @Test("past the mailbox bound a new client gets none, from an open or an append, and nothing changes", arguments: MailboxStoreKind.allCases)
+    func mailboxBound(kind: MailboxStoreKind) async throws {
+        try await withStore(kind) { store async throws in
+            let limits = storeWide(mailboxes: 2)
+            _ = try await store.openMailbox(for: "a", limits: limits, now: t0)
+            #expect(try await store.append([draft("b")], limits: limits, now: t0) == [1])
+
+            let opened = await #expect(throws: TetherError.self) {
+                _ = try await store.openMailbox(for: "c", limits: limits, now: t0)
+            }
+            #expect(opened?.code == .mailboxesFull)
+            #expect(opened?.message == "the mailbox store holds its maximum of 2 mailboxes: none for new client \"c\" until idle ones expire")
+
+            // The append touches a known client first: it is put back as it was.
+            let appended = await #expect(throws: TetherError.self) {
+                _ = try await store.append([draft("a"), draft("b"), draft("c")], limits: limits, now: t0)
+            }
+            #expect(appended?.code == .mailboxesFull)
+            #expect(appended?.message == "the mailbox store holds its maximum of 2 mailboxes: none for new client \"c\" until idle ones expire")
+            #expect(try await store.clientIDs().sorted() == ["a", "b"])
+            #expect(try await store.sequences(of: "a") == [])
+            #expect(try await store.sequences(of: "b") == [1])
+
+            // Known clients go on as before, from their next sequence.
+            #expect(try await store.append([draft("a"), draft("b")], limits: limits, now: t0) == [1, 2])
+            #expect(try await store.openMailbox(for: "b", limits: limits, now: t0).lastSequence == 2)
+        }
+    }
+
+    @Test("an append that would pass the byte bound stores nothing; acknowledgements and overflow make room", arguments: MailboxStoreKind.allCases)
+    func byteBound(kind: MailboxStoreKind) async throws {
+        try await withStore(kind) { store async throws in
+            let payload = [UInt8](repeating: 7, count: 10)
+            let limits = storeWide(bytes: 4 * size(10))
+            #expect(try await store.append([draft("a", 1, payload), draft("b", 1, payload), draft("a", 1, payload)], limits: limits, now: t0) == [1, 1, 2])
+
+            let error = await #expect(throws: TetherError.self) {
+                _ = try await store.append([draft("b", 1, payload), draft("c", 1, payload)], limits: limits, now: t0)
+            }
+            #expect(error?.code == .mailboxesFull)
+            #expect(error?.message == "the mailbox store is full: 2 messages would bring it to \(5 * size(10)) bytes, beyond its maximum of \(4 * size(10)); nothing was stored")
+            #expect(try await store.clientIDs().sorted() == ["a", "b"])
+            #expect(try await store.sequences(of: "b") == [1])
+
+            // Exactly at the bound is allowed.
+            #expect(try await store.append([draft("b", 1, payload)], limits: limits, now: t0) == [2])
+            let one = await #expect(throws: TetherError.self) {
+                _ = try await store.append([draft("b", 1, [])], limits: limits, now: t0)
+            }
+            #expect(one?.message == "the mailbox store is full: 1 message would bring it to \(4 * size(10) + size(0)) bytes, beyond its maximum of \(4 * size(10)); nothing was stored")
+
+            try await store.acknowledge("a", through: 1)
+            #expect(try await store.append([draft("c", 1, payload)], limits: limits, now: t0) == [1])
+
+            // A mailbox at its count bound rolls over: what it drops makes room for what it takes.
+            let rolled = try await store.append([draft("b", 1, payload)], limits: MailboxLimits(maximumMessages: 2, maximumAge: nil).bounded(bytes: 4 * size(10)), now: t0)
+            #expect(rolled == [3])
+            #expect(try await store.sequences(of: "b") == [2, 3])
+        }
+    }
+
+    @Test("expiry drops old messages everywhere, removes idle mailboxes, keeps connected ones", arguments: MailboxStoreKind.allCases)
+    func expiry(kind: MailboxStoreKind) async throws {
+        try await withStore(kind) { store async throws in
+            let limits = storeWide(mailboxes: 4, age: .seconds(60))
+            _ = try await store.append(drafts("gone", count: 2) + drafts("kept", count: 1) + drafts("recent", count: 1), limits: limits, now: t0)
+            _ = try await store.openMailbox(for: "silent", limits: limits, now: t0)
+            _ = try await store.append(drafts("recent", count: 1), limits: limits, now: t0.adding(.seconds(50)))
+            #expect(try await store.clientIDs().sorted() == ["gone", "kept", "recent", "silent"])
+
+            // Exactly at the bound nothing goes.
+            #expect(try await store.removeExpired(limits: limits, now: t0.adding(.seconds(60)), keeping: []) == [])
+            #expect(try await store.sequences(of: "gone") == [1, 2])
+
+            let now = t0.adding(.milliseconds(60_001))
+            let removed = try await store.removeExpired(limits: limits, now: now, keeping: ["kept"])
+            #expect(removed.sorted() == ["gone", "silent"])
+            #expect(try await store.clientIDs().sorted() == ["kept", "recent"])
+            #expect(try await store.sequences(of: "gone") == [])
+            // Kept mailboxes lose what expired, and are told.
+            #expect(try await store.sequences(of: "kept") == [])
+            #expect(try await store.openMailbox(for: "kept", limits: limits, now: now) == MailboxSummary(lastSequence: 1, acknowledged: 0, lostThrough: 1, lossReason: .expired, count: 0))
+            #expect(try await store.sequences(of: "recent") == [2])
+            #expect(try await store.openMailbox(for: "recent", limits: limits, now: now) == MailboxSummary(lastSequence: 2, acknowledged: 0, lostThrough: 1, lossReason: .expired, count: 1))
+
+            // The freed places take new clients; a removed client starts again from 1.
+            #expect(try await store.append([draft("gone"), draft("new")], limits: limits, now: now) == [1, 1])
+
+            // Being kept, or opened, starts a mailbox's idle time again.
+            let later = now.adding(.seconds(60))
+            #expect(try await store.removeExpired(limits: limits, now: later, keeping: []) == [])
+            #expect(try await store.removeExpired(limits: limits, now: later.adding(.seconds(60)), keeping: ["new"]).sorted() == ["gone", "kept", "recent"])
+            #expect(try await store.removeExpired(limits: limits, now: later.adding(.seconds(120)), keeping: []) == [])
+            #expect(try await store.clientIDs() == ["new"])
+
+            // Without an age bound nothing expires.
+            #expect(try await store.removeExpired(limits: storeWide(), now: later.adding(.seconds(10_000)), keeping: []) == [])
+            #expect(try await store.clientIDs() == ["new"])
+        }
+    }
+
+    @Test("bytes of removed and expired mailboxes are given back to the byte bound", arguments: MailboxStoreKind.allCases)
+    func expiryFreesBytes(kind: MailboxStoreKind) async throws {
+        try await withStore(kind) { store async throws in
+            let payload = [UInt8](repeating: 1, count: 100)
+            let limits = storeWide(bytes: 2 * size(100), age: .seconds(10))
+            _ = try await store.append([draft("a", 1, payload), draft("b", 1, payload)], limits: limits, now: t0)
+            await #expect(throws: TetherError.self) {
+                _ = try await store.append([draft("b", 1, payload)], limits: limits, now: t0.adding(.seconds(5)))
+            }
+            #expect(try await store.removeExpired(limits: limits, now: t0.adding(.seconds(11)), keeping: ["b"]) == ["a"])
+            #expect(try await store.append([draft("b", 1, payload), draft("c", 1, payload)], limits: limits, now: t0.adding(.seconds(11))) == [2, 1])
+        }
+    }
+}
+
+private extension MailboxLimits {
+    func bounded(bytes: Int) -> MailboxLimits {
+        var limits = self
+        limits.maximumStoredBytes = bytes
+        return limits
+    }
+}
+
 // MARK: - SQLite only
 
 /// Runs SQL on a file through a separate connection, as another program would.
@@ -478,8 +626,8 @@ struct SQLiteMailboxStoreTests {
         defer { directory.remove() }
         let path = directory.file("mail.sqlite")
         _ = try SQLiteMailboxStore(path: path)
-        try runSQL(path, "PRAGMA user_version = 2;")
-        #expect(openingFails(path) == "mailbox store \(path) has schema version 2; this version of Tether reads version 1")
+        try runSQL(path, "PRAGMA user_version = 3;")
+        #expect(openingFails(path) == "mailbox store \(path) has schema version 3; this version of Tether reads version 2")
     }
 
     @Test("a file that cannot be created is refused")
@@ -488,6 +636,69 @@ struct SQLiteMailboxStoreTests {
         defer { directory.remove() }
         let path = directory.file("absent/mail.sqlite")
         #expect(openingFails(path) == "mailbox store \(path) could not be opened: unable to open database file")
+    }
+
+    @Test("the store-wide counts are taken again when the file is opened again")
+    func boundsAfterReopen() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("mail.sqlite")
+        let payload = [UInt8](repeating: 1, count: 10)
+        var limits = MailboxLimits(maximumMessages: 100, maximumAge: nil)
+        limits.maximumMailboxes = 2
+        limits.maximumStoredBytes = 3 * (10 + MailboxLimits.messageOverhead)
+        do {
+            let store = try SQLiteMailboxStore(path: path)
+            _ = try await store.append([draft("a", 1, payload), draft("b", 1, payload), draft("a", 1, payload)], limits: limits, now: t0)
+        }
+        let reopened = try SQLiteMailboxStore(path: path)
+        let opened = await #expect(throws: TetherError.self) {
+            _ = try await reopened.openMailbox(for: "c", limits: limits, now: t0)
+        }
+        #expect(opened?.code == .mailboxesFull)
+        let appended = await #expect(throws: TetherError.self) {
+            _ = try await reopened.append([draft("b", 1, payload)], limits: limits, now: t0)
+        }
+        #expect(appended?.code == .mailboxesFull)
+        try await reopened.acknowledge("a", through: 1)
+        #expect(try await reopened.append([draft("b", 1, payload)], limits: limits, now: t0) == [2])
+    }
+
+    @Test("a store of schema version 1 is upgraded in place: its mailboxes stay, idle from the upgrade")
+    func upgradeFromVersion1() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("mail.sqlite")
+        try runSQL(path, """
+            CREATE TABLE clients (
+                id TEXT PRIMARY KEY NOT NULL,
+                last_sequence INTEGER NOT NULL DEFAULT 0,
+                acknowledged INTEGER NOT NULL DEFAULT 0,
+                lost_through INTEGER NOT NULL DEFAULT 0,
+                loss_reason TEXT
+            ) WITHOUT ROWID;
+            CREATE TABLE messages (
+                client TEXT NOT NULL,
+                sequence INTEGER NOT NULL,
+                type INTEGER NOT NULL,
+                payload BLOB NOT NULL,
+                stored_at INTEGER NOT NULL,
+                PRIMARY KEY (client, sequence)
+            ) WITHOUT ROWID;
+            INSERT INTO clients (id, last_sequence, acknowledged) VALUES ('old', 2, 1);
+            INSERT INTO messages VALUES ('old', 2, 5, x'0102', \(t0.millisecondsSince1970));
+            PRAGMA application_id = 1414349400;
+            PRAGMA user_version = 1;
+            """)
+        let store = try SQLiteMailboxStore(path: path)
+        #expect(try await store.messages(for: "old", after: 0, limit: 10) == [
+            MailboxMessage(clientID: "old", sequence: 2, type: 5, payload: [1, 2], storedAt: t0),
+        ])
+        // The message is older than the bound; the mailbox counts as active since the upgrade.
+        let limits = MailboxLimits(maximumMessages: 100, maximumAge: .seconds(60))
+        #expect(try await store.removeExpired(limits: limits, now: t0.adding(.seconds(61)), keeping: []) == [])
+        #expect(try await store.summary(of: "old", limits: limits, now: t0.adding(.seconds(61))) == MailboxSummary(lastSequence: 2, acknowledged: 1, lostThrough: 2, lossReason: .expired, count: 0))
+        #expect(try await store.append([draft("old")], limits: limits, now: t0.adding(.seconds(61))) == [3])
     }
 
     @Test("an append that fails part-way stores none of its messages and uses no sequence")

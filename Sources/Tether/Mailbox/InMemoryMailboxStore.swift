@@ -9,16 +9,53 @@ public final class InMemoryMailboxStore: MailboxStore {
         /// Messages in sequence order; `head` skips the ones removed from the front.
         var messages: [MailboxMessage] = []
         var head = 0
+        /// What the held messages count for ``MailboxLimits/maximumStoredBytes``.
+        var bytes = 0
+        /// When the mailbox was last opened, written or kept: its idle time starts here.
+        var activeAt: MailboxTime
+
+        init(activeAt: MailboxTime) {
+            self.activeAt = activeAt
+        }
+
+        /// What an append can change, to put back when it fails.
+        struct Mark {
+            var summary: MailboxSummary
+            var head: Int
+            var stored: Int
+            var bytes: Int
+            var activeAt: MailboxTime
+        }
 
         var held: ArraySlice<MailboxMessage> { messages[head...] }
 
+        var mark: Mark {
+            Mark(summary: summary, head: head, stored: messages.count, bytes: bytes, activeAt: activeAt)
+        }
+
+        /// Puts the mailbox back as it was at `mark`; only valid before ``compact()``.
+        mutating func restore(_ mark: Mark) {
+            messages.removeLast(messages.count - mark.stored)
+            summary = mark.summary
+            head = mark.head
+            bytes = mark.bytes
+            activeAt = mark.activeAt
+        }
+
         mutating func dropFront(_ count: Int) {
+            for message in messages[head..<head + count] {
+                bytes -= MailboxLimits.storedSize(ofPayload: message.payload.count)
+            }
             head += count
+            summary.count = messages.count - head
+        }
+
+        /// Frees the space of messages dropped from the front, now and then.
+        mutating func compact() {
             if head > 64 && head * 2 > messages.count {
                 messages.removeFirst(head)
                 head = 0
             }
-            summary.count = messages.count - head
         }
 
         mutating func append(_ draft: MailboxMessage.Draft, at now: MailboxTime) -> UInt64 {
@@ -30,7 +67,9 @@ public final class InMemoryMailboxStore: MailboxStore {
                 payload: draft.payload,
                 storedAt: now
             ))
+            bytes += MailboxLimits.storedSize(ofPayload: draft.payload.count)
             summary.count = messages.count - head
+            activeAt = max(activeAt, now)
             return summary.lastSequence
         }
 
@@ -52,7 +91,13 @@ public final class InMemoryMailboxStore: MailboxStore {
         }
     }
 
-    private let mailboxes = Lock<[String: Mailbox]>([:])
+    private struct Contents {
+        var mailboxes: [String: Mailbox] = [:]
+        /// The sum of every mailbox's ``Mailbox/bytes``.
+        var bytes = 0
+    }
+
+    private let contents = Lock(Contents())
 
     /// Creates an empty store.
     public init() {}
@@ -62,20 +107,50 @@ public final class InMemoryMailboxStore: MailboxStore {
     ///
     /// - Parameters:
     ///   - messages: The messages, in order.
-    ///   - limits: The count and age bounds of each mailbox.
+    ///   - limits: The bounds of each mailbox and of the whole store.
     ///   - now: The time to store with the messages and to judge their age by.
     /// - Returns: The sequence number given to each message, in the same order.
-    /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
-    public func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
-        mailboxes.withLock { mailboxes in
-            var touched: Set<String> = []
-            let sequences = messages.map { draft -> UInt64 in
-                touched.insert(draft.clientID)
-                return mailboxes[draft.clientID, default: Mailbox()].append(draft, at: now)
+    /// - Throws: ``TetherError`` with ``TetherError/Code/mailboxesFull`` when a message is for
+    ///   a new client and the store holds ``MailboxLimits/maximumMailboxes`` already, or when
+    ///   the store would hold more than ``MailboxLimits/maximumStoredBytes``; then nothing
+    ///   changed. Memory does not fail otherwise.
+    public func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> [UInt64] {
+        try contents.withLock { (contents: inout Contents) throws(TetherError) -> [UInt64] in
+            // Each touched mailbox as it was, to put back if the append fails; nil for a new one.
+            var marks: [String: Mailbox.Mark?] = [:]
+            func undo() {
+                for (clientID, mark) in marks {
+                    if let mark { contents.mailboxes[clientID]?.restore(mark) } else { contents.mailboxes[clientID] = nil }
+                }
             }
-            for clientID in touched {
-                mailboxes[clientID]?.enforce(limits, now: now)
+            var sequences: [UInt64] = []
+            sequences.reserveCapacity(messages.count)
+            for draft in messages {
+                if marks[draft.clientID] == nil {
+                    if let mailbox = contents.mailboxes[draft.clientID] {
+                        marks[draft.clientID] = .some(mailbox.mark)
+                    } else {
+                        guard contents.mailboxes.count < limits.maximumMailboxes else {
+                            undo()
+                            throw limits.tooManyMailboxes(for: draft.clientID)
+                        }
+                        marks[draft.clientID] = .some(nil)
+                        contents.mailboxes[draft.clientID] = Mailbox(activeAt: now)
+                    }
+                }
+                sequences.append(contents.mailboxes[draft.clientID]!.append(draft, at: now))
             }
+            var change = 0
+            for (clientID, mark) in marks {
+                contents.mailboxes[clientID]!.enforce(limits, now: now)
+                change += contents.mailboxes[clientID]!.bytes - (mark?.bytes ?? 0)
+            }
+            if change > 0, contents.bytes + change > limits.maximumStoredBytes {
+                undo()
+                throw limits.tooManyBytes(messages: messages.count, storing: contents.bytes + change)
+            }
+            contents.bytes += change
+            for clientID in marks.keys { contents.mailboxes[clientID]!.compact() }
             return sequences
         }
     }
@@ -85,14 +160,28 @@ public final class InMemoryMailboxStore: MailboxStore {
     ///
     /// - Parameters:
     ///   - clientID: The client.
-    ///   - limits: The count and age bounds of the mailbox.
+    ///   - limits: The bounds of the mailbox and of the whole store.
     ///   - now: The time to judge ages by.
     /// - Returns: The client's sequence and what its mailbox holds.
-    /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
-    public func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
-        mailboxes.withLock { mailboxes in
-            mailboxes[clientID, default: Mailbox()].enforce(limits, now: now)
-            return mailboxes[clientID]!.summary
+    /// - Throws: ``TetherError`` with ``TetherError/Code/mailboxesFull`` when the client is
+    ///   new and the store holds ``MailboxLimits/maximumMailboxes`` already. Memory does not
+    ///   fail otherwise.
+    public func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> MailboxSummary {
+        try contents.withLock { (contents: inout Contents) throws(TetherError) -> MailboxSummary in
+            var mailbox: Mailbox
+            if let known = contents.mailboxes[clientID] {
+                mailbox = known
+            } else {
+                guard contents.mailboxes.count < limits.maximumMailboxes else { throw limits.tooManyMailboxes(for: clientID) }
+                mailbox = Mailbox(activeAt: now)
+            }
+            let before = mailbox.bytes
+            mailbox.enforce(limits, now: now)
+            mailbox.compact()
+            mailbox.activeAt = max(mailbox.activeAt, now)
+            contents.bytes += mailbox.bytes - before
+            contents.mailboxes[clientID] = mailbox
+            return mailbox.summary
         }
     }
 
@@ -105,8 +194,8 @@ public final class InMemoryMailboxStore: MailboxStore {
     /// - Returns: The messages, in sequence order.
     /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
-        mailboxes.withLock { mailboxes in
-            guard let held = mailboxes[clientID]?.held else { return [] }
+        contents.withLock { contents in
+            guard let held = contents.mailboxes[clientID]?.held else { return [] }
             // Sequences are consecutive except where a loss cut them, so search rather than index.
             let start = held.partitioningIndex { $0.sequence > sequence }
             return Array(held[start...].prefix(max(0, limit)))
@@ -121,23 +210,62 @@ public final class InMemoryMailboxStore: MailboxStore {
     ///   - sequence: The highest sequence number the client has; lower ones are implied.
     /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
-        mailboxes.withLock { mailboxes in
-            guard var mailbox = mailboxes[clientID] else { return }
+        contents.withLock { contents in
+            guard var mailbox = contents.mailboxes[clientID] else { return }
             let through = min(sequence, mailbox.summary.lastSequence)
             guard through > mailbox.summary.acknowledged else { return }
+            let before = mailbox.bytes
             mailbox.summary.acknowledged = through
             mailbox.dropFront(mailbox.held.prefix { $0.sequence <= through }.count)
-            mailboxes[clientID] = mailbox
+            mailbox.compact()
+            contents.bytes += mailbox.bytes - before
+            contents.mailboxes[clientID] = mailbox
         }
     }
 
     /// Every client the store knows, in no particular order: those that ever opened a
-    /// mailbox or were sent a message since the store was created.
+    /// mailbox or were sent a message since the store was created, and whose mailbox was
+    /// not removed as idle since.
     ///
     /// - Returns: The client ids.
     /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func clientIDs() async throws -> [String] {
-        mailboxes.withLock { Array($0.keys) }
+        contents.withLock { Array($0.mailboxes.keys) }
+    }
+
+    /// Drops what is older than the age bound from every mailbox, and removes the mailboxes
+    /// of clients idle for longer than it; see ``MailboxStore/removeExpired(limits:now:keeping:)``.
+    ///
+    /// - Parameters:
+    ///   - limits: The bounds; only ``MailboxLimits/maximumAge`` matters here.
+    ///   - now: The time to judge ages by.
+    ///   - connected: The clients connected now, whose mailboxes stay.
+    /// - Returns: The ids of the clients whose mailboxes were removed.
+    /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
+    public func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String] {
+        guard let oldest = limits.oldestAllowed(at: now) else { return [] }
+        return contents.withLock { contents in
+            var removed: [String] = []
+            var bytes = 0
+            for clientID in Array(contents.mailboxes.keys) {
+                var mailbox = contents.mailboxes[clientID]!
+                if connected.contains(clientID) {
+                    mailbox.activeAt = max(mailbox.activeAt, now)
+                } else if mailbox.activeAt < oldest {
+                    removed.append(clientID)
+                    contents.mailboxes[clientID] = nil
+                    continue
+                }
+                if let first = mailbox.held.first, first.storedAt < oldest {
+                    mailbox.enforce(limits, now: now)
+                    mailbox.compact()
+                }
+                bytes += mailbox.bytes
+                contents.mailboxes[clientID] = mailbox
+            }
+            contents.bytes = bytes
+            return removed
+        }
     }
 }
 

@@ -13,8 +13,15 @@
 public struct MailboxConfiguration: Sendable {
     /// Where the mailboxes are kept.
     public var store: any MailboxStore
-    /// The bounds of each client's mailbox. Default 10,000 messages, 7 days.
+    /// The bounds of each client's mailbox and of all mailboxes together. Default 10,000
+    /// messages and 7 days per mailbox, 100,000 mailboxes, 64 MiB stored.
     public var limits = MailboxLimits()
+    /// How often the server drops expired messages from every mailbox and removes the
+    /// mailboxes of clients idle for longer than ``MailboxLimits/maximumAge``
+    /// (``MailboxStore/removeExpired(limits:now:keeping:)``), so clients that never come back
+    /// do not keep their mailboxes. `nil` turns it off: messages then expire only when their
+    /// mailbox is opened or written, and no mailbox is removed. Default 60 seconds.
+    public var expiryInterval: Duration? = .seconds(60)
     /// The frame types of hello and acknowledgement; must match the clients'.
     public var wireTypes = SessionWireTypes()
     /// How many stored pushes a resuming peer reads from the store at a time. Default 256.

@@ -25,6 +25,14 @@ final class MailboxHub: Sendable {
         case append([MailboxMessage.Draft], CheckedContinuation<[UInt64], any Error>)
         case resume(Resume, CheckedContinuation<Void, any Error>)
         case acknowledge(clientID: String, through: UInt64)
+        case expire
+    }
+
+    /// What one expiry pass did: the time it judged ages by, and the mailboxes it removed
+    /// (or why it failed).
+    struct Expiry: Sendable {
+        var now: MailboxTime
+        var removed: Result<[String], TetherError>
     }
 
     struct State {
@@ -45,18 +53,23 @@ final class MailboxHub: Sendable {
         var resumed = 0
         var rejected = 0
         var callbacksDropped = 0
+        var mailboxesRemoved = 0
     }
 
     let configuration: MailboxConfiguration
     let state = Lock(State())
     private let offlineFeed: AsyncStream<(OfflineCallback, OfflinePush)>
     private let offlineSink: AsyncStream<(OfflineCallback, OfflinePush)>.Continuation
+    /// Each expiry pass, as it ends: the newest few, for whoever watches (tests do).
+    let expiries: AsyncStream<Expiry>
+    private let expirySink: AsyncStream<Expiry>.Continuation
 
     init(configuration: MailboxConfiguration) {
         self.configuration = configuration
         (offlineFeed, offlineSink) = AsyncStream.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, configuration.offlineCallbackBufferSize))
         )
+        (expiries, expirySink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(8))
     }
 
     var store: any MailboxStore { configuration.store }
@@ -122,7 +135,7 @@ final class MailboxHub: Sendable {
         switch operation {
         case .append(_, let continuation): continuation.resume(throwing: error)
         case .resume(_, let continuation): continuation.resume(throwing: error)
-        case .acknowledge: break
+        case .acknowledge, .expire: break
         }
     }
 
@@ -139,10 +152,21 @@ final class MailboxHub: Sendable {
             group.addTask { [offlineFeed] in
                 for await (callback, push) in offlineFeed { await callback(push) }
             }
-            while let batch = await nextBatch() {
-                await process(batch)
+            await withDiscardingTaskGroup { timer in
+                if let interval = configuration.expiryInterval {
+                    timer.addTask { [self] in
+                        while (try? await Task.sleep(for: interval)) != nil {
+                            enqueue(.expire)
+                        }
+                    }
+                }
+                while let batch = await nextBatch() {
+                    await process(batch)
+                }
+                timer.cancelAll()
             }
             offlineSink.finish()
+            expirySink.finish()
         }
     }
 
@@ -203,16 +227,52 @@ final class MailboxHub: Sendable {
                     // A failed acknowledgement only leaves messages to be replayed again.
                     try? await store.acknowledge(clientID, through: sequence)
                 }
+            case .expire:
+                // Passes queued while one ran add nothing: one does for all.
+                while index < batch.count, case .expire = batch[index] { index += 1 }
+                await expire()
             }
         }
     }
 
+    /// Drops expired messages and removes idle mailboxes, keeping those of connected clients.
+    private func expire() async {
+        let connected = state.withLock { Set($0.peers.keys) }
+        let now = configuration.clock()
+        let removed: Result<[String], TetherError>
+        do {
+            let clientIDs = try await store.removeExpired(limits: configuration.limits, now: now, keeping: connected)
+            state.withLock { $0.metrics.mailboxesRemoved += clientIDs.count }
+            removed = .success(clientIDs)
+        } catch {
+            // A failed pass only leaves the work to the next one.
+            removed = .failure(error as? TetherError ?? TetherError(code: .storeFailed, message: "expiring mailboxes failed: \(error)"))
+        }
+        expirySink.yield(Expiry(now: now, removed: removed))
+    }
+
+    /// Stores the pushes of several callers in one append, then delivers them. When that
+    /// append fails and holds more than one caller's pushes, each caller's are tried on their
+    /// own, in order, so one caller's failure (a full store, a bad message) is not another's.
     private func store(_ drafts: [MailboxMessage.Draft], _ waiters: [(CheckedContinuation<[UInt64], any Error>, Int)]) async {
         let sequences: [UInt64]
         do {
             sequences = try await store.append(drafts, limits: configuration.limits, now: configuration.clock())
         } catch {
-            let failure = TetherError(code: .storeFailed, message: "pushes could not be stored: \(error)", underlying: error as? TetherError)
+            guard waiters.count == 1 else {
+                var start = 0
+                for (waiter, count) in waiters {
+                    await store(Array(drafts[start..<start + count]), [(waiter, count)])
+                    start += count
+                }
+                return
+            }
+            let failure: TetherError
+            if let error = error as? TetherError, error.code == .mailboxesFull {
+                failure = error
+            } else {
+                failure = TetherError(code: .storeFailed, message: "pushes could not be stored: \(error)", underlying: error as? TetherError)
+            }
             for (waiter, _) in waiters { waiter.resume(throwing: failure) }
             return
         }
@@ -248,6 +308,9 @@ final class MailboxHub: Sendable {
         let summary: MailboxSummary
         do {
             summary = try await store.openMailbox(for: clientID, limits: configuration.limits, now: configuration.clock())
+        } catch let error as TetherError where error.code == .mailboxesFull {
+            continuation.resume(throwing: error)
+            return
         } catch {
             continuation.resume(throwing: TetherError(code: .storeFailed, message: "the mailbox of \(clientID) could not be opened: \(error)", underlying: error as? TetherError))
             return

@@ -19,21 +19,29 @@
 /// - **Losses are remembered.** A message dropped by the limits before it was acknowledged
 ///   raises the client's ``MailboxSummary/lostThrough`` and sets its
 ///   ``MailboxSummary/lossReason``, so the client can be told what it missed.
+/// - **Store-wide bounds.** An append or open that would give a new client a mailbox
+///   beyond ``MailboxLimits/maximumMailboxes``, or an append that would leave more than
+///   ``MailboxLimits/maximumStoredBytes`` stored (after the mailboxes it touched were
+///   trimmed), throws ``TetherError`` with ``TetherError/Code/mailboxesFull`` and changes
+///   nothing.
+/// - **Expiry.** ``removeExpired(limits:now:keeping:)`` drops expired messages from every
+///   mailbox, and removes the mailboxes of clients idle for longer than the age bound.
 /// - **Concurrency.** Calls may come from several tasks at once; reads must see every
 ///   append that has returned.
 ///
-/// A server calls the store from one task for appends and acknowledgements, in order, and
-/// from each resuming peer's task for reads.
+/// A server calls the store from one task for appends, acknowledgements and expiry, in
+/// order, and from each resuming peer's task for reads.
 public protocol MailboxStore: Sendable {
     /// Appends messages, each to its client's mailbox with the next sequence number of that
     /// client, then drops what `limits` no longer allow from the mailboxes it touched.
     ///
     /// - Parameters:
     ///   - messages: The messages, in order.
-    ///   - limits: The count and age bounds of each mailbox.
+    ///   - limits: The bounds of each mailbox and of the whole store.
     ///   - now: The time to store with the messages and to judge their age by.
     /// - Returns: The sequence number given to each message, in the same order.
     /// - Throws: When the messages could not be stored; then none of them is.
+    ///   ``TetherError/Code/mailboxesFull`` when a store-wide bound would be passed.
     func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64]
 
     /// Prepares a client's mailbox for a resume: registers the client if it is new, drops
@@ -41,10 +49,11 @@ public protocol MailboxStore: Sendable {
     ///
     /// - Parameters:
     ///   - clientID: The client.
-    ///   - limits: The count and age bounds of the mailbox.
+    ///   - limits: The bounds of the mailbox and of the whole store.
     ///   - now: The time to judge ages by.
     /// - Returns: The client's sequence and what its mailbox holds.
-    /// - Throws: When the store cannot be read or written.
+    /// - Throws: When the store cannot be read or written; ``TetherError/Code/mailboxesFull``
+    ///   when the client is new and the store holds ``MailboxLimits/maximumMailboxes`` already.
     func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary
 
     /// The messages of one client after a sequence number, oldest first.
@@ -71,6 +80,46 @@ public protocol MailboxStore: Sendable {
     /// - Returns: The client ids.
     /// - Throws: When the store cannot be read.
     func clientIDs() async throws -> [String]
+
+    /// Drops what is older than the age bound from every mailbox, remembering the loss as
+    /// ``MailboxLossReason/expired``, and removes the mailboxes of clients that have been
+    /// idle for longer than the age bound.
+    ///
+    /// A mailbox is idle from the last time it was opened, written or kept; a client in
+    /// `connected` counts as active now. Removing a mailbox forgets the client's sequence:
+    /// if it ever comes back it starts again from 1 and is told its server's sequence went
+    /// back (``SessionEvent/Kind/reset``). Without an age bound nothing is dropped or removed.
+    ///
+    /// The default implementation, for stores written before this requirement, opens the
+    /// mailbox of every client not in `connected` with `limits` (which drops its expired
+    /// messages) and removes none.
+    ///
+    /// - Parameters:
+    ///   - limits: The bounds; only ``MailboxLimits/maximumAge`` matters here.
+    ///   - now: The time to judge ages by.
+    ///   - connected: The clients connected now, whose mailboxes stay.
+    /// - Returns: The ids of the clients whose mailboxes were removed.
+    /// - Throws: When the store cannot be read or written.
+    func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String]
+}
+
+extension MailboxStore {
+    /// Drops expired messages from the mailbox of every client not in `connected`, by
+    /// opening it; removes no mailbox.
+    ///
+    /// - Parameters:
+    ///   - limits: The bounds to open each mailbox with.
+    ///   - now: The time to judge ages by.
+    ///   - connected: The clients connected now, left alone.
+    /// - Returns: No client ids: this implementation removes no mailbox.
+    /// - Throws: When the store cannot be read or written.
+    public func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String] {
+        guard limits.maximumAge != nil else { return [] }
+        for clientID in try await clientIDs() where !connected.contains(clientID) {
+            _ = try await openMailbox(for: clientID, limits: limits, now: now)
+        }
+        return []
+    }
 }
 
 /// One push in a client's mailbox.
@@ -182,26 +231,68 @@ public struct MailboxLossReason: Hashable, Sendable, CustomStringConvertible {
     public var description: String { rawValue }
 }
 
-/// The bounds of each client's mailbox.
+/// The bounds of each client's mailbox, and of all mailboxes together.
+///
+/// A server reachable by strangers gives a mailbox to every client id it accepts, so the
+/// store-wide bounds are what keep a flood of made-up client ids from using up its memory
+/// or disk; an authenticator (``Server/authenticate(_:)``) keeps them out in the first place.
 public struct MailboxLimits: Sendable, Hashable {
+    /// What each message counts for ``maximumStoredBytes`` beyond its payload: 64 bytes,
+    /// about what a store keeps per message besides the payload.
+    public static let messageOverhead = 64
+
     /// The most messages one mailbox holds; beyond it the oldest are dropped, and the client
     /// is told when it resumes. Default 10,000.
     public var maximumMessages: Int = 10_000
-    /// How long a message stays; older ones are dropped when the mailbox is next written
-    /// or opened, and the client is told. `nil` keeps them until the count bound. Default 7 days.
+    /// How long a message stays, and how long a mailbox whose client neither connects nor is
+    /// written to stays. Older messages are dropped when the mailbox is opened or written,
+    /// and by the server's periodic expiry (``MailboxConfiguration/expiryInterval``), and the
+    /// client is told; idle mailboxes are removed by that expiry. `nil` keeps messages until
+    /// the count bound and mailboxes for ever. Default 7 days.
     public var maximumAge: Duration? = .seconds(7 * 24 * 3600)
+    /// The most mailboxes the store holds, across all clients. Beyond it a hello from a new
+    /// client id is refused for now (its client retries later) and a push to a new client id
+    /// fails with ``TetherError/Code/mailboxesFull``; idle mailboxes expiring make room.
+    /// Default 100,000.
+    public var maximumMailboxes: Int = 100_000
+    /// The most bytes stored across all mailboxes, each message counting its payload plus
+    /// ``messageOverhead``. An append that would pass it fails with
+    /// ``TetherError/Code/mailboxesFull`` and stores nothing; acknowledgements and expiry
+    /// make room. Default 64 MiB.
+    public var maximumStoredBytes: Int = 64 * 1024 * 1024
 
-    /// The defaults: 10,000 messages, 7 days.
+    /// The defaults: 10,000 messages and 7 days per mailbox, 100,000 mailboxes, 64 MiB.
     public init() {}
 
-    /// Bounds by count and age.
+    /// Bounds by count and age, with the default store-wide bounds.
     ///
     /// - Parameters:
     ///   - maximumMessages: The most messages one mailbox holds.
-    ///   - maximumAge: How long a message stays; `nil` for no age bound.
+    ///   - maximumAge: How long a message and an idle mailbox stay; `nil` for no age bound.
     public init(maximumMessages: Int, maximumAge: Duration?) {
         self.maximumMessages = maximumMessages
         self.maximumAge = maximumAge
+    }
+
+    /// What one message counts for ``maximumStoredBytes``.
+    static func storedSize(ofPayload count: Int) -> Int {
+        count + messageOverhead
+    }
+
+    /// The error for a new client past ``maximumMailboxes``.
+    func tooManyMailboxes(for clientID: String) -> TetherError {
+        TetherError(
+            code: .mailboxesFull,
+            message: "the mailbox store holds its maximum of \(maximumMailboxes) mailbox\(maximumMailboxes == 1 ? "" : "es"): none for new client \"\(clientID)\" until idle ones expire"
+        )
+    }
+
+    /// The error for an append that would pass ``maximumStoredBytes``.
+    func tooManyBytes(messages: Int, storing total: Int) -> TetherError {
+        TetherError(
+            code: .mailboxesFull,
+            message: "the mailbox store is full: \(messages) message\(messages == 1 ? "" : "s") would bring it to \(total) bytes, beyond its maximum of \(maximumStoredBytes); nothing was stored"
+        )
     }
 
     /// The oldest storage time still allowed at `now`, if there is an age bound.

@@ -27,6 +27,14 @@ import CSQLite
 /// Other processes may read the file meanwhile, for example with the `sqlite3` tool; a
 /// writer from elsewhere makes calls wait up to 5 seconds for its lock, then fail.
 ///
+/// **Bounds.** The number of mailboxes and the bytes stored, which
+/// ``MailboxLimits/maximumMailboxes`` and ``MailboxLimits/maximumStoredBytes`` bound, are
+/// counted when the file is opened and kept by this store as it writes; rows another
+/// program adds meanwhile are counted the next time the file is opened.
+///
+/// **Versions.** A file written by an earlier version of this store (schema 1) is upgraded
+/// in place when it is opened: its clients count as active from then on.
+///
 /// Sequence numbers are kept as SQLite's 64-bit signed integers, so they are exact up to
 /// 2⁶³ − 1.
 public final class SQLiteMailboxStore: MailboxStore {
@@ -157,6 +165,33 @@ public final class SQLiteMailboxStore: MailboxStore {
     }
 }
 
+extension SQLiteMailboxStore {
+    /// Drops what is older than the age bound from every mailbox, and removes the mailboxes
+    /// of clients idle for longer than it, in one transaction; see
+    /// ``MailboxStore/removeExpired(limits:now:keeping:)``.
+    ///
+    /// - Parameters:
+    ///   - limits: The bounds; only ``MailboxLimits/maximumAge`` matters here.
+    ///   - now: The time to judge ages by.
+    ///   - connected: The clients connected now, whose mailboxes stay.
+    /// - Returns: The ids of the clients whose mailboxes were removed.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
+    ///   be read or written; then nothing changed.
+    public func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws(TetherError) -> [String] {
+        try database.withLock { (database: inout Database) throws(TetherError) -> [String] in
+            try database.removeExpired(limits: limits, now: now, keeping: connected)
+        }
+    }
+
+    /// Runs SQL on the store's own connection, for tests that need a setting only a
+    /// connection has (such as `PRAGMA max_page_count`, to make the file full).
+    func executeOnConnection(_ sql: String) throws(TetherError) {
+        try database.withLock { (database: inout Database) throws(TetherError) in
+            try database.execute(sql)
+        }
+    }
+}
+
 // MARK: - The connection
 
 /// SQLite's `SQLITE_TRANSIENT`: bound text and blobs are copied before the bind call returns.
@@ -166,7 +201,7 @@ private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 private let applicationID: Int64 = 0x544D_4258
 
 /// `PRAGMA user_version`: the schema this code reads and writes.
-private let schemaVersion: Int64 = 1
+private let schemaVersion: Int64 = 2
 
 private let schema = """
     BEGIN IMMEDIATE;
@@ -175,7 +210,8 @@ private let schema = """
         last_sequence INTEGER NOT NULL DEFAULT 0,
         acknowledged INTEGER NOT NULL DEFAULT 0,
         lost_through INTEGER NOT NULL DEFAULT 0,
-        loss_reason TEXT
+        loss_reason TEXT,
+        active_at INTEGER NOT NULL DEFAULT 0
     ) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS messages (
         client TEXT NOT NULL,
@@ -190,10 +226,31 @@ private let schema = """
     COMMIT;
     """
 
+/// Brings a version 1 store to version 2: clients get the time they were last active,
+/// which starts at the time of the upgrade (`?1` is not available in a script, so the
+/// caller puts the time in).
+private func upgradeFromVersion1(now: MailboxTime) -> String {
+    """
+    BEGIN IMMEDIATE;
+    ALTER TABLE clients ADD COLUMN active_at INTEGER NOT NULL DEFAULT 0;
+    UPDATE clients SET active_at = \(now.millisecondsSince1970);
+    PRAGMA user_version = 2;
+    COMMIT;
+    """
+}
+
 /// A failed SQLite call: its result code and SQLite's message, read right after it.
 private struct SQLiteFailure: Error {
     var code: Int32
     var message: String
+    /// A store-wide bound that would be passed, rather than a failure of SQLite.
+    var bound: TetherError?
+
+    init(bound: TetherError) {
+        self.code = SQLITE_CONSTRAINT
+        self.message = bound.message
+        self.bound = bound
+    }
 
     init(_ database: OpaquePointer?, code: Int32) {
         self.code = code
@@ -314,6 +371,11 @@ private struct Statements {
     let countMessages: Statement
     let selectMessages: Statement
     let selectClientIDs: Statement
+    let touchClient: Statement
+    let bytesThrough: Statement
+    let expiredClients: Statement
+    let idleClients: Statement
+    let deleteClient: Statement
 
     /// Prepares each statement, adding it to `prepared` as soon as it is, so a failure
     /// part-way leaves nothing unfinalised.
@@ -331,9 +393,9 @@ private struct Statements {
         selectClient = try prepare(
             "SELECT last_sequence, acknowledged, lost_through, loss_reason FROM clients WHERE id = ?1"
         )
-        insertClient = try prepare("INSERT INTO clients (id) VALUES (?1)")
+        insertClient = try prepare("INSERT INTO clients (id, active_at) VALUES (?1, ?2)")
         updateClient = try prepare(
-            "UPDATE clients SET last_sequence = ?2, acknowledged = ?3, lost_through = ?4, loss_reason = ?5 WHERE id = ?1"
+            "UPDATE clients SET last_sequence = ?2, acknowledged = ?3, lost_through = ?4, loss_reason = ?5, active_at = max(active_at, ?6) WHERE id = ?1"
         )
         insertMessage = try prepare(
             "INSERT INTO messages (client, sequence, type, payload, stored_at) VALUES (?1, ?2, ?3, ?4, ?5)"
@@ -348,6 +410,13 @@ private struct Statements {
             "SELECT sequence, type, payload, stored_at FROM messages WHERE client = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3"
         )
         selectClientIDs = try prepare("SELECT id FROM clients")
+        touchClient = try prepare("UPDATE clients SET active_at = max(active_at, ?2) WHERE id = ?1")
+        bytesThrough = try prepare(
+            "SELECT count(*), total(length(payload)) FROM messages WHERE client = ?1 AND sequence <= ?2"
+        )
+        expiredClients = try prepare("SELECT DISTINCT client FROM messages WHERE stored_at < ?1")
+        idleClients = try prepare("SELECT id FROM clients WHERE active_at < ?1")
+        deleteClient = try prepare("DELETE FROM clients WHERE id = ?1")
     }
 }
 
@@ -358,12 +427,18 @@ private final class Database {
     private let statements: Statements
     private var prepared: [OpaquePointer]
     private var isClosed = false
+    /// How many clients the file holds, counted when it opened and kept since.
+    private var mailboxCount: Int
+    /// What the held messages count for ``MailboxLimits/maximumStoredBytes``, likewise.
+    private var storedBytes: Int
 
-    private init(path: String, handle: OpaquePointer, statements: Statements, prepared: [OpaquePointer]) {
+    private init(path: String, handle: OpaquePointer, statements: Statements, prepared: [OpaquePointer], mailboxCount: Int, storedBytes: Int) {
         self.path = path
         self.handle = handle
         self.statements = statements
         self.prepared = prepared
+        self.mailboxCount = mailboxCount
+        self.storedBytes = storedBytes
     }
 
     /// Finalizes the statements and closes the connection; once.
@@ -380,7 +455,8 @@ private final class Database {
     }
 
     private static func failure(_ path: String, _ what: String, _ failure: SQLiteFailure) -> TetherError {
-        TetherError(code: .storeFailed, message: "mailbox store \(path) \(what): \(failure.message)")
+        if let bound = failure.bound { return bound }
+        return TetherError(code: .storeFailed, message: "mailbox store \(path) \(what): \(failure.message)")
     }
 
     // MARK: Opening
@@ -398,12 +474,25 @@ private final class Database {
             _ = sqlite3_busy_timeout(handle, 5_000)
             try prepareFile(handle, path: path, durability: durability)
             let statements: Statements
+            let mailboxCount: Int64
+            let messages: Int64
+            let payloadBytes: Int64
             do throws(SQLiteFailure) {
                 statements = try Statements(handle, prepared: &prepared)
+                mailboxCount = try scalar(handle, "SELECT count(*) FROM clients")
+                messages = try scalar(handle, "SELECT count(*) FROM messages")
+                payloadBytes = try scalar(handle, "SELECT CAST(total(length(payload)) AS INTEGER) FROM messages")
             } catch {
                 throw failure(path, "could not be opened", error)
             }
-            return Database(path: path, handle: handle, statements: statements, prepared: prepared)
+            return Database(
+                path: path,
+                handle: handle,
+                statements: statements,
+                prepared: prepared,
+                mailboxCount: Int(mailboxCount),
+                storedBytes: Int(payloadBytes) + Int(messages) * MailboxLimits.messageOverhead
+            )
         } catch {
             for statement in prepared { sqlite3_finalize(statement) }
             _ = sqlite3_close_v2(handle)
@@ -434,7 +523,7 @@ private final class Database {
                     : "it belongs to another application (application_id 0x\(String(UInt32(truncatingIfNeeded: application), radix: 16)))"
                 throw TetherError(code: .storeFailed, message: "mailbox store \(path) is not a Tether mailbox store: \(owner)")
             }
-            guard version == schemaVersion else {
+            guard version == schemaVersion || version == 1 else {
                 throw TetherError(
                     code: .storeFailed,
                     message: "mailbox store \(path) has schema version \(version); this version of Tether reads version \(schemaVersion)"
@@ -456,6 +545,8 @@ private final class Database {
             if isNew {
                 // Idempotent, in case another process initialises the same file at once.
                 try exec(handle, schema)
+            } else if version == 1 {
+                try exec(handle, upgradeFromVersion1(now: .now()))
             }
         } catch {
             if sqlite3_get_autocommit(handle) == 0 { try? exec(handle, "ROLLBACK") }
@@ -534,7 +625,7 @@ private final class Database {
                     if let known = rows[draft.clientID] {
                         row = known
                     } else {
-                        row = try clientOrRegister(draft.clientID)
+                        row = try clientOrRegister(draft.clientID, limits: limits, now: now)
                         touched.append(draft.clientID)
                     }
                     row.lastSequence += 1
@@ -545,7 +636,10 @@ private final class Database {
                 for clientID in touched {
                     var row = rows[clientID]!
                     try enforce(limits, now: now, on: clientID, &row)
-                    try update(clientID, row)
+                    try update(clientID, row, activeAt: now)
+                }
+                if storedBytes > limits.maximumStoredBytes {
+                    throw SQLiteFailure(bound: limits.tooManyBytes(messages: messages.count, storing: storedBytes))
                 }
                 return sequences
             }
@@ -557,12 +651,13 @@ private final class Database {
     func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) throws(TetherError) -> MailboxSummary {
         do throws(SQLiteFailure) {
             return try transaction { () throws(SQLiteFailure) -> MailboxSummary in
-                var row = try clientOrRegister(clientID)
+                var row = try clientOrRegister(clientID, limits: limits, now: now)
                 let before = row
                 try enforce(limits, now: now, on: clientID, &row)
                 if row.lostThrough != before.lostThrough || row.lossReason != before.lossReason {
                     try update(clientID, row)
                 }
+                try touch(clientID, at: now)
                 return MailboxSummary(
                     lastSequence: row.lastSequence,
                     acknowledged: row.acknowledged,
@@ -616,6 +711,11 @@ private final class Database {
         }
     }
 
+    func execute(_ sql: String) throws(TetherError) {
+        let code = sqlite3_exec(handle, sql, nil, nil, nil)
+        guard code == SQLITE_OK else { throw failure("could not run \(sql)", SQLiteFailure(handle, code: code)) }
+    }
+
     func clientIDs() throws(TetherError) -> [String] {
         let statement = statements.selectClientIDs
         defer { statement.reset() }
@@ -628,16 +728,62 @@ private final class Database {
         }
     }
 
+    func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) throws(TetherError) -> [String] {
+        guard let oldest = limits.oldestAllowed(at: now) else { return [] }
+        do throws(SQLiteFailure) {
+            return try transaction { () throws(SQLiteFailure) -> [String] in
+                for clientID in connected { try touch(clientID, at: now) }
+                var removed: [String] = []
+                for clientID in try column(statements.idleClients, oldest.millisecondsSince1970) where !connected.contains(clientID) {
+                    guard let row = try client(clientID) else { continue }
+                    try deleteMessages(of: clientID, through: row.lastSequence)
+                    let statement = statements.deleteClient
+                    try statement.bind(1, clientID)
+                    try statement.run()
+                    mailboxCount -= 1
+                    removed.append(clientID)
+                }
+                for clientID in try column(statements.expiredClients, oldest.millisecondsSince1970) {
+                    guard var row = try client(clientID) else { continue }
+                    try enforce(limits, now: now, on: clientID, &row)
+                    try update(clientID, row)
+                }
+                return removed
+            }
+        } catch {
+            throw failure("could not remove expired mailboxes", error)
+        }
+    }
+
     // MARK: Steps
+
+    /// The text in the first column of every row of `statement`, bound to `value`.
+    private func column(_ statement: Statement, _ value: Int64) throws(SQLiteFailure) -> [String] {
+        defer { statement.reset() }
+        try statement.bind(1, value)
+        var result: [String] = []
+        while try statement.step() { result.append(statement.text(0)) }
+        return result
+    }
+
+    /// Marks a client active at `now`: its idle time starts again.
+    private func touch(_ clientID: String, at now: MailboxTime) throws(SQLiteFailure) {
+        let statement = statements.touchClient
+        try statement.bind(1, clientID)
+        try statement.bind(2, now.millisecondsSince1970)
+        try statement.run()
+    }
 
     /// Runs `body` in a write transaction, rolled back when anything in it fails.
     private func transaction<Result>(_ body: () throws(SQLiteFailure) -> Result) throws(SQLiteFailure) -> Result {
         try statements.begin.run()
+        let counts = (mailboxCount, storedBytes)
         do throws(SQLiteFailure) {
             let result = try body()
             try statements.commit.run()
             return result
         } catch {
+            (mailboxCount, storedBytes) = counts
             // Some errors (a full disk, an I/O error) roll back by themselves.
             if sqlite3_get_autocommit(handle) == 0 { try? statements.rollback.run() }
             throw error
@@ -657,21 +803,28 @@ private final class Database {
         )
     }
 
-    private func clientOrRegister(_ clientID: String) throws(SQLiteFailure) -> ClientRow {
+    private func clientOrRegister(_ clientID: String, limits: MailboxLimits, now: MailboxTime) throws(SQLiteFailure) -> ClientRow {
         if let row = try client(clientID) { return row }
+        guard mailboxCount < limits.maximumMailboxes else {
+            throw SQLiteFailure(bound: limits.tooManyMailboxes(for: clientID))
+        }
         let statement = statements.insertClient
         try statement.bind(1, clientID)
+        try statement.bind(2, now.millisecondsSince1970)
         try statement.run()
+        mailboxCount += 1
         return ClientRow()
     }
 
-    private func update(_ clientID: String, _ row: ClientRow) throws(SQLiteFailure) {
+    /// Writes a client's row; `activeAt` moves its last active time forward, if given.
+    private func update(_ clientID: String, _ row: ClientRow, activeAt: MailboxTime? = nil) throws(SQLiteFailure) {
         let statement = statements.updateClient
         try statement.bind(1, clientID)
         try statement.bind(2, row.lastSequence.sql)
         try statement.bind(3, row.acknowledged.sql)
         try statement.bind(4, row.lostThrough.sql)
         try statement.bind(5, row.lossReason?.rawValue)
+        try statement.bind(6, activeAt?.millisecondsSince1970 ?? 0)
         try statement.run()
     }
 
@@ -683,9 +836,19 @@ private final class Database {
         try statement.bind(4, draft.payload)
         try statement.bind(5, now.millisecondsSince1970)
         try statement.run()
+        storedBytes += MailboxLimits.storedSize(ofPayload: draft.payload.count)
     }
 
     private func deleteMessages(of clientID: String, through sequence: UInt64) throws(SQLiteFailure) {
+        let measure = statements.bytesThrough
+        do {
+            defer { measure.reset() }
+            try measure.bind(1, clientID)
+            try measure.bind(2, sequence.sql)
+            if try measure.step() {
+                storedBytes -= Int(measure.int64(1)) + Int(measure.int64(0)) * MailboxLimits.messageOverhead
+            }
+        }
         let statement = statements.deleteThrough
         try statement.bind(1, clientID)
         try statement.bind(2, sequence.sql)

@@ -12,9 +12,17 @@ extension Server {
     ///   - frame: The notification; its type and payload are kept, its serial is replaced.
     ///   - clientID: The client.
     /// - Returns: The push's sequence number in the client's mailbox.
+    /// When the push cannot be stored the call throws, and nothing of it was stored or
+    /// written to any peer: a connected client does not get it, and keeps getting the pushes
+    /// after it that are stored, with no gap in its sequence (a failed push uses no number).
+    /// Pushes made by other callers at the same moment are stored or refused on their own.
+    ///
     /// - Throws: ``TetherError`` with ``TetherError/Code/invalidArgument`` when the server
-    ///   has no mailboxes, ``TetherError/Code/notConnected`` when it is not running, and
-    ///   ``TetherError/Code/storeFailed`` when the store failed (then nothing was stored).
+    ///   has no mailboxes, ``TetherError/Code/notConnected`` when it is not running,
+    ///   ``TetherError/Code/mailboxesFull`` when the client is new and the store holds
+    ///   ``MailboxLimits/maximumMailboxes`` already, or the push would pass
+    ///   ``MailboxLimits/maximumStoredBytes``, and ``TetherError/Code/storeFailed`` when the
+    ///   store failed (a full disk, for example). In every case nothing was stored.
     @discardableResult
     public func push(_ frame: Frame, toClient clientID: String) async throws(TetherError) -> UInt64 {
         try await push(frame, toClients: [clientID])[0]
@@ -29,7 +37,7 @@ extension Server {
     ///   - frame: The notification; its type and payload are kept, its serial is replaced.
     ///   - clientIDs: The clients.
     /// - Returns: The sequence number given to each client, in the same order.
-    /// - Throws: ``TetherError``, as ``push(_:toClient:)``.
+    /// - Throws: ``TetherError``, as ``push(_:toClient:)``; then none of the clients got it.
     @discardableResult
     public func push(_ frame: Frame, toClients clientIDs: [String]) async throws(TetherError) -> [UInt64] {
         let hub = try requireMailboxes()
@@ -43,8 +51,9 @@ extension Server {
         }
     }
 
-    /// Every client id the mailbox store knows: clients that ever identified, and clients
-    /// that were ever pushed to.
+    /// Every client id the mailbox store knows: clients that identified or were pushed to,
+    /// and whose mailboxes were not removed since for being idle
+    /// (``MailboxConfiguration/expiryInterval``).
     ///
     /// - Returns: The client ids, sorted.
     /// - Throws: ``TetherError`` when the server has no mailboxes or the store fails.
@@ -69,7 +78,10 @@ extension Server {
     ///
     /// The check runs before the client's mailbox is touched. Throwing rejects the hello:
     /// the client gets the error's message, stops reconnecting, and its connection closes.
-    /// Without a check every client id is accepted.
+    /// Without a check every client id is accepted, and gets a mailbox: a server reachable
+    /// by strangers should set one, or anyone can make up client ids until the store is at
+    /// ``MailboxLimits/maximumMailboxes`` and hellos from real new clients are refused
+    /// until idle mailboxes expire.
     ///
     /// ```swift
     /// server.authenticate { hello in

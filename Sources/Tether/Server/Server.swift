@@ -125,6 +125,7 @@ public final class Server: Sendable {
             metrics.sessionsResumed = counts.resumed
             metrics.sessionsRejected = counts.rejected
             metrics.offlineCallbacksDropped = counts.callbacksDropped
+            metrics.mailboxesRemoved = counts.mailboxesRemoved
         }
         for peer in live {
             metrics.add(await peer.metrics)

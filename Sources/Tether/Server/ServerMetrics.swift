@@ -74,6 +74,9 @@ public struct ServerMetrics: Sendable, Hashable {
     /// Offline-push callbacks dropped because
     /// ``MailboxConfiguration/offlineCallbackBufferSize`` was full.
     public var offlineCallbacksDropped = 0
+    /// Mailboxes removed by expiry because their clients were idle for longer than
+    /// ``MailboxLimits/maximumAge``.
+    public var mailboxesRemoved = 0
 
     /// Adds the traffic counts of one peer.
     mutating func add(_ peer: PeerMetrics) {

@@ -46,6 +46,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case decodingFailed
             case sessionRejected
             case storeFailed
+            case mailboxesFull
             case tlsFailed
             case certificateRejected
             case httpFailed
@@ -111,6 +112,11 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         public static let sessionRejected = Code(value: .sessionRejected)
         /// A mailbox store could not be opened, read or written.
         public static let storeFailed = Code(value: .storeFailed)
+        /// A mailbox store is at one of its store-wide bounds
+        /// (``MailboxLimits/maximumMailboxes``, ``MailboxLimits/maximumStoredBytes``): a new
+        /// client gets no mailbox, or pushes are not stored, until acknowledgements and expiry
+        /// make room. A passing condition: a client whose hello is refused for it retries.
+        public static let mailboxesFull = Code(value: .mailboxesFull)
         /// TLS failed: the handshake (no common protocol, a peer that is not speaking TLS,
         /// a required client certificate missing), a record that does not decrypt, or a
         /// stream that ended without the peer's close_notify, which may be truncated. Also
