@@ -17,8 +17,8 @@ struct FuzzInputFile: Sendable, CustomTestStringConvertible {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
     /// The profile folders under `Fuzz/<folder>/` and their input files, skipping dot files
-    /// and READMEs. A folder no built-in profile is named after is returned too, with no
-    /// files, so the test can fail on it rather than skip its inputs.
+    /// and READMEs. A folder no built-in profile is named after is returned too, so the test
+    /// can fail on it rather than skip its inputs; `json` holds the JSON target's inputs.
     static func inputs(in folder: String) -> [FuzzInputFile] {
         let base = root.appendingPathComponent("Fuzz").appendingPathComponent(folder)
         let files = FileManager.default
@@ -45,6 +45,15 @@ struct FuzzInputFile: Sendable, CustomTestStringConvertible {
 
     /// Runs the file through the fuzz harness, recording a broken invariant as a test failure.
     func run(sourceLocation: SourceLocation = #_sourceLocation) throws -> FuzzOutcome? {
+        if self.profile == "json" {
+            // The JSON parser's and writer's inputs: text, not frames.
+            do {
+                try FuzzHarness.runJSON(Array(try Data(contentsOf: url)))
+            } catch {
+                Issue.record("\(path): \(error)", sourceLocation: sourceLocation)
+            }
+            return nil
+        }
         let profile = try #require(Profile.named(self.profile), "no built-in profile is named \(self.profile) (\(path))")
         let input = Array(try Data(contentsOf: url))
         do {

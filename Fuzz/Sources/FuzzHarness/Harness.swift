@@ -51,6 +51,29 @@ public enum FuzzHarness {
     /// lengths above it, large enough for any frame an input of `-max_len` bytes holds.
     public static let maximumPayloadLength = 1 << 20
 
+    /// Parses one input as JSON text, checking that a value it parses to is written as text
+    /// that parses back to the same value, and that writing that value again gives the same
+    /// bytes. Anything may be refused.
+    ///
+    /// - Parameter input: A fuzz input, taken whole as JSON text.
+    /// - Returns: Whether the input parsed.
+    /// - Throws: ``FuzzViolation`` (profile `json`) when an invariant is broken.
+    @discardableResult
+    public static func runJSON(_ input: [UInt8]) throws(FuzzViolation) -> Bool {
+        guard let value = try? JSONValue(parsing: input) else { return false }
+        let text = value.encoded
+        guard let again = try? JSONValue(parsing: text) else {
+            throw FuzzViolation(profile: "json", message: "written text does not parse: \(String(decoding: text, as: UTF8.self))")
+        }
+        guard again == value else {
+            throw FuzzViolation(profile: "json", message: "\(value) came back as \(again)")
+        }
+        guard again.encoded == text else {
+            throw FuzzViolation(profile: "json", message: "writing is not stable: \(String(decoding: text, as: UTF8.self))")
+        }
+        return true
+    }
+
     /// Decodes one input with `profile`'s codec, checking the invariants.
     ///
     /// - Parameters:
