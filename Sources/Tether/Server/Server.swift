@@ -55,6 +55,8 @@ public final class Server: Sendable {
     let eventFeed: Broadcaster<ServerEvent>
     /// Sessions and mailboxes, when ``ServerConfiguration/mailboxes`` is set.
     let hub: MailboxHub?
+    /// The places for suspending handlers over all peers.
+    let handlerSlots: HandlerSlots
 
     /// Creates a server; nothing listens until ``run()``.
     ///
@@ -63,6 +65,7 @@ public final class Server: Sendable {
         self.configuration = configuration
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
         hub = configuration.mailboxes.map(MailboxHub.init)
+        handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
     }
 
     /// Registers the handler for requests of `type`, replacing any earlier one.
@@ -119,6 +122,7 @@ public final class Server: Sendable {
         }
         var metrics = ended
         metrics.connectedPeers = live.count
+        metrics.handlersInFlight = handlerSlots.inUse
         if let counts = hub?.counts {
             metrics.pushesStored = counts.stored
             metrics.offlinePushes = counts.offline
@@ -331,6 +335,8 @@ public final class Server: Sendable {
                 state.metrics.idleTimeouts += 1
             } else if reason.code == .handshakeTimeout {
                 state.metrics.handshakeTimeouts += 1
+            } else if reason.code == .frameTimeout {
+                state.metrics.frameTimeouts += 1
             }
         }
         eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason))

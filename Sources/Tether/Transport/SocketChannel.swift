@@ -55,6 +55,8 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     var writableThreshold: Int?
     @exclusivity(unchecked) private var flushScheduled = false
     private var wantsWrite = false
+    /// Set while the channel does not read its socket (``pauseReading()``).
+    private(set) var isReadingPaused = false
     private var closeWhenFlushed = false
     private var drainTimer: LoopTimer?
 
@@ -108,14 +110,39 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
 
     func handleReadiness(_ event: ReadinessEvent) {
         if event.writable && wantsWrite { flushNow() }
-        if event.readable && fd >= 0 { readNow() }
+        // A hang-up is reported even while reading is paused, and would be again at every
+        // turn: the read finds the end of the stream and closes.
+        if event.readable && fd >= 0 && (!isReadingPaused || event.hangup) { readNow() }
     }
 
     /// Reads what the socket holds now, outside the loop's readiness events: a timer that is
     /// about to declare the peer silent calls it first, since bytes may have arrived after
-    /// this turn's readiness check.
+    /// this turn's readiness check. Does nothing while reading is paused.
     func readPending() {
-        if fd >= 0 { readNow() }
+        if fd >= 0 && !isReadingPaused { readNow() }
+    }
+
+    /// Stops reading the socket: what the peer sends waits in the kernel's buffers, and
+    /// then in the peer's, until ``resumeReading()``. Bytes already in ``inbound`` stay there.
+    func pauseReading() {
+        guard !isReadingPaused, fd >= 0 else { return }
+        isReadingPaused = true
+        try? loop.reregister(fd, interest: interest)
+    }
+
+    /// Reads the socket again after ``pauseReading()``; bytes that arrived meanwhile are
+    /// reported at the next loop turn.
+    func resumeReading() {
+        guard isReadingPaused, fd >= 0 else { return }
+        isReadingPaused = false
+        try? loop.reregister(fd, interest: interest)
+    }
+
+    /// What the socket is watched for now.
+    private var interest: Interest {
+        var interest: Interest = isReadingPaused ? [] : .read
+        if wantsWrite { interest.insert(.write) }
+        return interest
     }
 
     private func readNow() {
@@ -355,7 +382,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     private func setWriteInterest(_ enabled: Bool) {
         guard enabled != wantsWrite, fd >= 0 else { return }
         wantsWrite = enabled
-        try? loop.reregister(fd, interest: enabled ? [.read, .write] : .read)
+        try? loop.reregister(fd, interest: interest)
     }
 
     // MARK: Closing

@@ -1,0 +1,241 @@
+import Synchronization
+import Testing
+@testable import Tether
+
+/// How late past its timeout a stalled frame may be detected and the test still pass:
+/// generous, so a loaded two-core machine does not make the tests flaky.
+private let detectionSlack: Duration = .milliseconds(1_500)
+
+/// Holds every handler that waits on it until the test opens it, and counts how many run
+/// at once.
+private final class Gate: Sendable {
+    private struct State {
+        var open = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        var running = 0
+        var peak = 0
+        var started = 0
+    }
+
+    private let state = Lock(State())
+    /// One element each time a handler starts.
+    let starts: AsyncStream<Void>
+    private let startFeed: AsyncStream<Void>.Continuation
+
+    init() {
+        (starts, startFeed) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+    }
+
+    /// The most handlers that ever ran at once, and how many started in all.
+    var counts: (peak: Int, started: Int) { state.withLock { ($0.peak, $0.started) } }
+
+    /// Runs one handler's wait: counted while it lasts.
+    func pass() async {
+        state.withLock { state in
+            state.running += 1
+            state.started += 1
+            state.peak = max(state.peak, state.running)
+        }
+        startFeed.yield()
+        await withCheckedContinuation { continuation in
+            let passNow = state.withLock { state -> Bool in
+                if state.open { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if passNow { continuation.resume() }
+        }
+        state.withLock { $0.running -= 1 }
+    }
+
+    /// Lets every waiting handler and every later one through.
+    func open() {
+        let waiters = state.withLock { state in
+            state.open = true
+            defer { state.waiters.removeAll() }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+}
+
+/// Handlers for the flood tests: 0x404 waits at the gate, then answers with its serial;
+/// 0x402 echoes at once, like the standard test server.
+private func gatedHandlers(_ gate: Gate) -> (Server) -> Void {
+    { server in
+        echoHandlers(server)
+        server.handle(type: 0x404) { _, _ in
+            await gate.pass()
+            return Response(json: ["done": true])
+        }
+    }
+}
+
+/// Reads `count` frames from a raw socket and returns their serials, sorted.
+private func serials(of count: Int, from socket: RawSocket) async throws -> [UInt32] {
+    var serials: [UInt32] = []
+    for _ in 0..<count {
+        let frame = try #require(try await socket.readFrame())
+        #expect(frame.type == 0x404)
+        serials.append(frame.serial)
+    }
+    return serials.sorted()
+}
+
+/// The local port of a raw socket, as the server sees it in its messages.
+private func port(of socket: RawSocket) throws -> Int {
+    try Syscall.localAddress(socket.fd).port
+}
+
+@Suite("Hostile peers", .timeLimit(.minutes(1)))
+struct HostilePeerTests {
+    @Test("a peer flooding slow requests without reading has at most maximumRequestsPerPeer handled at once; others are answered; every request is answered in the end")
+    func floodOfSlowRequests() async throws {
+        let gate = Gate()
+        try await withServer(configure: {
+            $0.maximumRequestsPerPeer = 4
+        }, handlers: gatedHandlers(gate)) { server, endpoint in
+            let flooder = try RawSocket.connect(to: endpoint)
+            // 40 small frames fit in the socket buffers, so the write never blocks even
+            // when the server stops reading.
+            try flooder.write((1...40).flatMap { seedBytes(type: 0x404, serial: UInt32($0)) })
+            _ = try await collect(4, from: gate.starts, "four handlers to start")
+
+            // Another client is answered meanwhile, by an immediate handler and by a
+            // suspending one.
+            let other = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let echo = try await bounded("the other client's echo") {
+                try await other.request(Request(type: 0x402, json: ["alive": true]))
+            }
+            #expect(echo.json?["echo"]?["alive"] == true)
+            server.handle(type: 0x406) { _, _ in
+                await Task.yield()
+                return Response(json: ["ok": true])
+            }
+            let suspended = try await bounded("the other client's suspending request") {
+                try await other.request(Request(type: 0x406))
+            }
+            #expect(suspended.json?["ok"] == true)
+
+            let during = await server.metrics()
+            #expect(gate.counts.started == 4)
+            #expect(during.handlersInFlight == 4)
+            #expect(during.readPauses >= 1)
+
+            gate.open()
+            #expect(try await serials(of: 40, from: flooder) == Array(1...40))
+            #expect(gate.counts.peak == 4)
+            #expect(gate.counts.started == 40)
+            let after = await server.metrics()
+            #expect(after.handlersInFlight == 0)
+            await other.close()
+        }
+    }
+
+    @Test("handlers of all peers together stay within maximumHandlers, and every request is answered in the end")
+    func serverWideCap() async throws {
+        let gate = Gate()
+        try await withServer(configure: {
+            $0.maximumRequestsPerPeer = 4
+            $0.maximumHandlers = 6
+        }, handlers: gatedHandlers(gate)) { server, endpoint in
+            let first = try RawSocket.connect(to: endpoint)
+            let second = try RawSocket.connect(to: endpoint)
+            try first.write((1...10).flatMap { seedBytes(type: 0x404, serial: UInt32($0)) })
+            try second.write((1...10).flatMap { seedBytes(type: 0x404, serial: UInt32($0)) })
+            _ = try await collect(6, from: gate.starts, "six handlers to start")
+
+            // A third peer's immediate request needs no handler task: answered at once.
+            let other = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let echo = try await bounded("the other client's echo") {
+                try await other.request(Request(type: 0x402, json: ["alive": true]))
+            }
+            #expect(echo.json?["echo"]?["alive"] == true)
+            #expect(gate.counts.started == 6)
+            #expect(await server.metrics().handlersInFlight == 6)
+
+            gate.open()
+            #expect(try await serials(of: 10, from: first) == Array(1...10))
+            #expect(try await serials(of: 10, from: second) == Array(1...10))
+            #expect(gate.counts.peak == 6)
+            #expect(gate.counts.started == 20)
+            #expect(await server.metrics().handlersInFlight == 0)
+            await other.close()
+        }
+    }
+
+    @Test("a peer that starts a frame and sends nothing more is closed with frameTimeout, and the reason is reported")
+    func stalledFrame() async throws {
+        try await withServer(configure: {
+            $0.frameCompletionTimeout = .milliseconds(200)
+            $0.handshakeTimeout = nil
+            $0.idleTimeout = nil
+        }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let stuck = try RawSocket.connect(to: endpoint)
+            let local = try port(of: stuck)
+            try stuck.write(seedBytes(type: 0x402, serial: 1))
+            #expect(try await stuck.readFrame()?.serial == 1)
+            let clock = ContinuousClock()
+            let start = clock.now
+            try stuck.write(Array(seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100)).prefix(12)))
+            #expect(try await stuck.waitForClose(timeout: .seconds(5)))
+            let detected = clock.now - start
+            #expect(detected >= .milliseconds(200))
+            #expect(detected < .milliseconds(200) + detectionSlack)
+
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            let reason = try #require(gone.first?.reason)
+            #expect(reason.code == .frameTimeout)
+            #expect(reason.message == "peer 127.0.0.1:\(local) did not finish a frame within 200 ms of its first byte (12 bytes of it received)")
+            let metrics = await server.metrics()
+            #expect(metrics.frameTimeouts == 1)
+            #expect(metrics.idleTimeouts == 0)
+            #expect(metrics.framesIn == 1)
+        }
+    }
+
+    @Test("a frame trickled byte by byte after a first frame is closed with frameTimeout, although the trickle keeps the peer from being idle")
+    func trickledFrame() async throws {
+        try await withServer(configure: {
+            $0.frameCompletionTimeout = .milliseconds(300)
+            // Longer than the frame timeout: the trickle keeps resetting it, and must not save
+            // the peer from the frame timeout.
+            $0.idleTimeout = .seconds(1)
+        }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let loris = try RawSocket.connect(to: endpoint)
+            try loris.write(seedBytes(type: 0x402, serial: 1))
+            #expect(try await loris.readFrame()?.serial == 1)
+            let clock = ContinuousClock()
+            let start = clock.now
+            let frame = seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100))
+            // The pace of the trickle is the point of the test, not a wait for an event.
+            let trickle = Task {
+                var sent = 0
+                for byte in frame {
+                    do {
+                        try loris.write([byte])
+                    } catch {
+                        break
+                    }
+                    sent += 1
+                    try? await Task.sleep(for: .milliseconds(20))
+                }
+                return sent
+            }
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            let detected = clock.now - start
+            #expect(detected >= .milliseconds(300))
+            #expect(detected < .milliseconds(300) + detectionSlack)
+            let reason = try #require(gone.first?.reason)
+            #expect(reason.code == .frameTimeout)
+            let sent = try await bounded("the trickle to fail") { await trickle.value }
+            #expect(sent < frame.count)
+            let metrics = await server.metrics()
+            #expect(metrics.frameTimeouts == 1)
+            #expect(metrics.idleTimeouts == 0)
+            #expect(metrics.framesIn == 1)
+        }
+    }
+}
