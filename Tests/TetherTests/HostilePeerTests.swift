@@ -37,13 +37,19 @@ private final class Gate: Sendable {
             state.peak = max(state.peak, state.running)
         }
         startFeed.yield()
-        await withCheckedContinuation { continuation in
-            let passNow = state.withLock { state -> Bool in
-                if state.open { return true }
-                state.waiters.append(continuation)
-                return false
+        // A handler cancelled as its server stops opens the gate, so that a test which
+        // failed before opening it does not hold the server up as well.
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let passNow = state.withLock { state -> Bool in
+                    if state.open { return true }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if passNow { continuation.resume() }
             }
-            if passNow { continuation.resume() }
+        } onCancel: {
+            open()
         }
         state.withLock { $0.running -= 1 }
     }
@@ -161,6 +167,64 @@ struct HostilePeerTests {
             #expect(gate.counts.started == 20)
             #expect(await server.metrics().handlersInFlight == 0)
             await other.close()
+        }
+    }
+
+    @Test("quick requests queued behind slow ones at the limit are answered while the slow ones still run")
+    func quickRequestsAtTheLimit() async throws {
+        let gate = Gate()
+        try await withServer(configure: {
+            $0.maximumRequestsPerPeer = 4
+        }, handlers: gatedHandlers(gate)) { server, endpoint in
+            let client = try RawSocket.connect(to: endpoint)
+            // In one write: two slow requests, then ten quick ones that queue behind them
+            // and fill the limit before the first batch starts.
+            let slow = (1...2).flatMap { seedBytes(type: 0x404, serial: UInt32($0)) }
+            let quick = (3...12).flatMap { seedBytes(type: 0x402, serial: UInt32($0)) }
+            try client.write(slow + quick)
+            var answered: [UInt32] = []
+            for _ in 3...12 {
+                let frame = try #require(try await client.readFrame())
+                #expect(frame.type == 0x402)
+                answered.append(frame.serial)
+            }
+            #expect(answered == Array(3...12))
+            #expect(gate.counts.started == 2)
+            gate.open()
+            #expect(try await serials(of: 2, from: client) == [1, 2])
+            #expect(await server.metrics().handlersInFlight == 0)
+        }
+    }
+
+    @Test("a peer that ends while it waits for a place among the handlers gives up its turn; the place serves the next peer")
+    func peerEndsWhileWaitingForAPlace() async throws {
+        let gate = Gate()
+        try await withServer(configure: {
+            $0.maximumHandlers = 1
+        }, handlers: gatedHandlers(gate)) { server, endpoint in
+            let events = server.events
+            let holder = try RawSocket.connect(to: endpoint)
+            try holder.write(seedBytes(type: 0x404, serial: 1))
+            _ = try await collect(1, from: gate.starts, "the first handler to start")
+            let leaver = try RawSocket.connect(to: endpoint)
+            // Heartbeats are acked as they are decoded, even behind a request that waits: the
+            // first ack shows the request was decoded, the second that the peer's run loop
+            // has had turns since to ask for a place.
+            try leaver.write(seedBytes(type: 0x404, serial: 1) + seedBytes(type: 0x1, serial: 2))
+            #expect(try await leaver.readFrame()?.serial == 2)
+            try leaver.write(seedBytes(type: 0x1, serial: 3))
+            #expect(try await leaver.readFrame()?.serial == 3)
+            #expect(await server.metrics().handlersInFlight == 1)
+            leaver.close()
+            _ = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            gate.open()
+            #expect(try await serials(of: 1, from: holder) == [1])
+
+            let next = try RawSocket.connect(to: endpoint)
+            try next.write(seedBytes(type: 0x404, serial: 7))
+            #expect(try await serials(of: 1, from: next) == [7])
+            #expect(gate.counts.started == 2)
+            #expect(await server.metrics().handlersInFlight == 0)
         }
     }
 

@@ -16,6 +16,12 @@ extension Peer {
     func handlerFinished() {
         running -= 1
         Self.releaseSlot(slots)
+        readMoreIfBelowLimit()
+    }
+
+    /// Decodes and reads again a peer whose reading was paused, once it is below its limit:
+    /// after a handler finished, or after a batch whose immediate requests were answered.
+    func readMoreIfBelowLimit() {
         guard let channel, channel.isReadingPaused, !isAtRequestLimit else { return }
         decodeBuffered(from: channel)
     }

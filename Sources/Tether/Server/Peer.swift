@@ -137,6 +137,7 @@ public actor Peer {
                 // next request is looked at: no job is queued for it.
                 while await nextBatch() {
                     startBatch(in: &tasks)
+                    readMoreIfBelowLimit()
                 }
                 // The connection has ended: nobody is left to answer, so handlers still
                 // running are cancelled rather than awaited.

@@ -56,8 +56,8 @@ public struct ServerConfiguration: Sendable {
     /// the peer's later bytes wait in its own socket buffers, and a client that keeps
     /// sending sees its writes slow down. Frames behind them (heartbeats included) are read
     /// when the peer is read again. Handlers that never suspend
-    /// (``Server/ImmediateHandler``) count while they wait behind others. Default 128.
-    public var maximumRequestsPerPeer: Int = 128
+    /// (``Server/ImmediateHandler``) count while they wait behind others. Default 256.
+    public var maximumRequestsPerPeer: Int = 256
     /// How many suspending handlers may run at once over all peers. A peer whose next
     /// request finds every place taken waits for one, in the order the peers asked; while it
     /// waits its requests count against ``maximumRequestsPerPeer``, which in time stops its
