@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Synchronization
 import Testing
 @testable import Tether
@@ -225,6 +230,33 @@ struct HostilePeerTests {
             #expect(try await serials(of: 1, from: next) == [7])
             #expect(gate.counts.started == 2)
             #expect(await server.metrics().handlersInFlight == 0)
+        }
+    }
+
+    @Test("a peer that sends requests and never reads the answers is closed with outboundBufferFull once they fill its buffer")
+    func answersNeverRead() async throws {
+        try await withServer(configure: {
+            $0.limits.maximumOutboundBytes = 64 << 10
+        }, handlers: echoHandlers) { server, endpoint in
+            let events = server.events
+            let reader = try RawSocket.connect(to: endpoint)
+            // The writes fail after a bound instead of blocking if the server stops reading.
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(reader.fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let text = String(repeating: "x", count: 60_000)
+            let request = seedBytes(type: 0x402, serial: 1, payload: Array(#"{"text":"\#(text)"}"#.utf8))
+            // 30 MB of answers: far more than the socket buffers and the 64 KiB limit hold.
+            // On a thread of its own: a blocked write must not hold a cooperative thread.
+            let flood = Task {
+                try? await offThread {
+                    for _ in 0..<500 { try reader.write(request) }
+                }
+            }
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            let reason = try #require(gone.first?.reason)
+            #expect(reason.code == .outboundBufferFull)
+            #expect(reason.message.contains("over the 64 KiB limit"))
+            try await bounded("the flood to end") { await flood.value }
         }
     }
 

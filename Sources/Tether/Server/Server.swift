@@ -17,7 +17,8 @@ public final class Server: Sendable {
     ///
     /// It runs as a task of its own on the peer's event loop, isolated to the ``Peer`` like
     /// the code that calls it. It may suspend; requests of the same peer are handled
-    /// concurrently. A closure that never uses `await` is an ``ImmediateHandler`` instead,
+    /// concurrently, up to ``ServerConfiguration/maximumRequestsPerPeer`` of them, and at most
+    /// ``ServerConfiguration/maximumHandlers`` run over all peers. A closure that never uses `await` is an ``ImmediateHandler`` instead,
     /// which needs no task. Do not block in it: that stalls every connection on the same
     /// loop.
     public typealias Handler = nonisolated(nonsending) @Sendable (_ request: Request, _ peer: Peer) async throws -> Response
