@@ -89,7 +89,7 @@ extension Peer {
     /// that completes clears it, and the check then finds nothing to do.
     func trackPartialFrame(in channel: SocketChannel, afterDecoding decoded: Bool) {
         guard let timeout = configuration.frameCompletionTimeout else { return }
-        guard !channel.inbound.isEmpty else {
+        guard channel.holdsPartialInput else {
             partialFrameSince = nil
             return
         }

@@ -67,8 +67,9 @@ public struct ServerConfiguration: Sendable {
     /// before the server closes it with ``TetherError/Code/frameTimeout``; `nil` waits
     /// forever. Bytes that trickle in do not move the deadline, so a client that sends a
     /// frame one byte at a time cannot hold a connection open past it, whatever the
-    /// ``idleTimeout``. Time during which the server itself does not read the peer (at
-    /// ``maximumRequestsPerPeer``) does not count. Default 30 s.
+    /// ``idleTimeout``; with ``tls``, part of a record counts as part of a frame. Time during
+    /// which the server itself does not read the peer (at ``maximumRequestsPerPeer``) does
+    /// not count. Default 30 s.
     public var frameCompletionTimeout: Duration? = .seconds(30)
 
     /// The defaults.

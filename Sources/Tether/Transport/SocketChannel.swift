@@ -236,7 +236,9 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                     secured()
                 }
             }
-            if fd >= 0, inbound.readableBytes > plaintextBefore { delegate?.channelRead(self) }
+            // Once established, bytes that only add to a record still count as a read: the
+            // delegate sees that part of a frame is under way (``holdsPartialInput``).
+            if fd >= 0, inbound.readableBytes > plaintextBefore || tls.isEstablished { delegate?.channelRead(self) }
         }
         guard fd >= 0 else { return }
         if peerSentCloseNotify {
@@ -368,6 +370,14 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
             }
         }
         return (written, nil, false)
+    }
+
+    /// Whether part of a frame has been received and not the rest: bytes in ``inbound`` that
+    /// do not make a whole frame, or, with TLS, part of a record.
+    var holdsPartialInput: Bool {
+        if !inbound.isEmpty { return true }
+        guard let tls, tls.isEstablished else { return false }
+        return tls.holdsPartialRecord
     }
 
     /// Bytes encoded and not yet written.
