@@ -233,6 +233,37 @@ struct HostilePeerTests {
         }
     }
 
+    @Test("while the server does not read a peer at its limit, neither its idle timeout nor its frame timeout runs")
+    func pausedPeerIsNotTimedOut() async throws {
+        let gate = Gate()
+        try await withServer(configure: {
+            $0.maximumRequestsPerPeer = 1
+            $0.frameCompletionTimeout = .milliseconds(200)
+            $0.idleTimeout = .milliseconds(300)
+            $0.handshakeTimeout = nil
+        }, handlers: gatedHandlers(gate)) { server, endpoint in
+            let client = try RawSocket.connect(to: endpoint)
+            let next = seedBytes(type: 0x402, serial: 2, payload: Array("{}".utf8))
+            // A slow request, then the first bytes of the next frame, which the server has
+            // read but does not decode while the slow one holds the only place.
+            try client.write(seedBytes(type: 0x404, serial: 1) + next.prefix(6))
+            _ = try await collect(1, from: gate.starts, "the slow handler to start")
+            // Bounded proof of absence: past both timeouts, and the peer stays.
+            try await Task.sleep(for: .milliseconds(800))
+            #expect(server.peerCount == 1)
+            gate.open()
+            #expect(try await serials(of: 1, from: client) == [1])
+            try client.write(Array(next.dropFirst(6)))
+            let echo = try #require(try await client.readFrame())
+            #expect(echo.serial == 2)
+            #expect(echo.type == 0x402)
+            let metrics = await server.metrics()
+            #expect(metrics.frameTimeouts == 0)
+            #expect(metrics.idleTimeouts == 0)
+            #expect(metrics.readPauses >= 1)
+        }
+    }
+
     @Test("a peer that sends requests and never reads the answers is closed with outboundBufferFull once they fill its buffer")
     func answersNeverRead() async throws {
         try await withServer(configure: {
