@@ -48,8 +48,8 @@ struct ServeCommand: Command {
 
         Prints `listening on HOST:PORT` on stdout once it accepts connections, followed by
         `(profile NAME)` for a profile other than seed; logs peers on stderr, with the
-        reason each one left (an idle, handshake or frame timeout among them), and the client id
-        each one identifies as.
+        reason each one left (an idle, handshake or frame timeout among them), and the
+        client id each one identifies as.
 
         With --tls-cert and --tls-key it serves TLS (1.2 or 1.3) only, and says so:
 
