@@ -8,7 +8,7 @@ extension Peer {
     /// handled or waiting for a handler: then no more frames are decoded and its socket is
     /// not read.
     var isAtRequestLimit: Bool {
-        running + inbox.count >= configuration.maximumRequestsPerPeer
+        running + inbox.count >= max(configuration.maximumRequestsPerPeer, 1)
     }
 
     /// A handler task of this peer ended: its place goes back (or to the next peer waiting),

@@ -38,7 +38,8 @@ public actor Peer {
     /// The batch being handled; swapped with ``inbox`` so taking a batch copies nothing.
     @exclusivity(unchecked) var batch: [Frame] = []
     /// Unsafe rather than checked (which allocates per wait): it is set and taken only on
-    /// this actor, and resumed exactly once by ``deliver(_:)`` or ``end(_:graceful:)``.
+    /// this actor, and resumed exactly once by ``deliver(_:)``, ``slotGranted()`` or
+    /// ``end(_:graceful:)``.
     var inboxWaiter: UnsafeContinuation<Bool, Never>?
     /// The server's places for suspending handlers, shared by every peer.
     let slots: HandlerSlots

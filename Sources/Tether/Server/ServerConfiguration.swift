@@ -56,12 +56,13 @@ public struct ServerConfiguration: Sendable {
     /// the peer's later bytes wait in its own socket buffers, and a client that keeps
     /// sending sees its writes slow down. Frames behind them (heartbeats included) are read
     /// when the peer is read again. Handlers that never suspend
-    /// (``Server/ImmediateHandler``) count while they wait behind others. Default 256.
+    /// (``Server/ImmediateHandler``) count while they wait behind others. A value below 1
+    /// counts as 1. Default 256.
     public var maximumRequestsPerPeer: Int = 256
     /// How many suspending handlers may run at once over all peers. A peer whose next
     /// request finds every place taken waits for one, in the order the peers asked; while it
     /// waits its requests count against ``maximumRequestsPerPeer``, which in time stops its
-    /// reading too. Default 10,000.
+    /// reading too. A value below 1 counts as 1. Default 10,000.
     public var maximumHandlers: Int = 10_000
     /// How long a peer may take to send the rest of a frame once its first byte has arrived
     /// before the server closes it with ``TetherError/Code/frameTimeout``; `nil` waits
