@@ -233,34 +233,39 @@ struct HostilePeerTests {
         }
     }
 
-    @Test("while the server does not read a peer at its limit, neither its idle timeout nor its frame timeout runs")
+    @Test("while the server does not read a peer at its limit, neither its idle timeout nor its frame timeout runs; the frame's time starts when it is read again")
     func pausedPeerIsNotTimedOut() async throws {
         let gate = Gate()
         try await withServer(configure: {
             $0.maximumRequestsPerPeer = 1
-            $0.frameCompletionTimeout = .milliseconds(200)
-            $0.idleTimeout = .milliseconds(300)
+            $0.frameCompletionTimeout = .milliseconds(300)
+            // Later than the frame timeout, so that once the peer is read again the stalled
+            // frame closes it, whatever the load.
+            $0.idleTimeout = .milliseconds(600)
             $0.handshakeTimeout = nil
         }, handlers: gatedHandlers(gate)) { server, endpoint in
+            let events = server.events
             let client = try RawSocket.connect(to: endpoint)
-            let next = seedBytes(type: 0x402, serial: 2, payload: Array("{}".utf8))
             // A slow request, then the first bytes of the next frame, which the server has
             // read but does not decode while the slow one holds the only place.
+            let next = seedBytes(type: 0x402, serial: 2, payload: Array("{}".utf8))
             try client.write(seedBytes(type: 0x404, serial: 1) + next.prefix(6))
             _ = try await collect(1, from: gate.starts, "the slow handler to start")
-            // Bounded proof of absence: past both timeouts, and the peer stays.
-            try await Task.sleep(for: .milliseconds(800))
+            // Bounded proof of absence: well past both timeouts, and the peer stays.
+            try await Task.sleep(for: .milliseconds(1_500))
             #expect(server.peerCount == 1)
+            let during = await server.metrics()
+            #expect(during.frameTimeouts == 0)
+            #expect(during.idleTimeouts == 0)
+            #expect(during.readPauses == 1)
+
             gate.open()
             #expect(try await serials(of: 1, from: client) == [1])
-            try client.write(Array(next.dropFirst(6)))
-            let echo = try #require(try await client.readFrame())
-            #expect(echo.serial == 2)
-            #expect(echo.type == 0x402)
-            let metrics = await server.metrics()
-            #expect(metrics.frameTimeouts == 0)
-            #expect(metrics.idleTimeouts == 0)
-            #expect(metrics.readPauses >= 1)
+            // Read again, the six bytes are a frame under way, and nothing completes it.
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            let reason = try #require(gone.first?.reason)
+            #expect(reason.code == .frameTimeout)
+            #expect(reason.message.hasSuffix("did not finish a frame within 300 ms of its first byte (6 bytes of it received)"))
         }
     }
 
