@@ -121,6 +121,11 @@ final class OpenSSLSession: TLSSession {
 
     // MARK: TLSSession
 
+    var holdsPartialRecord: Bool {
+        // Bytes OpenSSL took from the memory BIO into its record buffer, or left in the BIO.
+        SSL_has_pending(ssl) == 1 || BIO_ctrl_pending(incoming) > 0
+    }
+
     func start(output: inout FrameBuffer) throws(TetherError) {
         guard isClient else { return }
         _ = try handshake(output: &output)

@@ -19,6 +19,7 @@ struct ServeCommand: Command {
         [--store FILE] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--token SECRET] [--max-mailboxes N] [--max-stored-bytes N] [--mailbox-expiry SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
+        [--max-requests-per-peer N] [--max-handlers N] [--frame-timeout SECONDS] \
         [--http-allow HOST[:PORT]]... [--http-timeout SECONDS] \
         \(ServerTLSOptions.synopsis)
         """
@@ -54,8 +55,8 @@ struct ServeCommand: Command {
 
         Prints `listening on HOST:PORT` on stdout once it accepts connections, followed by
         `(profile NAME)` for a profile other than seed; logs peers on stderr, with the
-        reason each one left (an idle or handshake timeout among them), and the client id
-        each one identifies as.
+        reason each one left (an idle, handshake or frame timeout among them), and the
+        client id each one identifies as.
 
         With --tls-cert and --tls-key it serves TLS (1.2 or 1.3) only, and says so:
 
@@ -106,6 +107,15 @@ struct ServeCommand: Command {
           --handshake-timeout SECONDS   close a new peer that has not sent a complete frame
                                         this long after connecting; 0 or off waits forever
                                         (default 10)
+          --max-requests-per-peer N     requests of one peer handled at once; beyond them
+                                        its socket is not read until one is answered
+                                        (default 256)
+          --max-handlers N              handlers that wait (0x404) running at once over
+                                        all peers; the others wait their turn
+                                        (default 10000)
+          --frame-timeout SECONDS       close a peer that has not finished a frame this
+                                        long after its first byte, however it trickles;
+                                        0 or off waits forever (default 30)
           --http-allow HOST[:PORT]      forward HTTP requests (type 0x403) to this host, on
                                         this port or any; repeat it for several; *.DOMAIN
                                         allows subdomains (default: no forwarding)
@@ -122,6 +132,10 @@ struct ServeCommand: Command {
     var pushType = SeedService.pushType
     var idleTimeout = ServerConfiguration().idleTimeout
     var handshakeTimeout = ServerConfiguration().handshakeTimeout
+    // What a hostile peer may make the server hold.
+    var maximumRequestsPerPeer = ServerConfiguration().maximumRequestsPerPeer
+    var maximumHandlers = ServerConfiguration().maximumHandlers
+    var frameCompletionTimeout = ServerConfiguration().frameCompletionTimeout
     var storePath: String?
     var mailboxLimits = MailboxLimits()
     // Mailboxes for strangers: a required token, store-wide bounds, expiry.
@@ -176,6 +190,15 @@ struct ServeCommand: Command {
         }
         if let timeout = try arguments.option("--handshake-timeout") {
             handshakeTimeout = try Parse.secondsOrOff(timeout, option: "--handshake-timeout")
+        }
+        if let limit = try arguments.option("--max-requests-per-peer") {
+            maximumRequestsPerPeer = try Parse.count(limit, option: "--max-requests-per-peer")
+        }
+        if let limit = try arguments.option("--max-handlers") {
+            maximumHandlers = try Parse.count(limit, option: "--max-handlers")
+        }
+        if let timeout = try arguments.option("--frame-timeout") {
+            frameCompletionTimeout = try Parse.secondsOrOff(timeout, option: "--frame-timeout")
         }
         for entry in try arguments.options("--http-allow") {
             do {
@@ -232,6 +255,9 @@ struct ServeCommand: Command {
         var configuration = ServerConfiguration(host: host, port: port, profile: profile)
         configuration.idleTimeout = idleTimeout
         configuration.handshakeTimeout = handshakeTimeout
+        configuration.maximumRequestsPerPeer = maximumRequestsPerPeer
+        configuration.maximumHandlers = maximumHandlers
+        configuration.frameCompletionTimeout = frameCompletionTimeout
         if profile.supportsSessions {
             var mailboxes = try mailboxConfiguration()
             mailboxes.limits = mailboxLimits

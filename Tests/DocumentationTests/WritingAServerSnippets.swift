@@ -105,6 +105,9 @@ private func limitsExample() {
     configuration.handshakeTimeout = .seconds(5)           // nil waits forever
     configuration.limits.maximumPayloadLength = 1 << 20    // 1 MiB per frame
     configuration.limits.maximumOutboundBytes = 8 << 20    // 8 MiB waiting for each peer
+    configuration.maximumRequestsPerPeer = 64              // then the peer is not read
+    configuration.maximumHandlers = 4_000                  // over all peers
+    configuration.frameCompletionTimeout = .seconds(10)    // nil waits forever
     _ = configuration
 }
 

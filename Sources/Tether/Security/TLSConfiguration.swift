@@ -123,6 +123,11 @@ package protocol TLSSession: AnyObject {
     ///   hold an alert worth sending before closing.
     func receive(_ ciphertext: inout FrameBuffer, plaintext: inout FrameBuffer, output: inout FrameBuffer) throws(TetherError) -> TLSProgress
 
+    /// Whether ciphertext of a record that has not arrived whole is held, after
+    /// ``receive(_:plaintext:output:)`` took everything it could: what a peer that trickles
+    /// a record byte by byte leaves behind.
+    var holdsPartialRecord: Bool { get }
+
     /// Encrypts all of `plaintext` into `output`. Only once established.
     func send(_ plaintext: inout FrameBuffer, output: inout FrameBuffer) throws(TetherError)
 

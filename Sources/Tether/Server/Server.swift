@@ -17,7 +17,8 @@ public final class Server: Sendable {
     ///
     /// It runs as a task of its own on the peer's event loop, isolated to the ``Peer`` like
     /// the code that calls it. It may suspend; requests of the same peer are handled
-    /// concurrently. A closure that never uses `await` is an ``ImmediateHandler`` instead,
+    /// concurrently, up to ``ServerConfiguration/maximumRequestsPerPeer`` of them, and at most
+    /// ``ServerConfiguration/maximumHandlers`` run over all peers. A closure that never uses `await` is an ``ImmediateHandler`` instead,
     /// which needs no task. Do not block in it: that stalls every connection on the same
     /// loop.
     public typealias Handler = nonisolated(nonsending) @Sendable (_ request: Request, _ peer: Peer) async throws -> Response
@@ -55,6 +56,8 @@ public final class Server: Sendable {
     let eventFeed: Broadcaster<ServerEvent>
     /// Sessions and mailboxes, when ``ServerConfiguration/mailboxes`` is set.
     let hub: MailboxHub?
+    /// The places for suspending handlers over all peers.
+    let handlerSlots: HandlerSlots
 
     /// Creates a server; nothing listens until ``run()``.
     ///
@@ -63,6 +66,7 @@ public final class Server: Sendable {
         self.configuration = configuration
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
         hub = configuration.mailboxes.map(MailboxHub.init)
+        handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
     }
 
     /// Registers the handler for requests of `type`, replacing any earlier one.
@@ -119,6 +123,7 @@ public final class Server: Sendable {
         }
         var metrics = ended
         metrics.connectedPeers = live.count
+        metrics.handlersInFlight = handlerSlots.inUse
         if let counts = hub?.counts {
             metrics.pushesStored = counts.stored
             metrics.offlinePushes = counts.offline
@@ -332,6 +337,8 @@ public final class Server: Sendable {
                 state.metrics.idleTimeouts += 1
             } else if reason.code == .handshakeTimeout {
                 state.metrics.handshakeTimeouts += 1
+            } else if reason.code == .frameTimeout {
+                state.metrics.frameTimeouts += 1
             }
         }
         eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason))

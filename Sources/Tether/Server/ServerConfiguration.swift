@@ -48,6 +48,31 @@ public struct ServerConfiguration: Sendable {
     /// that peer only. Default `nil`: plain TCP.
     public var tls: TLSConfiguration?
 
+    // MARK: Hostile peers
+
+    /// How many requests of one peer may be handled at once: handlers running, plus
+    /// requests decoded and waiting for one. At the limit the server stops reading the
+    /// peer's socket (backpressure) until a handler finishes, so nothing is lost or refused:
+    /// the peer's later bytes wait in its own socket buffers, and a client that keeps
+    /// sending sees its writes slow down. Frames behind them (heartbeats included) are read
+    /// when the peer is read again. Handlers that never suspend
+    /// (``Server/ImmediateHandler``) count while they wait behind others. A value below 1
+    /// counts as 1. Default 256.
+    public var maximumRequestsPerPeer: Int = 256
+    /// How many suspending handlers may run at once over all peers. A peer whose next
+    /// request finds every place taken waits for one, in the order the peers asked; while it
+    /// waits its requests count against ``maximumRequestsPerPeer``, which in time stops its
+    /// reading too. A value below 1 counts as 1. Default 10,000.
+    public var maximumHandlers: Int = 10_000
+    /// How long a peer may take to send the rest of a frame once its first byte has arrived
+    /// before the server closes it with ``TetherError/Code/frameTimeout``; `nil` waits
+    /// forever. Bytes that trickle in do not move the deadline, so a client that sends a
+    /// frame one byte at a time cannot hold a connection open past it, whatever the
+    /// ``idleTimeout``; with ``tls``, part of a record counts as part of a frame. Time during
+    /// which the server itself does not read the peer (at ``maximumRequestsPerPeer``) does
+    /// not count. Default 30 s.
+    public var frameCompletionTimeout: Duration? = .seconds(30)
+
     /// The defaults.
     public init() {}
 

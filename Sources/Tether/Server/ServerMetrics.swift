@@ -17,9 +17,13 @@ public struct PeerMetrics: Sendable, Hashable {
     public var heartbeatsAcked = 0
     /// Stored pushes written to the peer while its session caught up from its mailbox.
     public var notificationsReplayed = 0
+    /// Times the server stopped reading the peer because it had
+    /// ``ServerConfiguration/maximumRequestsPerPeer`` requests being handled.
+    public var readPauses = 0
 
     /// Adds `other`'s counts to these.
     mutating func add(_ other: PeerMetrics) {
+        readPauses += other.readPauses
         notificationsReplayed += other.notificationsReplayed
         bytesIn += other.bytesIn
         bytesOut += other.bytesOut
@@ -49,6 +53,15 @@ public struct ServerMetrics: Sendable, Hashable {
     /// Peers closed because they sent no complete frame within
     /// ``ServerConfiguration/handshakeTimeout`` of connecting.
     public var handshakeTimeouts = 0
+    /// Peers closed because they did not finish a frame within
+    /// ``ServerConfiguration/frameCompletionTimeout`` of its first byte.
+    public var frameTimeouts = 0
+    /// Suspending handlers running now, over all peers; at most
+    /// ``ServerConfiguration/maximumHandlers``.
+    public var handlersInFlight = 0
+    /// Times the server stopped reading a peer because it had
+    /// ``ServerConfiguration/maximumRequestsPerPeer`` requests being handled.
+    public var readPauses = 0
     /// Bytes read from peers' sockets.
     public var bytesIn = 0
     /// Bytes written to peers' sockets.
@@ -80,6 +93,7 @@ public struct ServerMetrics: Sendable, Hashable {
 
     /// Adds the traffic counts of one peer.
     mutating func add(_ peer: PeerMetrics) {
+        readPauses += peer.readPauses
         notificationsReplayed += peer.notificationsReplayed
         bytesIn += peer.bytesIn
         bytesOut += peer.bytesOut

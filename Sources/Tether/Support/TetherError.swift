@@ -29,6 +29,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case connectionLost
             case idleTimeout
             case handshakeTimeout
+            case frameTimeout
             case tooManyConnections
             case connectionReset
             case protocolError
@@ -77,6 +78,9 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         public static let idleTimeout = Code(value: .idleTimeout)
         /// A server closed a peer that sent no complete first frame within its handshake timeout.
         public static let handshakeTimeout = Code(value: .handshakeTimeout)
+        /// A server closed a peer that started a frame and did not finish it within its
+        /// frame completion timeout.
+        public static let frameTimeout = Code(value: .frameTimeout)
         /// A server refused a connection because it is at its connection limit.
         public static let tooManyConnections = Code(value: .tooManyConnections)
         /// The connection failed with a network error (reset, broken pipe, …).

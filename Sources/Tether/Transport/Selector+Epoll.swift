@@ -25,8 +25,10 @@ final class Selector {
     }
 
     private func mask(_ interest: Interest) -> UInt32 {
-        var bits = EPOLLRDHUP.rawValue
-        if interest.contains(.read) { bits |= EPOLLIN.rawValue }
+        // Half-close is a read event: a socket not being read must not report it, or the
+        // level-triggered loop would wake for it at every turn.
+        var bits: UInt32 = 0
+        if interest.contains(.read) { bits |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
         if interest.contains(.write) { bits |= EPOLLOUT.rawValue }
         return bits
     }

@@ -55,6 +55,8 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     var writableThreshold: Int?
     @exclusivity(unchecked) private var flushScheduled = false
     private var wantsWrite = false
+    /// Set while the channel does not read its socket (``pauseReading()``).
+    private(set) var isReadingPaused = false
     private var closeWhenFlushed = false
     private var drainTimer: LoopTimer?
 
@@ -108,14 +110,39 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
 
     func handleReadiness(_ event: ReadinessEvent) {
         if event.writable && wantsWrite { flushNow() }
-        if event.readable && fd >= 0 { readNow() }
+        // A hang-up is reported even while reading is paused, and would be again at every
+        // turn: the read finds the end of the stream and closes.
+        if event.readable && fd >= 0 && (!isReadingPaused || event.hangup) { readNow() }
     }
 
     /// Reads what the socket holds now, outside the loop's readiness events: a timer that is
     /// about to declare the peer silent calls it first, since bytes may have arrived after
-    /// this turn's readiness check.
+    /// this turn's readiness check. Does nothing while reading is paused.
     func readPending() {
-        if fd >= 0 { readNow() }
+        if fd >= 0 && !isReadingPaused { readNow() }
+    }
+
+    /// Stops reading the socket: what the peer sends waits in the kernel's buffers, and
+    /// then in the peer's, until ``resumeReading()``. Bytes already in ``inbound`` stay there.
+    func pauseReading() {
+        guard !isReadingPaused, fd >= 0 else { return }
+        isReadingPaused = true
+        try? loop.reregister(fd, interest: interest)
+    }
+
+    /// Reads the socket again after ``pauseReading()``; bytes that arrived meanwhile are
+    /// reported at the next loop turn.
+    func resumeReading() {
+        guard isReadingPaused, fd >= 0 else { return }
+        isReadingPaused = false
+        try? loop.reregister(fd, interest: interest)
+    }
+
+    /// What the socket is watched for now.
+    private var interest: Interest {
+        var interest: Interest = isReadingPaused ? [] : .read
+        if wantsWrite { interest.insert(.write) }
+        return interest
     }
 
     private func readNow() {
@@ -209,7 +236,9 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
                     secured()
                 }
             }
-            if fd >= 0, inbound.readableBytes > plaintextBefore { delegate?.channelRead(self) }
+            // Once established, bytes that only add to a record still count as a read: the
+            // delegate sees that part of a frame is under way (``holdsPartialInput``).
+            if fd >= 0, inbound.readableBytes > plaintextBefore || tls.isEstablished { delegate?.channelRead(self) }
         }
         guard fd >= 0 else { return }
         if peerSentCloseNotify {
@@ -343,6 +372,14 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         return (written, nil, false)
     }
 
+    /// Whether part of a frame has been received and not the rest: bytes in ``inbound`` that
+    /// do not make a whole frame, or, with TLS, part of a record.
+    var holdsPartialInput: Bool {
+        if !inbound.isEmpty { return true }
+        guard let tls, tls.isEstablished else { return false }
+        return tls.holdsPartialRecord
+    }
+
     /// Bytes encoded and not yet written.
     var pendingOutboundBytes: Int { outbound.readableBytes + sealed.readableBytes }
 
@@ -355,7 +392,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     private func setWriteInterest(_ enabled: Bool) {
         guard enabled != wantsWrite, fd >= 0 else { return }
         wantsWrite = enabled
-        try? loop.reregister(fd, interest: enabled ? [.read, .write] : .read)
+        try? loop.reregister(fd, interest: interest)
     }
 
     // MARK: Closing

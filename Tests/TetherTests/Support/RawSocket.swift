@@ -125,7 +125,7 @@ final class RawSocket: @unchecked Sendable {
         try await offThread { try self.waitForCloseBlocking(timeout: timeout) }
     }
 
-    private func waitForCloseBlocking(timeout: Duration) throws -> Bool {
+    func waitForCloseBlocking(timeout: Duration) throws -> Bool {
         while true {
             guard poll(Int16(POLLIN), timeout: timeout) else { throw TimedOut(what: "the peer to close") }
             var chunk = [UInt8](repeating: 0, count: 4096)
