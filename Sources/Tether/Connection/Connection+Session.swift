@@ -1,8 +1,12 @@
 extension Connection {
     // MARK: Public
 
-    /// The sequence of the last sequenced push delivered to subscribers, with
+    /// The last sequence such that it and every sequenced push before it were delivered to a
+    /// subscriber whose filter takes them (or reported lost in a gap), with
     /// ``ConnectionConfiguration/session``; 0 before the first, or without a session.
+    ///
+    /// A push that no subscriber takes is held (see
+    /// ``SessionConfiguration/maximumHeldPushes``) and keeps this below it until one does.
     ///
     /// Save it when the app stops, and pass it as ``SessionConfiguration/resumeAfter`` next
     /// time, to resume where it left off.

@@ -605,9 +605,15 @@ public actor Connection {
     public nonisolated var frames: Subscription<Frame> { frameFeed.subscribe() }
 
     /// Every push (notification) from the server.
+    ///
+    /// With a session, a new subscription first gets the sequenced pushes held because no
+    /// subscription took them; see ``SessionConfiguration/maximumHeldPushes``.
     public nonisolated var notifications: Subscription<Frame> { notificationFeed.subscribe() }
 
     /// Pushes of one type.
+    ///
+    /// With a session, a new subscription first gets the held sequenced pushes of that type;
+    /// see ``SessionConfiguration/maximumHeldPushes``.
     ///
     /// - Parameter type: The notification type to keep.
     /// - Returns: A sequence of the pushes of that type.

@@ -96,7 +96,8 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
         let value: Value
 
         /// The server accepted the hello; it replays what follows ``SessionEvent/lastSequence``
-        /// up to ``SessionEvent/serverSequence``, then continues live.
+        /// up to ``SessionEvent/serverSequence`` (except pushes this connection already holds
+        /// for a subscriber), then continues live.
         public static let resumed = Kind(value: .resumed)
         /// Pushes ``SessionEvent/missed`` can no longer be delivered: the mailbox dropped
         /// them (``SessionEvent/reason`` says why). The next push delivered follows them.
