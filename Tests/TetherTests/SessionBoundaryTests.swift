@@ -33,6 +33,30 @@ struct SessionBoundaryTests {
         await connection.close()
     }
 
+    @Test("a broadcast with serial 77 while the server checks a hello goes out with serial 0, before the welcome; after it, pushes carry their sequences")
+    func broadcastDuringHello() async throws {
+        let (checking, checked) = AsyncStream<Void>.makeStream()
+        let (release, released) = AsyncStream<Void>.makeStream()
+        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+            server.authenticate { _ in
+                checked.yield()
+                for await _ in release { break }
+            }
+            let raw = try RawSocket.connect(to: endpoint)
+            defer { raw.close() }
+            let hello = SessionWire.encode(SessionWire.Hello(clientID: "R", token: nil, lastSequence: 0))
+            try raw.write(seedBytes(type: 0x401, serial: 9, payload: hello))
+            try await bounded("the hello to be checked") { for await _ in checking { break } }
+            #expect(await server.broadcast(Frame(type: 0x2, serial: 77, payload: Array("plain".utf8))) == 1)
+            released.yield()
+            #expect(try await raw.readFrame() == Frame(type: 0x2, serial: 0, payload: Array("plain".utf8)))
+            let welcome = SessionWire.Welcome(accepted: true, clientID: "R", lastSequence: 0, resumeAfter: 0)
+            #expect(try await raw.readFrame() == Frame(type: 0x401, serial: 9, payload: SessionWire.encode(welcome)))
+            try await server.push(Frame(type: 0x2, serial: 0, payload: Array("stored".utf8)), toClient: "R")
+            #expect(try await raw.readFrame() == Frame(type: 0x2, serial: 1, payload: Array("stored".utf8)))
+        }
+    }
+
     @Test(
         "stored pushes and plain broadcasts with foreign serials, every connection reset after N bytes: the sequenced serials are exactly 1…400, every plain push has serial 0",
         arguments: [211, 263, 331, 400, 517]
