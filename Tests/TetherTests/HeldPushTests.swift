@@ -126,4 +126,34 @@ struct HeldPushTests {
             }
         }
     }
+
+    @Test("a held push stays held across a reconnect: the replay after it sends neither it nor what a subscriber took again")
+    func heldAcrossReconnect() async throws {
+        let store = InMemoryMailboxStore()
+        try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = Connection(to: proxy.endpoint, configuration: sessionConfiguration("cid") {
+                    $0.session?.acknowledgeEvery = 1
+                })
+                let others = connection.notifications(ofType: 0x21)
+                try await connection.connect()
+                try await server.push(Frame(type: 0x20, serial: 0, payload: Array("1".utf8)), toClient: "cid")
+                try await server.push(Frame(type: 0x21, serial: 0, payload: Array("2".utf8)), toClient: "cid")
+                #expect(try await collect(1, from: others, "the first 0x21 push").map(\.serial) == [2])
+                proxy.cutAll()
+                try await until("the second session", connection) { $0.connects == 2 }
+                try await server.push(Frame(type: 0x21, serial: 0, payload: Array("3".utf8)), toClient: "cid")
+                #expect(try await collect(1, from: others, "the push after the reconnect").map(\.serial) == [3])
+                #expect(await connection.lastSequence == 0)
+
+                let late = connection.notifications(ofType: 0x20)
+                #expect(try await collect(1, from: late, "the held push").map(\.serial) == [1])
+                try await awaitAcknowledged(3, by: "cid", in: store)
+                #expect(await connection.lastSequence == 3)
+                #expect(await connection.metrics.duplicateNotifications == 0)
+                #expect(await connection.notificationFeed.heldCountForTesting == 0)
+                await connection.close()
+            }
+        }
+    }
 }
