@@ -48,7 +48,10 @@ struct ListenCommand: Command {
         With --client-id it identifies to the server (`tether serve`) with a session: the
         server keeps the pushes for that client id in a mailbox while it is away and
         replays them, in order, when it comes back, after a broken connection or a restart
-        of this command. The serial printed is the push's sequence in the client's mailbox.
+        of this command. The serial printed is the push's sequence in the client's mailbox:
+        1, 2, 3, … with no repeats, across any number of reconnects. Only the session's
+        pushes are printed: a push the server sends to the connection rather than to the
+        client id (serial 0, `tether serve`'s tick before the client identified) is not.
         The sequence of the last push printed is saved in a state file, and the next start
         resumes after it. Pushes are acknowledged (the server may delete them) only once
         saved. Session events are printed on stderr:
@@ -240,15 +243,11 @@ struct ListenCommand: Command {
             group.addTask {
                 var received = 0
                 for await push in pushes {
-                    guard push.serial != 0 else {
-                        // Not part of the session's sequence.
-                        if type == nil || push.type == type {
-                            Console.out(Self.line(for: push, serial: 0))
-                            received += 1
-                        }
-                        if let count, received >= count { return .counted }
-                        continue
-                    }
+                    // Serial 0: a push outside the session (sent to this connection rather than
+                    // to the client id, or written before the server accepted the hello). The
+                    // session's pushes carry everything the server sent the client, in order;
+                    // printing these too would show a tick twice, with no sequence.
+                    guard push.serial != 0 else { continue }
                     let sequence = file.sequence(of: push.serial)
                     if type == nil || push.type == type {
                         Console.out(Self.line(for: push, serial: sequence))

@@ -42,4 +42,51 @@ struct BroadcasterTests {
         #expect(broadcaster.subscriberCountForTesting == 0)
         #expect(published.load(ordering: .relaxed) > 0)
     }
+
+    @Test("an element no subscriber takes is held for the first later subscriber that does, which is reported; past the limit it is refused")
+    func heldUntilTaken() async throws {
+        let broadcaster = Broadcaster<Int>(bufferSize: 4, holdsUntilSubscribed: true, lossless: true, holdLimit: 3)
+        let reported = Lock<[[Int]]>([])
+        broadcaster.onTaken { elements in reported.withLock { $0.append(elements) } }
+        let odd = broadcaster.subscribe { $0 % 2 == 1 }
+        #expect(broadcaster.publishUntilTaken(1) == .taken)
+        #expect(broadcaster.publishUntilTaken(2) == .held)
+        #expect(broadcaster.publishUntilTaken(4) == .held)
+        #expect(broadcaster.publishUntilTaken(3) == .taken)
+        #expect(broadcaster.publishUntilTaken(6) == .held)
+        #expect(broadcaster.publishUntilTaken(8) == .refused)
+        #expect(broadcaster.heldCountForTesting == 3)
+        // A subscriber that takes only some of them leaves the rest held.
+        let fours = broadcaster.subscribe { $0 % 4 == 0 }
+        #expect(reported.withLock { $0 } == [[4]])
+        let even = broadcaster.subscribe { $0 % 2 == 0 }
+        #expect(reported.withLock { $0 } == [[4], [2, 6]])
+        #expect(broadcaster.heldCountForTesting == 0)
+        #expect(broadcaster.publishUntilTaken(10) == .taken)
+        broadcaster.finish()
+        #expect(try await collect(3, from: odd, "the odd ones") == [1, 3])
+        #expect(try await collect(2, from: fours, "the multiples of four") == [4])
+        #expect(try await collect(3, from: even, "the even ones") == [2, 6, 10])
+        #expect(broadcaster.droppedCount == 0)
+    }
+
+    @Test("elements published while nobody subscribes make room for held-until-taken ones; the first subscriber gets what it accepts of them")
+    func firstSubscriberOnly() async throws {
+        let broadcaster = Broadcaster<Int>(bufferSize: 4, holdsUntilSubscribed: true, lossless: true, holdLimit: 2)
+        broadcaster.publish(1)
+        broadcaster.publish(3)
+        #expect(broadcaster.publishUntilTaken(2) == .held)
+        #expect(broadcaster.droppedCount == 1)
+        #expect(broadcaster.publishUntilTaken(4) == .held)
+        #expect(broadcaster.droppedCount == 2)
+        #expect(broadcaster.publishUntilTaken(6) == .refused)
+        broadcaster.publish(5)
+        #expect(broadcaster.droppedCount == 3)
+        let odd = broadcaster.subscribe { $0 % 2 == 1 }
+        #expect(broadcaster.heldCountForTesting == 2)
+        let all = broadcaster.subscribe()
+        broadcaster.finish()
+        #expect(try await collect(1, from: odd, "nothing") == [])
+        #expect(try await collect(3, from: all, "the held ones") == [2, 4])
+    }
 }

@@ -21,18 +21,52 @@ struct SessionStateTests {
     func receipts() {
         var state = ClientSessionState(resumeAfter: 10)
         #expect(state.receive(serial: 11) == .deliver(11))
+        state.record(11, .taken)
         #expect(state.receive(serial: 11) == .duplicate(11))
         #expect(state.receive(serial: 4) == .duplicate(4))
         #expect(state.receive(serial: 15) == .deliverAfterGap(15, missed: 12...14))
+        state.record(15, .taken)
         #expect(state.lastSequence == 15)
+    }
+
+    @Test("a held push keeps the sequence and the acknowledgements below it; taken later, both move past it")
+    func held() {
+        var state = ClientSessionState(resumeAfter: 0)
+        state.record(1, .held)
+        state.record(2, .taken)
+        #expect(state.lastReceived == 2)
+        #expect(state.lastSequence == 0)
+        #expect(state.acknowledge() == nil)
+        #expect(state.acknowledge(through: 2) == nil)
+        #expect(state.receive(serial: 1) == .duplicate(1))
+        state.record(3, .held)
+        state.taken(serials: [1])
+        #expect(state.lastSequence == 2)
+        #expect(state.acknowledge() == 2)
+        state.taken(serials: [3])
+        #expect(state.lastSequence == 3)
+    }
+
+    @Test("a push the full hold refused: every later one is turned away until the next welcome, which resumes at it")
+    func refused() {
+        var state = ClientSessionState(resumeAfter: 0)
+        state.record(1, .held)
+        #expect(state.receive(serial: 4) == .deliverAfterGap(4, missed: 2...3))
+        state.record(4, .refused)
+        #expect(state.lastReceived == 3)
+        #expect(state.lastSequence == 0)
+        #expect(state.receive(serial: 5) == .turnedAway(5))
+        let welcome = SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 5, resumeAfter: 3)
+        #expect(state.welcomed(welcome) == [SessionEvent(kind: .resumed, lastSequence: 0, serverSequence: 5)])
+        #expect(state.receive(serial: 4) == .deliver(4))
     }
 
     @Test("acknowledgements move forward only and never past what was delivered")
     func acknowledgements() {
         var state = ClientSessionState(resumeAfter: 0)
         #expect(state.acknowledge() == nil)
-        _ = state.receive(serial: 1)
-        _ = state.receive(serial: 2)
+        state.record(1, .taken)
+        state.record(2, .taken)
         #expect(state.unacknowledged == 2)
         #expect(state.acknowledge(through: 9) == 2)
         #expect(state.acknowledge(through: 1) == nil)
@@ -48,6 +82,7 @@ struct SessionStateTests {
             SessionEvent(kind: .resumed, lastSequence: 20, serverSequence: 30),
         ])
         #expect(state.receive(serial: 21) == .deliver(21))
+        state.record(21, .taken)
         let reset = SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 4, resumeAfter: 0, gap: nil)
         #expect(state.welcomed(reset) == [
             SessionEvent(kind: .reset, lastSequence: 0, serverSequence: 4),

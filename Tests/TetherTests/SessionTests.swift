@@ -48,6 +48,8 @@ struct SessionTests {
         try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("alice"))
             let frames = connection.frames
+            // A push counts as delivered once a subscriber of notifications has it.
+            let notifications = connection.notifications
             try await awaitClient("alice", on: server)
             var sequences: [UInt64] = []
             for number in 0..<3 {
@@ -60,6 +62,7 @@ struct SessionTests {
                 Frame(type: 0x10, serial: 2, payload: Array("1".utf8)),
                 Frame(type: 0x10, serial: 3, payload: Array("2".utf8)),
             ])
+            #expect(try await collect(3, from: notifications, "the three pushes again") == received)
             #expect(await connection.lastSequence == 3)
             let peers = server.peers
             #expect(peers.count == 1)

@@ -69,9 +69,20 @@ extension Connection: ChannelDelegate {
             completeRequest(with: frame)
         case .notification:
             counters.notificationsReceived += 1
-            // Before the welcome nothing is sequenced: pushes then are plain ones.
-            if session != nil, frame.serial != 0, !awaitingHello, !acceptSequenced(frame) { return }
-            notificationFeed.publish(frame)
+            guard session != nil else {
+                notificationFeed.publish(frame)
+                return
+            }
+            if frame.serial != 0, !awaitingHello {
+                deliverSequenced(frame)
+                return
+            }
+            // Outside the session. Before the welcome nothing is sequenced: the server wrote
+            // the push before it read the hello, so its serial is not a sequence, and it is
+            // delivered with serial 0 like every plain push.
+            var plain = frame
+            plain.serial = 0
+            notificationFeed.publish(plain)
         case .heartbeat:
             heartbeatAcked(frame)
         default:

@@ -1,8 +1,12 @@
 extension Connection {
     // MARK: Public
 
-    /// The sequence of the last sequenced push delivered to subscribers, with
+    /// The last sequence such that it and every sequenced push before it were delivered to a
+    /// subscriber whose filter takes them (or reported lost in a gap), with
     /// ``ConnectionConfiguration/session``; 0 before the first, or without a session.
+    ///
+    /// A push that no subscriber takes is held (see
+    /// ``SessionConfiguration/maximumHeldPushes``) and keeps this below it until one does.
     ///
     /// Save it when the app stops, and pass it as ``SessionConfiguration/resumeAfter`` next
     /// time, to resume where it left off.
@@ -38,7 +42,7 @@ extension Connection {
         let hello = SessionWire.Hello(
             clientID: settings.clientID,
             token: settings.token,
-            lastSequence: state.lastSequence,
+            lastSequence: state.lastReceived,
             acknowledged: state.lastAcknowledged
         )
         do {
@@ -90,21 +94,41 @@ extension Connection {
 
     // MARK: Pushes
 
-    /// Judges a sequenced push: `true` to deliver it, `false` for a duplicate.
-    func acceptSequenced(_ frame: Frame) -> Bool {
-        guard var state = session else { return true }
+    /// A sequenced push: dropped when it is a duplicate, otherwise published. It counts as
+    /// delivered once a subscriber whose filter accepts it has it; until then it is held,
+    /// within ``SessionConfiguration/maximumHeldPushes``.
+    func deliverSequenced(_ frame: Frame) {
+        guard var state = session else { return }
         let receipt = state.receive(serial: frame.serial)
-        session = state
+        let sequence: UInt64
         switch receipt {
-        case .deliver:
-            return true
         case .duplicate:
             counters.duplicateNotifications += 1
-            return false
-        case .deliverAfterGap(let sequence, let missed):
-            sessionFeed.publish(SessionEvent(kind: .gap, lastSequence: sequence, missed: missed))
-            return true
+            return
+        case .turnedAway:
+            return
+        case .deliver(let next), .deliverAfterGap(let next, _):
+            sequence = next
         }
+        let outcome: ClientSessionState.Outcome
+        switch notificationFeed.publishUntilTaken(frame) {
+        case .taken: outcome = .taken
+        case .held: outcome = .held
+        case .refused: outcome = .refused
+        }
+        state.record(sequence, outcome)
+        session = state
+        if case .deliverAfterGap(_, let missed) = receipt {
+            sessionFeed.publish(SessionEvent(kind: .gap, lastSequence: state.lastSequence, missed: missed))
+        }
+    }
+
+    /// Held pushes were taken by a subscriber that came later: they count as delivered now.
+    func heldPushesTaken(_ frames: [Frame]) {
+        guard var state = session else { return }
+        state.taken(serials: frames.map(\.serial))
+        session = state
+        if channel != nil { acknowledgeIfDue() }
     }
 
     // MARK: Acknowledgements

@@ -133,15 +133,27 @@ public actor Connection {
         let size = configuration.limits.subscriberBufferSize
         frameFeed = Broadcaster(bufferSize: size)
         // With a session no push may be lost once it counts as delivered (and acknowledged):
-        // subscribers' buffers are unbounded, and pushes replayed as the connection opens are
-        // kept for the first subscriber, who usually subscribes just after connect() returns.
+        // subscribers' buffers are unbounded, and a sequenced push that no subscriber takes
+        // (one replayed before the app subscribes, say) is held until one that does comes.
         let sessions = configuration.session != nil
-        notificationFeed = Broadcaster(bufferSize: size, holdsUntilSubscribed: sessions, lossless: sessions)
+        notificationFeed = Broadcaster(
+            bufferSize: size,
+            holdsUntilSubscribed: sessions,
+            lossless: sessions,
+            holdLimit: configuration.session.map { max(1, $0.maximumHeldPushes) }
+        )
         heartbeatFeed = Broadcaster(bufferSize: size)
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
         sessionFeed = Broadcaster(bufferSize: size)
         session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter) }
         stateFeed.publish(.connecting)
+        if sessions {
+            let loop = loop
+            notificationFeed.onTaken { [weak self] frames in
+                guard let self else { return }
+                loop.execute { [self] in assumeIsolated { $0.heldPushesTaken(frames) } }
+            }
+        }
     }
 
     // MARK: Opening
@@ -593,9 +605,15 @@ public actor Connection {
     public nonisolated var frames: Subscription<Frame> { frameFeed.subscribe() }
 
     /// Every push (notification) from the server.
+    ///
+    /// With a session, a new subscription first gets the sequenced pushes held because no
+    /// subscription took them; see ``SessionConfiguration/maximumHeldPushes``.
     public nonisolated var notifications: Subscription<Frame> { notificationFeed.subscribe() }
 
     /// Pushes of one type.
+    ///
+    /// With a session, a new subscription first gets the held sequenced pushes of that type;
+    /// see ``SessionConfiguration/maximumHeldPushes``.
     ///
     /// - Parameter type: The notification type to keep.
     /// - Returns: A sequence of the pushes of that type.

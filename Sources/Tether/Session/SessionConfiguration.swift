@@ -62,6 +62,17 @@ public struct SessionConfiguration: Sendable, Hashable {
     /// How long the server may take to answer the hello before the attempt counts as
     /// failed; `nil` uses ``ConnectionConfiguration/connectTimeout``. Default `nil`.
     public var helloTimeout: Duration?
+    /// The most pushes the connection holds for a subscriber that has yet to come. Default
+    /// 10,000, as many as a mailbox keeps by default (``MailboxLimits/maximumMessages``), so
+    /// a whole replay fits before the app subscribes.
+    ///
+    /// A sequenced push counts as delivered (it moves ``Connection/lastSequence`` and may be
+    /// acknowledged) only once a subscriber whose filter accepts it has it in its buffer.
+    /// Until then it is held, for the first subscription made later that accepts it. When
+    /// this many are held, the connection takes no more sequenced pushes until it next
+    /// connects: they stay unacknowledged in the server's mailbox, which sends them again
+    /// then.
+    public var maximumHeldPushes: Int = 10_000
 
     /// A session for `clientID`.
     ///
@@ -85,7 +96,8 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
         let value: Value
 
         /// The server accepted the hello; it replays what follows ``SessionEvent/lastSequence``
-        /// up to ``SessionEvent/serverSequence``, then continues live.
+        /// up to ``SessionEvent/serverSequence`` (except pushes this connection already holds
+        /// for a subscriber), then continues live.
         public static let resumed = Kind(value: .resumed)
         /// Pushes ``SessionEvent/missed`` can no longer be delivered: the mailbox dropped
         /// them (``SessionEvent/reason`` says why). The next push delivered follows them.

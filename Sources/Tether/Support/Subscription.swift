@@ -57,15 +57,25 @@ final class Broadcaster<Element: Sendable>: Sendable {
         var filter: (@Sendable (Element) -> Bool)?
     }
 
+    /// An element kept for a subscriber to come.
+    private struct Held {
+        var element: Element
+        /// Kept until a subscriber whose filter takes it comes (``publishUntilTaken(_:)``),
+        /// rather than offered to the first subscriber only (``publish(_:)``).
+        var untilTaken: Bool
+    }
+
     private struct State {
         var subscribers: [UInt64: Subscriber] = [:]
         var nextID: UInt64 = 0
         var finished = false
         /// Elements replayed to each new subscriber (the current state, for `states`).
         var replay: Element?
-        /// Elements published while nobody was subscribed, for the first subscriber.
-        var held: [Element] = []
+        /// Elements kept for subscribers to come, oldest first.
+        var held: [Held] = []
         var dropped = 0
+        /// Told which elements of ``publishUntilTaken(_:)`` a new subscriber took.
+        var onTaken: (@Sendable ([Element]) -> Void)?
     }
 
     private let state = Lock(State())
@@ -81,40 +91,59 @@ final class Broadcaster<Element: Sendable>: Sendable {
     private let keepsLatest: Bool
     private let holdsUntilSubscribed: Bool
     private let lossless: Bool
+    /// The most elements held for subscribers to come.
+    private let holdLimit: Int
 
     /// - Parameters:
     ///   - bufferSize: Elements each subscriber may have waiting.
     ///   - keepsLatest: Whether a new subscriber first gets the latest published element.
     ///   - holdsUntilSubscribed: Whether elements published while nobody is subscribed are
     ///     kept for the first subscriber.
-    ///   - lossless: Whether nothing is ever dropped: subscribers' buffers and the held
-    ///     elements grow as needed, and `bufferSize` is ignored.
-    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false) {
+    ///   - lossless: Whether subscribers' buffers grow as needed: nothing published to a
+    ///     subscriber is dropped, and `bufferSize` is ignored.
+    ///   - holdLimit: The most elements held for subscribers to come (by `publish` while
+    ///     nobody is subscribed, by `publishUntilTaken` while nobody takes them); `nil` for
+    ///     `bufferSize`.
+    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false, holdLimit: Int? = nil) {
         self.bufferSize = lossless ? .max : max(1, bufferSize)
         self.keepsLatest = keepsLatest
         self.holdsUntilSubscribed = holdsUntilSubscribed
         self.lossless = lossless
+        self.holdLimit = max(1, holdLimit ?? bufferSize)
+    }
+
+    /// Sets what is told, outside the lock and on the subscribing thread, which held
+    /// elements of ``publishUntilTaken(_:)`` a new subscriber took.
+    func onTaken(_ body: @escaping @Sendable ([Element]) -> Void) {
+        state.withLock { $0.onTaken = body }
     }
 
     func subscribe(where filter: (@Sendable (Element) -> Bool)? = nil) -> Subscription<Element> {
         let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: lossless ? .unbounded : .bufferingNewest(bufferSize))
-        let finished = state.withLock { state -> Bool in
+        var taken: [Element] = []
+        let (finished, onTaken) = state.withLock { state -> (Bool, (@Sendable ([Element]) -> Void)?) in
             removeEnded(&state)
             if let replay = state.replay, filter?(replay) ?? true {
                 continuation.yield(replay)
             }
             if !state.held.isEmpty {
-                // The first subscriber takes what was held; what its filter refuses is dropped.
-                for element in state.held {
-                    if filter?(element) ?? true {
-                        if case .dropped = continuation.yield(element) { state.dropped += 1 }
+                // The subscriber takes what was held and its filter accepts. What it refuses
+                // stays if it waits for a taker; otherwise it was for the first subscriber
+                // only, and is dropped.
+                var kept: [Held] = []
+                for held in state.held {
+                    if filter?(held.element) ?? true {
+                        if case .dropped = continuation.yield(held.element) { state.dropped += 1 }
+                        if held.untilTaken { taken.append(held.element) }
+                    } else if held.untilTaken {
+                        kept.append(held)
                     } else {
                         state.dropped += 1
                     }
                 }
-                state.held.removeAll()
+                state.held = kept
             }
-            if state.finished { return true }
+            if state.finished { return (true, taken.isEmpty ? nil : state.onTaken) }
             let id = state.nextID
             state.nextID += 1
             state.subscribers[id] = Subscriber(continuation: continuation, filter: filter)
@@ -125,9 +154,10 @@ final class Broadcaster<Element: Sendable>: Sendable {
                 self.ended.withLock { $0.append(id) }
                 self.hasEnded.store(true, ordering: .releasing)
             }
-            return false
+            return (false, taken.isEmpty ? nil : state.onTaken)
         }
         if finished { continuation.finish() }
+        onTaken?(taken)
         return Subscription(stream: stream)
     }
 
@@ -139,11 +169,11 @@ final class Broadcaster<Element: Sendable>: Sendable {
             removeEnded(&state)
             if keepsLatest { state.replay = element }
             if holdsUntilSubscribed && state.subscribers.isEmpty && !state.finished {
-                if state.held.count >= bufferSize {
-                    state.held.removeFirst()
+                guard makeRoom(&state) else {
                     state.dropped += 1
+                    return
                 }
-                state.held.append(element)
+                state.held.append(Held(element: element, untilTaken: false))
                 return
             }
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
@@ -153,6 +183,59 @@ final class Broadcaster<Element: Sendable>: Sendable {
             }
         }
     }
+
+    /// What became of an element of ``publishUntilTaken(_:)``.
+    enum Publication: Equatable {
+        /// At least one subscriber whose filter accepts it has it in its buffer.
+        case taken
+        /// No subscriber accepts it: it is held for the first one to come that does.
+        case held
+        /// No subscriber accepts it and the hold is full (or the broadcaster finished): it
+        /// was not kept.
+        case refused
+    }
+
+    /// Delivers `element` to every subscriber whose filter accepts it, or, when none does,
+    /// holds it until one subscribes (see ``onTaken(_:)``), within the hold limit.
+    ///
+    /// - Returns: Whether a subscriber took it, it is held, or neither.
+    func publishUntilTaken(_ element: Element) -> Publication {
+        state.withLock { state in
+            removeEnded(&state)
+            var taken = false
+            for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
+                switch subscriber.continuation.yield(element) {
+                case .enqueued:
+                    taken = true
+                case .dropped:
+                    // An older element made room for this one.
+                    state.dropped += 1
+                    taken = true
+                case .terminated:
+                    continue
+                @unknown default:
+                    continue
+                }
+            }
+            if taken { return .taken }
+            guard !state.finished, makeRoom(&state) else { return .refused }
+            state.held.append(Held(element: element, untilTaken: true))
+            return .held
+        }
+    }
+
+    /// Whether there is room for one more held element, making it by dropping the oldest
+    /// element held for the first subscriber only, if need be; `state` is held.
+    private func makeRoom(_ state: inout State) -> Bool {
+        if state.held.count < holdLimit { return true }
+        guard let oldest = state.held.firstIndex(where: { !$0.untilTaken }) else { return false }
+        state.held.remove(at: oldest)
+        state.dropped += 1
+        return true
+    }
+
+    /// Elements held for subscribers to come, for tests.
+    var heldCountForTesting: Int { state.withLock { $0.held.count } }
 
     /// Removes the subscribers whose streams ended since the last call; `state` is held.
     private func removeEnded(_ state: inout State) {
