@@ -84,47 +84,82 @@ struct RequestTests {
             }
         }) { _, endpoint in
             // The configured timeout is 1 s. An answered request first leaves the shared
-            // deadline timer set for 1 s with no request waiting; "short" must set it again.
+            // deadline timer set 5 s ahead with no request waiting; "short" must set it again.
             // "middle" is shorter than the request before it and gets a timer of its own.
-            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.requestTimeout = .seconds(1) })
-            _ = try await connection.request(Request(type: 0x402))
-            let clock = ContinuousClock()
-            let plan: [(String, Duration?)] = [("short", .milliseconds(150)), ("first", nil), ("middle", .milliseconds(300)), ("second", nil), ("long", .seconds(2))]
-            // Each request's own wait, from just before it was made to its error: a busy
-            // machine may start the tasks late, but cannot make a timer fire early.
-            let ended = try await bounded("five timeouts") {
-                try await withThrowingTaskGroup(of: (String, Duration).self) { group in
-                    for (name, timeout) in plan {
-                        group.addTask {
-                            let made = clock.now
-                            do {
-                                _ = try await connection.request(Request(type: 0x405), timeout: timeout)
-                                return ("\(name): answered", clock.now - made)
-                            } catch let error as TetherError {
-                                return ("\(name): \(error.code)", clock.now - made)
-                            }
+            let configured = Duration.seconds(1)
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.requestTimeout = configured })
+            _ = try await connection.request(Request(type: 0x402), timeout: .seconds(5))
+            let plan: [(name: String, timeout: Duration?)] = [("short", .milliseconds(150)), ("first", nil), ("middle", .milliseconds(300)), ("second", nil), ("long", .seconds(2))]
+            // Everything is read on the connection's loop, with the clock of its deadlines.
+            let made = Lock<[String: (key: Connection.RequestKey, at: UInt64)]>([:])
+            let ended = Lock<[String: (code: TetherError.Code?, at: UInt64)]>([:])
+            let (checks, check) = AsyncStream<(name: String, ended: Bool)>.makeStream()
+            let firstID = await connection.nextRequestKey().id
+            try await bounded("five timeouts") {
+                await withTaskGroup(of: Void.self) { group in
+                    // Made on the loop in the plan's order, one right after another: each
+                    // once the one before it has its serial.
+                    for (index, (name, timeout)) in plan.enumerated() {
+                        group.addTask(executorPreference: connection.taskExecutor) {
+                            _ = await connection.observedRequest(
+                                Request(type: 0x405),
+                                timeout: timeout,
+                                when: { $0.nextRequestKey().id == firstID + UInt64(index) },
+                                made: { _, key in made.withLock { $0[name] = (key, MonotonicTime.now()) } },
+                                ended: { _, outcome in
+                                    var code: TetherError.Code?
+                                    if case .failure(let error as TetherError) = outcome { code = error.code }
+                                    ended.withLock { [code] in $0[name] = (code, MonotonicTime.now()) }
+                                }
+                            )
                         }
-                        // Usually made in this order, 10 ms apart.
-                        try await Task.sleep(for: .milliseconds(10))
                     }
-                    var ended: [(String, Duration)] = []
-                    for try await result in group { ended.append(result) }
-                    return ended
+                    // Once all five are made, a timer for each just after the latest its
+                    // deadline can be. When it fires, the timer of a request that waits for
+                    // no longer one has fired before it and ended the request.
+                    group.addTask(executorPreference: connection.taskExecutor) {
+                        await Self.checkAfterDeadlines(of: plan, configured: configured, on: connection, made: made, report: check)
+                    }
                 }
             }
-            #expect(Set(ended.map(\.0)) == Set(plan.map { "\($0.0): timedOut" }))
-            let waited = Dictionary(uniqueKeysWithValues: ended.map { ($0.0, $0.1) })
-            #expect(waited["short: timedOut"]! >= .milliseconds(150))
-            #expect(waited["short: timedOut"]! < .milliseconds(750), "the shared timer was not set again for a shorter timeout")
-            #expect(waited["middle: timedOut"]! >= .milliseconds(300))
-            #expect(waited["middle: timedOut"]! < .milliseconds(900), "a shorter timeout waited for the one before it")
-            #expect(waited["first: timedOut"]! >= .seconds(1))
-            #expect(waited["second: timedOut"]! >= .seconds(1))
-            #expect(waited["second: timedOut"]! < .milliseconds(1900), "the second default timeout waited for the 2 s one")
-            #expect(waited["long: timedOut"]! >= .seconds(2))
+            let outcomes = ended.withLock { $0 }
+            let starts = made.withLock { $0 }
+            for (name, timeout) in plan {
+                let limit = timeout ?? configured
+                #expect(outcomes[name]?.code == .timedOut, "\(name): \(String(describing: outcomes[name]))")
+                // Never early: `made` was read before the request's deadline was set.
+                if let start = starts[name]?.at, let end = outcomes[name]?.at {
+                    let waited = MonotonicTime.duration(nanoseconds: end - start)
+                    #expect(waited >= limit, "\(name) timed out after \(waited), before its \(limit)")
+                }
+            }
+            let checked = try await collect(plan.count, from: checks, "a check after each deadline")
+            #expect(Set(checked.map(\.name)) == Set(plan.map(\.name)))
+            #expect(checked.filter { !$0.ended }.map(\.name) == [], "still waiting when a timer set just after their deadline fired: they waited for a longer timeout")
             #expect(await connection.metrics.requestsTimedOut == 5)
             #expect(await connection.pendingRequestCount == 0)
             await connection.close()
+        }
+    }
+
+    /// On the loop, once every request of `plan` is made: for each, a check run by a timer just
+    /// after the latest its deadline can be, that reports whether the request has ended.
+    private static func checkAfterDeadlines(
+        of plan: [(name: String, timeout: Duration?)],
+        configured: Duration,
+        on connection: isolated Connection,
+        made: Lock<[String: (key: Connection.RequestKey, at: UInt64)]>,
+        report: AsyncStream<(name: String, ended: Bool)>.Continuation
+    ) async {
+        // Once all five (and the answered request before them) are written, no deadline is
+        // later than `now` plus its timeout.
+        while connection.counters.requestsSent < plan.count + 1 { await Task.yield() }
+        let now = MonotonicTime.now()
+        for (name, timeout) in plan {
+            guard let key = made.withLock({ $0[name]?.key }) else { continue }
+            connection.afterTimers(dueBefore: justAfter(timeout ?? configured, from: now)) { connection in
+                report.yield((name, !connection.isPending(key)))
+            }
         }
     }
 
