@@ -155,6 +155,8 @@ struct ListenCommand: Command {
         var policy = ReconnectPolicy()
         policy.initialDelay = reconnectDelay
         policy.maximumAttempts = maximumAttempts
+        // A server that is not there at the start is reported at once, with exit 1.
+        policy.appliesToFirstConnect = false
         return policy
     }
 

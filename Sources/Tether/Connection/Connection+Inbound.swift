@@ -27,6 +27,9 @@ extension Connection: ChannelDelegate {
         do {
             while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
                 dispatch(frame)
+                // Valid, after the handshakes (with a session, the hello's acceptance is the
+                // first such frame): a Tether peer answers on this socket.
+                if !healthy, self.channel === channel, !handshaking { provedHealthy() }
             }
             if session != nil, self.channel === channel { acknowledgeIfDue() }
         } catch {
