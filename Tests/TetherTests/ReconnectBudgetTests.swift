@@ -75,4 +75,21 @@ struct ReconnectBudgetTests {
         #expect(await connection.currentState.phase != .failed)
         await connection.close()
     }
+
+    @Test("a connection that never proved healthy moves on to the next alternate endpoint, as a refused attempt does")
+    func unhealthyMovesOn() async throws {
+        let (listener, httpPeer) = try RawSocket.listen()
+        try await withServer(handlers: echoHandlers) { _, endpoint in
+            let connection = try await Connection.connect(to: httpPeer, configuration: reconnecting {
+                $0.alternateEndpoints = [endpoint]
+            })
+            let watcher = StateWatcher(connection)
+            try await acceptAndFail(listener, count: 1)
+            try await watcher.next(.reconnecting)
+            try await watcher.next(.connected)
+            #expect(await connection.currentEndpoint == endpoint)
+            #expect(try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: eventBound).json == ["echo": ["n": 1]])
+            await connection.close()
+        }
+    }
 }

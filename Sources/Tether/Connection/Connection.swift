@@ -504,8 +504,10 @@ public actor Connection {
             return
         }
         // A connection that never proved healthy (an HTTP server, a proxy whose backend is
-        // down, a server at its limit) counts as one more failed attempt.
+        // down, a server at its limit) counts as one more failed attempt, and the next
+        // attempt moves on to the next endpoint as after a refused connect.
         let next = healthy ? 1 : attempt + 1
+        if !healthy { endpointIndex += 1 }
         detachChannel(graceful: false)
         failInFlight(reason)
         if configuration.reconnect.isEnabled {
@@ -572,6 +574,7 @@ public actor Connection {
     /// ``TetherError/Code/connectionLost``; requests made while suspended wait for
     /// ``resume()`` (bounded by their timeouts), unless
     /// ``ConnectionConfiguration/requestsWaitForConnection`` is `false`. Subscriptions keep running.
+    /// Does nothing before ``connect()`` (``ConnectionState/Phase/idle``) and once closed or failed.
     public func suspend() {
         guard !state.isFinal, state.phase != .suspended, state.phase != .idle else { return }
         abandonAttempt()
