@@ -93,6 +93,7 @@ struct BenchCommand: Command {
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration(profile: profile)
         configuration.heartbeat = .disabled
+        configuration.reconnect.appliesToFirstConnect = false
         configuration.tls = tls.configuration()
         var connecting: [Connection] = []
         do {

@@ -68,7 +68,10 @@ struct ListenCommand: Command {
 
         Exits 0 after N pushes, or on SIGINT or SIGTERM (the connection is closed first).
         Exits 1 when the first connect fails, or when the connection ends by itself: after
-        N failed reconnect attempts in a row with --max-attempts.
+        N failed reconnect attempts in a row with --max-attempts. An attempt counts as
+        failed until the server answers with a valid frame (a heartbeat ack, a push; with
+        --client-id, the session's acceptance): a peer that accepts and then closes, or
+        answers with HTTP, spends the attempts like one that refuses.
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
@@ -158,6 +161,8 @@ struct ListenCommand: Command {
         var policy = ReconnectPolicy()
         policy.initialDelay = reconnectDelay
         policy.maximumAttempts = maximumAttempts
+        // A server that is not there at the start is reported at once, with exit 1.
+        policy.appliesToFirstConnect = false
         return policy
     }
 

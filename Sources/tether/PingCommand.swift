@@ -78,6 +78,8 @@ struct PingCommand: Command {
         // By default, report every miss instead of closing after the library's default of three.
         configuration.heartbeat = heartbeat.applied(to: .every(.seconds(1), maximumMissed: count + 1))
         configuration.tls = tls.configuration()
+        // A server that is not there at the start is reported at once.
+        configuration.reconnect.appliesToFirstConnect = false
         let settings = configuration.heartbeat
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)
         let beats = connection.heartbeats

@@ -155,6 +155,8 @@ struct RequestCommand: Command {
         // peer that stops answering fails the request sooner, with connectionLost.
         configuration.heartbeat = heartbeat.isEmpty ? .disabled : heartbeat.applied(to: HeartbeatConfiguration())
         configuration.tls = tls.configuration(handshakeTimeout: timeout)
+        // A server that is not there is reported at once, not waited for.
+        configuration.reconnect.appliesToFirstConnect = false
         let request = Request(type: type, payload: payload, fields: fields)
         let timeout = timeout
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)

@@ -49,6 +49,20 @@ func gettingStartedConnect(to address: SocketAddress) async throws -> Connection
     return connection
 }
 
+/// Compiled, not run: the article's way to follow the first connect, and to fail at once.
+func gettingStartedFollowFirstConnect(to address: SocketAddress, configuration: ConnectionConfiguration) async throws -> Connection {
+    let endpoint = Endpoint(host: "127.0.0.1", port: address.port)
+    let connection = Connection(to: endpoint, configuration: configuration)
+    let states = connection.states    // idle, connecting, reconnecting (attempt 1 in 1 s): connection refused by …, connecting, connected
+    try await connection.connect()    // returns once connected
+    _ = states
+    return connection
+}
+
+func gettingStartedFailFast(_ configuration: inout ConnectionConfiguration) {
+    configuration.reconnect.appliesToFirstConnect = false
+}
+
 // MARK: - Send a request
 
 func gettingStartedRequest(_ connection: Connection) async throws {

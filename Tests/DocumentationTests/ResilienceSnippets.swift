@@ -32,6 +32,17 @@ private func backoffExample() {
     _ = configuration
 }
 
+/// Compiled, not run: it waits for a server on port 9000.
+private func firstConnectExample() async throws -> Connection {
+    var configuration = ConnectionConfiguration()
+    configuration.reconnect = .backoff(initialDelay: .milliseconds(500), maximumAttempts: 20)
+    let connection = Connection(to: Endpoint(host: "127.0.0.1", port: 9000), configuration: configuration)
+    let states = connection.states      // idle, connecting, reconnecting (attempt 1 in 500 ms): connection refused by …, …
+    try await connection.connect()      // returns once connected, or throws after 20 failed attempts
+    _ = states
+    return connection
+}
+
 func appDidEnterBackground(_ connection: Connection) async {
     await connection.suspend()          // a deliberate disconnect: no attempts until resume()
 }
@@ -89,7 +100,7 @@ struct ResilienceSnippets {
         #expect(policy.maximumDelay == .seconds(120))
         #expect(policy.jitter == 0.2)
         #expect(policy.maximumAttempts == nil)
-        #expect(!policy.appliesToFirstConnect)
+        #expect(policy.appliesToFirstConnect)
         #expect(ConnectionConfiguration().drainTimeout == .seconds(5))
         let heartbeat = HeartbeatConfiguration()
         let (i, t, n) = (heartbeat.interval, heartbeat.timeout, heartbeat.maximumMissed)

@@ -261,7 +261,8 @@ struct WritingAServerSnippets {
                     return last
                 }
                 #expect(last?.isFinal == true)
-                #expect([.peerClosed, .connectionReset].contains(last?.reason?.code))
+                #expect(last?.reason?.code == .tooManyConnections)
+                #expect(last?.reason?.message == "\(endpoint) is at its connection limit and refused the connection: the server is at its limit of 1 connections")
                 #expect(await server.metrics().rejectedConnections == 1)
             }
         }

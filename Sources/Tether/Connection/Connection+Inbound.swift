@@ -26,11 +26,27 @@ extension Connection: ChannelDelegate {
     private func decodeFrames(from channel: SocketChannel) {
         do {
             while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
+                if !healthy, let refusal = ConnectionRefusal(frame) {
+                    // The server will not serve this connection (at its connection limit).
+                    connectionLost(refusal.error(from: channel.remoteAddress.description))
+                    return
+                }
                 dispatch(frame)
+                // Valid, after the handshakes (with a session, the hello's acceptance is the
+                // first such frame): a Tether peer answers on this socket.
+                if !healthy, self.channel === channel, !handshaking { provedHealthy() }
             }
             if session != nil, self.channel === channel { acknowledgeIfDue() }
         } catch {
-            protocolFailure(error, from: channel)
+            connectionLost(undecodable(error, on: channel))
+        }
+    }
+
+    /// A decode failure on `channel`, named for what the bytes really are when they are
+    /// HTTP or TLS.
+    private func undecodable(_ error: TetherError, on channel: SocketChannel, underlying: TetherError? = nil) -> TetherError {
+        .decoding(error, bytes: channel.inbound.readableBytesView, peer: channel.remoteAddress, underlying: underlying) { foreign in
+            foreign.clientExplanation(peer: channel.remoteAddress.description, profile: configuration.profile.name, secured: channel.tls != nil)
         }
     }
 
@@ -43,12 +59,16 @@ extension Connection: ChannelDelegate {
                     dispatch(frame)
                 }
             } catch let truncated {
-                reason = TetherError(
-                    code: truncated.code,
-                    message: "\(truncated.message) from \(channel.remoteAddress)",
-                    underlying: error
-                )
+                reason = undecodable(truncated, on: channel, underlying: error)
             }
+        } else if let foreign = ForeignProtocol.recognize(channel.inbound.readableBytesView) {
+            // Reset after an answer in another protocol (a TLS alert, an HTTP error page).
+            let explanation = foreign.clientExplanation(
+                peer: channel.remoteAddress.description,
+                profile: configuration.profile.name,
+                secured: channel.tls != nil
+            )
+            reason = TetherError(code: .protocolError, message: explanation, underlying: error)
         }
         connectionLost(reason)
     }

@@ -63,7 +63,7 @@ public actor Connection {
     /// earliest (timer tag 0); other requests get a timer each.
     @exclusivity(unchecked) var deadlines = DeadlineQueue()
     var deadlineTimer: LoopTimer?
-    var state = ConnectionState.connecting
+    var state = ConnectionState.idle
     @exclusivity(unchecked) var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
     var heartbeatTimer: LoopTimer?
@@ -78,8 +78,14 @@ public actor Connection {
     /// Bumped whenever an attempt starts or is abandoned, so a stale one cannot attach.
     var generation: UInt64 = 0
     /// The number of the attempt in progress or scheduled: 0 for one made at once (the
-    /// first connect, ``resume()``, ``reconnectNow()``), then 1, 2, … by the policy.
+    /// first connect, ``resume()``, ``reconnectNow()``), then 1, 2, … by the policy. It goes
+    /// back to 0 only once a connection proves healthy (``provedHealthy()``): a peer that
+    /// accepts and then fails spends the budget like one that refuses.
     var attempt = 0
+    /// Whether the socket of this connection has proved that a Tether peer is on the other
+    /// end: a valid frame arrived after the handshakes (TLS; with a session, the hello's
+    /// acceptance, which is itself such a frame).
+    var healthy = false
     var backoffTimer: LoopTimer?
     var endpointIndex = 0
     var random = SystemRandomNumberGenerator()
@@ -146,7 +152,7 @@ public actor Connection {
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
         sessionFeed = Broadcaster(bufferSize: size)
         session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter) }
-        stateFeed.publish(.connecting)
+        stateFeed.publish(.idle)
         if sessions {
             let loop = loop
             notificationFeed.onTaken { [weak self] frames in
@@ -162,8 +168,11 @@ public actor Connection {
     ///
     /// The host is resolved and each of its addresses (IPv4 and IPv6) is tried in turn
     /// until one accepts, all within ``ConnectionConfiguration/connectTimeout``. When that
-    /// fails the call throws, unless ``ReconnectPolicy/appliesToFirstConnect`` is set: then
-    /// it keeps trying by the policy and throws only once the policy gives up.
+    /// fails it keeps trying by ``ConnectionConfiguration/reconnect`` and throws only once the
+    /// policy gives up (never, by default: cancel the task to stop it). With
+    /// ``ReconnectPolicy/appliesToFirstConnect`` off, or reconnecting disabled, the first
+    /// failure throws at once. To watch the attempts, make the connection with
+    /// ``init(to:configuration:)``, subscribe to ``states``, then call ``connect()``.
     ///
     /// Once connected, the connection comes back by itself whenever it is lost, by
     /// ``ConnectionConfiguration/reconnect``; watch ``states`` to see it happen.
@@ -388,6 +397,7 @@ public actor Connection {
         )
         channel.delegate = self
         self.channel = channel
+        healthy = false
         codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         remoteAddress = address
         localAddress = channel.localAddress
@@ -435,8 +445,9 @@ public actor Connection {
     }
 
     /// The connection is up (and its session accepted): requests may go.
+    ///
+    /// The attempt count stays: being connected proves only that something accepted.
     func becomeReady() {
-        attempt = 0
         counters.connects += 1
         setState(.connected)
         if let waiter = openWaiter {
@@ -444,6 +455,14 @@ public actor Connection {
             waiter.resume()
         }
         pump()
+    }
+
+    /// The peer sent a valid frame after the handshakes: the connection works, and the next
+    /// loss starts the policy's budget and backoff afresh.
+    func provedHealthy() {
+        guard !healthy else { return }
+        healthy = true
+        attempt = 0
     }
 
     /// A connect failed: try again by the policy, or give up.
@@ -496,10 +515,15 @@ public actor Connection {
             attemptFailed(reason)
             return
         }
+        // A connection that never proved healthy (an HTTP server, a proxy whose backend is
+        // down, a server at its limit) counts as one more failed attempt, and the next
+        // attempt moves on to the next endpoint as after a refused connect.
+        let next = healthy ? 1 : attempt + 1
+        if !healthy { endpointIndex += 1 }
         detachChannel(graceful: false)
         failInFlight(reason)
         if configuration.reconnect.isEnabled {
-            scheduleReconnect(attempt: 1, reason: reason)
+            scheduleReconnect(attempt: next, reason: reason)
         } else {
             finish(reason, graceful: false)
         }
@@ -562,8 +586,9 @@ public actor Connection {
     /// ``TetherError/Code/connectionLost``; requests made while suspended wait for
     /// ``resume()`` (bounded by their timeouts), unless
     /// ``ConnectionConfiguration/requestsWaitForConnection`` is `false`. Subscriptions keep running.
+    /// Does nothing before ``connect()`` (``ConnectionState/Phase/idle``) and once closed or failed.
     public func suspend() {
-        guard !state.isFinal, state.phase != .suspended else { return }
+        guard !state.isFinal, state.phase != .suspended, state.phase != .idle else { return }
         abandonAttempt()
         let reason = TetherError(code: .connectionLost, message: "the connection to \(currentEndpoint) was suspended by suspend()")
         if channel != nil {

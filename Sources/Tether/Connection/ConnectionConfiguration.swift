@@ -54,12 +54,30 @@ public struct ReconnectPolicy: Sendable, Hashable {
     public var jitter: Double = 0.2
     /// Attempts in a row that may fail before the connection gives up and ends in
     /// ``ConnectionState/Phase/failed``; `nil` never gives up. Default `nil`.
+    ///
+    /// An attempt counts as failed unless its connection proves healthy: a valid frame
+    /// (a heartbeat ack, a response, a push) arrives after the TLS handshake and, with a
+    /// ``ConnectionConfiguration/session``, the server's acceptance of the hello is that
+    /// frame. Only then do the count and the backoff start again. A peer that accepts and
+    /// then fails (a web server on the wrong port, a proxy whose backend is down, a server
+    /// at its connection limit) spends the attempts as one that refuses does.
     public var maximumAttempts: Int?
-    /// Whether ``Connection/connect(to:configuration:)`` keeps trying by this policy when
-    /// the very first attempt fails, instead of throwing at once. Default `false`.
-    public var appliesToFirstConnect: Bool = false
+    /// Whether the first connect (``Connection/connect(to:configuration:)``,
+    /// ``Connection/connect()``) also retries by this policy when it fails, instead of
+    /// throwing at once. Default `true`.
+    ///
+    /// With it, a server that is down or a network that is missing when the app starts is
+    /// treated like one lost a moment later: ``Connection/states`` shows
+    /// ``ConnectionState/Phase/reconnecting`` with the reason and the next attempt, and
+    /// `connect` returns once connected, or throws when ``maximumAttempts`` failed in a row
+    /// (or the task is cancelled, or ``Connection/close()`` is called). Set it to `false` for
+    /// a command-line tool or a health check that should report a dead server at once;
+    /// the first connect then throws its error and the connection ends in
+    /// ``ConnectionState/Phase/closed``. A policy that is not enabled never retries.
+    public var appliesToFirstConnect: Bool = true
 
-    /// The defaults: 1 s, ×1.6 per attempt, at most 120 s, ±20 %, no attempt limit.
+    /// The defaults: 1 s, ×1.6 per attempt, at most 120 s, ±20 %, no attempt limit, the
+    /// first connect included.
     public init() {}
 
     /// Never reconnect: a lost connection ends in ``ConnectionState/Phase/closed``.
@@ -177,8 +195,9 @@ public struct ConnectionConfiguration: Sendable {
     public var heartbeat = HeartbeatConfiguration()
     /// Size limits.
     public var limits = Limits()
-    /// How a lost connection comes back. Default: after 1 s, ×1.6 per attempt, at most 120 s,
-    /// ±20 % jitter, never giving up.
+    /// How a lost connection comes back, and whether the first connect retries too.
+    /// Default: after 1 s, ×1.6 per attempt, at most 120 s, ±20 % jitter, never giving up,
+    /// the first connect included.
     public var reconnect = ReconnectPolicy()
     /// More endpoints to try, in turn with ``Connection/endpoint``: attempt *n* after a loss
     /// goes to the *n*-th in the list `[endpoint] + alternateEndpoints`, round and round.

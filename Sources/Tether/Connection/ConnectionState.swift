@@ -1,18 +1,25 @@
 /// Where a connection is in its life. Observe every change with ``Connection/states``.
 ///
 /// ```
-/// connecting → connected → reconnecting(attempt 1, after 1 s) → connecting → connected → …
-///                                    ↘ failed (attempts spent)         ↘ closed (close())
+/// idle → connecting → connected → reconnecting(attempt 1, after 1 s) → connecting → connected → …
+///                                          ↘ failed (attempts spent)         ↘ closed (close())
 /// ```
+///
+/// Each change is published once. A connection made with ``Connection/init(to:configuration:)``
+/// is ``Phase/idle`` until ``Connection/connect()``; one made with
+/// ``Connection/connect(to:configuration:)`` is already past it when you get it.
 ///
 /// A struct with a ``Phase`` rather than an enum, so new phases can be added without
 /// breaking your `switch` statements; always include `default`.
 public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// The phase of a connection.
     public struct Phase: Hashable, Sendable, CustomStringConvertible {
-        enum Value: Hashable, Sendable { case connecting, connected, reconnecting, suspended, failed, closed }
+        enum Value: Hashable, Sendable { case idle, connecting, connected, reconnecting, suspended, failed, closed }
         let value: Value
 
+        /// Made with ``Connection/init(to:configuration:)`` and not asked to connect yet:
+        /// nothing happens until ``Connection/connect()``.
+        public static let idle = Phase(value: .idle)
         /// Resolving the host and opening the TCP connection.
         public static let connecting = Phase(value: .connecting)
         /// Open: requests, pushes and heartbeats flow.
@@ -59,6 +66,8 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
         self.delay = delay
     }
 
+    /// Not asked to connect yet.
+    public static let idle = ConnectionState(phase: .idle)
     /// Resolving and connecting.
     public static let connecting = ConnectionState(phase: .connecting)
     /// Open.

@@ -402,11 +402,7 @@ extension Peer: ChannelDelegate {
                     dispatch(frame, on: channel)
                 }
             } catch let truncated {
-                reason = TetherError(
-                    code: truncated.code,
-                    message: "\(truncated.message) from \(channel.remoteAddress)",
-                    underlying: error
-                )
+                reason = ForeignProtocol.serverFailure(truncated, on: channel, profile: configuration.profile, underlying: error).error
             }
         }
         end(reason, graceful: false)
@@ -457,7 +453,8 @@ extension Peer: ChannelDelegate {
     }
 
     private func fail(_ error: TetherError, on channel: SocketChannel) {
-        end(TetherError(code: error.code, message: "\(error.message) from \(channel.remoteAddress)", underlying: error), graceful: false)
+        let (reason, answered) = ForeignProtocol.serverFailure(error, on: channel, profile: configuration.profile)
+        end(reason, graceful: answered)
     }
 
     private func dispatch(_ frame: Frame, on channel: SocketChannel) {

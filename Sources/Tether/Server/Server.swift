@@ -306,15 +306,22 @@ public final class Server: Sendable {
             return PeerID(rawValue: state.nextPeer)
         }
         guard let id else {
-            Syscall.closeDescriptor(fd)
-            eventFeed.publish(ServerEvent(
-                kind: .peerRejected,
-                address: remote,
-                reason: TetherError(code: .tooManyConnections, message: "the server is at its limit of \(configuration.maximumConnections) connections")
-            ))
+            let reason = TetherError(code: .tooManyConnections, message: "the server is at its limit of \(configuration.maximumConnections) connections")
+            refuse(fd, reason: reason)
+            eventFeed.publish(ServerEvent(kind: .peerRejected, address: remote, reason: reason))
             return nil
         }
         return Peer(id: id, fd: fd, remoteAddress: remote, loop: loop, server: self)
+    }
+
+    /// Tells a connection the server will not serve why, when the wire allows it (no TLS, a
+    /// profile with serials: ``ConnectionRefusal``), then closes it. One small write into an
+    /// empty socket buffer: it never blocks, and if it does not fit it is dropped.
+    private func refuse(_ fd: Int32, reason: TetherError) {
+        if configuration.tls == nil, let bytes = ConnectionRefusal(tooManyConnections: reason.message).bytes(in: configuration.profile) {
+            _ = bytes.withUnsafeBytes { try? Syscall.sendBytes(fd, $0.baseAddress!, $0.count) }
+        }
+        Syscall.closeDescriptor(fd)
     }
 
     func peerConnected(_ peer: Peer) {

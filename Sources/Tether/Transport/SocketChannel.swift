@@ -210,13 +210,15 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
             defer { settleInbound(borrowed: borrowed) }
             let plaintextBefore = inbound.readableBytes
             let wasEstablished = tls.isEstablished
+            // The peer's first bytes, kept to explain a handshake that fails on them.
+            let opening = !wasEstablished && bytesRead == outcome.count ? loop.sealedReadBuffer.readableBytesView.prefix(64) : []
             do {
                 if try tls.receive(&loop.sealedReadBuffer, plaintext: &inbound, output: &sealed) == .closed {
                     peerSentCloseNotify = true
                 }
             } catch {
                 loop.sealedReadBuffer.clear()
-                failSendingAlert(error)
+                failSendingAlert(notTLS(error, opening: opening))
                 return
             }
             loop.sealedReadBuffer.clear()
@@ -438,6 +440,18 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
             drainTimer = nil
             close()
         }
+    }
+
+    /// A handshake that failed on the peer's first bytes because they are not TLS at all (a
+    /// plaintext client, an HTTP request): the error says what they are, and the peer gets a
+    /// fatal `protocol_version` alert (OpenSSL sends none for a first record that is not
+    /// TLS), so a plaintext client can tell that it reached a TLS port.
+    private func notTLS(_ error: TetherError, opening: ArraySlice<UInt8>) -> TetherError {
+        // TLS that went wrong otherwise, or HTTP, which OpenSSL names itself ("http request").
+        guard !opening.isEmpty, ForeignProtocol.recognize(opening) == nil else { return error }
+        if sealed.readableBytes == 0 { sealed.writeBytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 70]) }
+        let what = "bytes that are not TLS (\(hexBytes(opening.prefix(8))))"
+        return TetherError(code: error.code, message: "\(error.message): \(remoteAddress) sent \(what) instead of a TLS handshake: a peer without TLS?", underlying: error)
     }
 
     /// Fails after one try at sending what the TLS session left to send: the alert that

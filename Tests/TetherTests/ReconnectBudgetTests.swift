@@ -1,0 +1,95 @@
+import Testing
+@testable import Tether
+
+/// What a plain web server answers to bytes it does not understand, before it closes.
+let httpBadRequest = Array("HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 11\r\nConnection: close\r\n\r\nBad Request".utf8)
+
+/// A peer that accepts and then fails: every connection it accepts gets `answer`, then is closed.
+/// It accepts exactly `count` connections, in the order the client makes them.
+func acceptAndFail(_ listener: RawSocket, count: Int, answer: [UInt8] = httpBadRequest) async throws {
+    for _ in 0..<count {
+        let peer = try await listener.accept()
+        if !answer.isEmpty { try peer.write(answer) }
+        peer.close()
+    }
+}
+
+@Suite("The reconnect budget against a peer that accepts and fails", .timeLimit(.minutes(1)))
+struct ReconnectBudgetTests {
+    @Test("an HTTP server that answers 400 and closes: exactly 1 + 3 connects, then failed with the error")
+    func httpPeerSpendsTheBudget() async throws {
+        let (listener, endpoint) = try RawSocket.listen()
+        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration {
+            $0.reconnect = .backoff(initialDelay: .milliseconds(50), maximumAttempts: 3)
+        })
+        let watcher = StateWatcher(connection)
+        try await acceptAndFail(listener, count: 4)
+        let failed = try await watcher.next(.failed)
+        let reason = try #require(failed.reason)
+        #expect(reason.message.hasPrefix("gave up on \(endpoint) after 3 reconnect attempts: "), "\(reason.message)")
+        let seen = await watcher.seen
+        #expect(seen.map(\.phase) == [
+            .connected, .reconnecting, .connecting, .connected, .reconnecting, .connecting, .connected,
+            .reconnecting, .connecting, .connected, .failed,
+        ])
+        #expect(seen.compactMap(\.attempt) == [1, 2, 3])
+        #expect(await connection.metrics.reconnectAttempts == 3)
+        #expect(await connection.metrics.connects == 4)
+        // Given up: nothing knocks on the listener any more.
+        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(500)) }
+    }
+
+    @Test("a peer that accepts and closes at once, silently: the attempts add up the same way")
+    func silentCloseSpendsTheBudget() async throws {
+        let (listener, endpoint) = try RawSocket.listen()
+        let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .milliseconds(10), attempts: 2) {
+            $0.heartbeat = .every(.seconds(5))
+        })
+        let watcher = StateWatcher(connection)
+        try await acceptAndFail(listener, count: 3, answer: [])
+        let failed = try await watcher.next(.failed)
+        #expect(failed.reason?.message.hasPrefix("gave up on \(endpoint) after 2 reconnect attempts: ") == true, "\(String(describing: failed.reason))")
+        #expect(await watcher.seen.compactMap(\.attempt) == [1, 2])
+        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(500)) }
+    }
+
+    @Test("a connection that answered a heartbeat was healthy: losing it starts again from attempt 1")
+    func healthyConnectionResetsTheBudget() async throws {
+        let (listener, endpoint) = try RawSocket.listen()
+        let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .milliseconds(10), attempts: 2) {
+            $0.heartbeat = .every(.seconds(30))
+        })
+        let watcher = StateWatcher(connection)
+        for round in 1...4 {
+            // A Tether peer: it acks the connection's first heartbeat, then the connection breaks.
+            let peer = try await listener.accept()
+            let heartbeat = try #require(try await peer.readFrame())
+            #expect(heartbeat.type == 0x1)
+            // Connected on this socket: no other connect can be under way.
+            #expect(await connection.metrics.connects == round)
+            try peer.write(seedBytes(type: heartbeat.type, serial: heartbeat.serial))
+            peer.close()
+            let lost = try await watcher.next(.reconnecting)
+            #expect(lost.attempt == 1, "round \(round): \(lost)")
+        }
+        #expect(await connection.currentState.phase != .failed)
+        await connection.close()
+    }
+
+    @Test("a connection that never proved healthy moves on to the next alternate endpoint, as a refused attempt does")
+    func unhealthyMovesOn() async throws {
+        let (listener, httpPeer) = try RawSocket.listen()
+        try await withServer(handlers: echoHandlers) { _, endpoint in
+            let connection = try await Connection.connect(to: httpPeer, configuration: reconnecting {
+                $0.alternateEndpoints = [endpoint]
+            })
+            let watcher = StateWatcher(connection)
+            try await acceptAndFail(listener, count: 1)
+            try await watcher.next(.reconnecting)
+            try await watcher.next(.connected)
+            #expect(await connection.currentEndpoint == endpoint)
+            #expect(try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: eventBound).json == ["echo": ["n": 1]])
+            await connection.close()
+        }
+    }
+}
