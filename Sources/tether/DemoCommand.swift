@@ -339,6 +339,8 @@ struct DemoCommand: Command {
             await connection.close()
 
             configuration.tls = .client(trustRoots: .file(certificate.chain), serverName: "chat.example.com")
+            // Shown failing at once: by default a first connect retries by the reconnect policy.
+            configuration.reconnect.appliesToFirstConnect = false
             do {
                 let wrong = try await Connection.connect(to: endpoint, configuration: configuration)
                 await wrong.close()

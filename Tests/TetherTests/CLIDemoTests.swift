@@ -1,0 +1,22 @@
+import Testing
+@testable import Tether
+
+/// `tether demo`, the README's first command, run as a user runs it.
+@Suite("tether demo", .timeLimit(.minutes(1)))
+struct CLIDemoTests {
+    @Test("tether demo runs every step and exits 0")
+    func demo() async throws {
+        let path = try #require(CLIProfileTests.executable, "no tether executable beside the test bundle: `swift build` makes it")
+        let demo = try ChildProcess(path, ["demo"])
+        defer { demo.kill() }
+        // The demo bounds each of its steps itself (10 s); this only stops a hung process.
+        let status = try await demo.waitForExit(within: .seconds(50))
+        let output = demo.outputText
+        #expect(status == 0, "\(output)")
+        for step in 1...10 {
+            #expect(output.contains("\n\(step). "), "step \(step) missing: \(output)")
+        }
+        #expect(output.contains("a client expecting chat.example.com refuses it: "), "\(output)")
+        #expect(output.contains("server stopped; demo finished in "), "\(output)")
+    }
+}
