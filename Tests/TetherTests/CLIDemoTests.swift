@@ -6,8 +6,7 @@ import Testing
 struct CLIDemoTests {
     @Test("tether demo runs every step and exits 0")
     func demo() async throws {
-        let path = try #require(CLIProfileTests.executable, "no tether executable beside the test bundle: `swift build` makes it")
-        let demo = try ChildProcess(path, ["demo"])
+        let demo = try tether(["demo"])
         defer { demo.kill() }
         // The demo bounds each of its steps itself (10 s); this only stops a hung process.
         let status = try await demo.waitForExit(within: .seconds(50))

@@ -6,22 +6,13 @@ import Testing
 /// against a real HTTP server on 127.0.0.1.
 @Suite("tether --http-get", .serialized, .timeLimit(.minutes(1)))
 struct CLIHTTPTests {
-    private func tether(_ arguments: [String]) throws -> ChildProcess {
-        let path = try #require(CLIProfileTests.executable, "no tether executable beside the test bundle: `swift build` makes it")
-        return try ChildProcess(path, arguments)
-    }
-
     @Test("a GET through `tether serve`: body on stdout, status on stderr, each exchange logged; other hosts refused")
     func getThroughServe() async throws {
         let upstream = try TestHTTPServer()
         defer { upstream.stop() }
-        let server = try tether(["serve", "--port", "0", "--http-allow", upstream.hostAndPort])
+        let (server, endpoint) = try await tetherServe(["--http-allow", upstream.hostAndPort])
         defer { server.kill() }
-        let port = try await server.waitForOutput("the listening line", within: eventBound) { (output: [UInt8]) -> Int? in
-            let text = String(decoding: output, as: UTF8.self)
-            guard let start = text.range(of: "listening on 127.0.0.1:"), let end = text[start.upperBound...].firstIndex(of: "\n") else { return nil }
-            return Int(text[start.upperBound..<end])
-        }
+        let port = endpoint.port
 
         let ok = try tether(["request", "127.0.0.1:\(port)", "--http-get", upstream.url("/status/200"), "--header", "X-Trace: 42"])
         defer { ok.kill() }

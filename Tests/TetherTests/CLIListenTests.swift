@@ -7,11 +7,6 @@ import Testing
 /// hundred bytes. Both run as child processes.
 @Suite("tether listen", .serialized, .timeLimit(.minutes(1)))
 struct CLIListenTests {
-    private func tether(_ arguments: [String]) throws -> ChildProcess {
-        let path = try #require(CLIProfileTests.executable, "no tether executable beside the test bundle: `swift build` makes it")
-        return try ChildProcess(path, arguments)
-    }
-
     @Test("--max-attempts 2 against an HTTP server that answers 400: 3 connects, then exit 1 with the reason")
     func maxAttemptsEnds() async throws {
         let (listener, endpoint) = try RawSocket.listen()
@@ -29,18 +24,13 @@ struct CLIListenTests {
 
     @Test("listen --client-id R --count 200 behind resets every 400 bytes prints serials 1…200, each once, in order, and nothing else")
     func sessionThroughResets() async throws {
-        let path = try #require(CLIProfileTests.executable, "no tether executable beside the test bundle: `swift build` makes it")
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let server = try ChildProcess(path, ["serve", "--port", "0", "--push-every", "0.005", "--store", directory.file("mailboxes.sqlite")])
+        let (server, endpoint) = try await tetherServe(["--push-every", "0.005", "--store", directory.file("mailboxes.sqlite")])
         defer { server.kill() }
-        let port = try await server.waitForOutput("the listening line", within: eventBound) { (output: [UInt8]) -> Int? in
-            let text = String(decoding: output, as: UTF8.self)
-            guard let start = text.range(of: "listening on 127.0.0.1:"), let end = text[start.upperBound...].firstIndex(of: "\n") else { return nil }
-            return Int(text[start.upperBound..<end])
-        }
+        let port = endpoint.port
         try await withFaultProxy(to: Endpoint(host: "127.0.0.1", port: port), mode: .cut(after: 400, reset: true)) { proxy in
-            let listener = try ChildProcess(path, [
+            let listener = try tether([
                 "listen", "127.0.0.1:\(proxy.endpoint.port)", "--client-id", "R", "--state", directory.file("R.state"),
                 "--count", "200", "--reconnect-delay", "0.005",
             ])

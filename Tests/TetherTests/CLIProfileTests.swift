@@ -15,12 +15,6 @@ struct CLIProfileTests {
         return type == .typeRegular && FileManager.default.isExecutableFile(atPath: path) ? path : nil
     }()
 
-    /// Starts `tether arguments`; its stdout and stderr are merged in its output.
-    private func tether(_ arguments: [String]) throws -> ChildProcess {
-        let path = try #require(Self.executable, "no tether executable beside the test bundle: `swift build` makes it")
-        return try ChildProcess(path, arguments)
-    }
-
     @Test("tether profiles describes every built-in profile")
     func listsProfiles() async throws {
         let profiles = try tether(["profiles"])
@@ -45,20 +39,11 @@ struct CLIProfileTests {
         let server = try tether(["serve", "--profile", "lines", "--port", "0"])
         defer { server.kill() }
         let port = try await server.waitForOutput("the listening line", within: eventBound) { output in
-            Self.port(in: String(decoding: output, as: UTF8.self), suffix: " (profile lines)\n")
+            listeningPort(in: String(decoding: output, as: UTF8.self), suffix: " (profile lines)\n")
         }
         let request = try tether(["request", "127.0.0.1:\(port)", "--profile", "lines", "--text", "hi"])
         defer { request.kill() }
         #expect(try await request.waitForExit(within: eventBound) == 0, "\(request.outputText)")
         #expect(request.outputText == "echo: hi\n")
-    }
-
-    /// The port on a complete `listening on 127.0.0.1:PORT<suffix>` line, once there is one.
-    private static func port(in output: String, suffix: String) -> Int? {
-        let prefix = "listening on 127.0.0.1:"
-        guard let start = output.range(of: prefix), let end = output.range(of: suffix, range: start.upperBound..<output.endIndex) else {
-            return nil
-        }
-        return Int(output[start.upperBound..<end.lowerBound])
     }
 }

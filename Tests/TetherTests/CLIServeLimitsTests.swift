@@ -4,11 +4,6 @@ import Testing
 /// `tether serve` and its limits on hostile peers, run as a child process.
 @Suite("tether serve limits", .serialized, .timeLimit(.minutes(1)))
 struct CLIServeLimitsTests {
-    private func tether(_ arguments: [String]) throws -> ChildProcess {
-        let path = try #require(CLIProfileTests.executable, "no tether executable beside the test bundle: `swift build` makes it")
-        return try ChildProcess(path, arguments)
-    }
-
     @Test("--help lists the request, handler and frame limits with their defaults")
     func help() async throws {
         let help = try tether(["serve", "--help"])
@@ -33,13 +28,9 @@ struct CLIServeLimitsTests {
 
     @Test("--frame-timeout closes a peer that stalls inside a frame, and the log says why")
     func frameTimeoutIsLogged() async throws {
-        let server = try tether(["serve", "--port", "0", "--frame-timeout", "0.2"])
+        let (server, endpoint) = try await tetherServe(["--frame-timeout", "0.2"])
         defer { server.kill() }
-        let port = try await server.waitForOutput("the listening line", within: eventBound) { output -> Int? in
-            let text = String(decoding: output, as: UTF8.self)
-            guard let start = text.range(of: "listening on 127.0.0.1:"), let end = text[start.upperBound...].firstIndex(of: "\n") else { return nil }
-            return Int(text[start.upperBound..<end])
-        }
+        let port = endpoint.port
         let loris = try RawSocket.connect(to: Endpoint(host: "127.0.0.1", port: port))
         let local = try Syscall.localAddress(loris.fd).port
         try loris.write(seedBytes(type: 0x1, serial: 1))

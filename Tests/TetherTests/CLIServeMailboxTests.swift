@@ -6,23 +6,6 @@ import Testing
 /// as a child process the way a user runs it.
 @Suite("tether serve: token and mailbox bounds", .serialized, .timeLimit(.minutes(1)))
 struct CLIServeMailboxTests {
-    /// Starts `tether arguments`; its stdout and stderr are merged in its output.
-    private func tether(_ arguments: [String]) throws -> ChildProcess {
-        let path = try #require(CLIProfileTests.executable, "no tether executable beside the test bundle: `swift build` makes it")
-        return try ChildProcess(path, arguments)
-    }
-
-    /// Starts `tether serve` on a free port and returns it with its endpoint.
-    private func serve(_ options: [String]) async throws -> (ChildProcess, Endpoint) {
-        let server = try tether(["serve", "--port", "0"] + options)
-        let port = try await server.waitForOutput("the listening line", within: eventBound) { output -> Int? in
-            let text = String(decoding: output, as: UTF8.self)
-            guard let start = text.range(of: "listening on 127.0.0.1:"), let end = text[start.upperBound...].firstIndex(of: "\n") else { return nil }
-            return Int(text[start.upperBound..<end])
-        }
-        return (server, Endpoint(host: "127.0.0.1", port: port))
-    }
-
     private func hello(_ clientID: String, token: String?, to endpoint: Endpoint) async throws -> Frame? {
         let raw = try RawSocket.connect(to: endpoint)
         defer { raw.close() }
@@ -51,7 +34,7 @@ struct CLIServeMailboxTests {
 
     @Test("with --token a hello without it or with another is rejected for good and logged; with it, welcomed")
     func token() async throws {
-        let (server, endpoint) = try await serve(["--token", "s3cret"])
+        let (server, endpoint) = try await tetherServe(["--token", "s3cret"])
         defer { server.kill() }
         let refusal = "client id mallory was rejected: this server requires a token (tether listen --token)"
         #expect(try await hello("mallory", token: nil, to: endpoint)?.payload == SessionWire.encode(SessionWire.Refusal(error: refusal, rejected: true)))
@@ -63,7 +46,7 @@ struct CLIServeMailboxTests {
 
     @Test("past --max-mailboxes a new client's hello is refused for now, saying why")
     func maxMailboxes() async throws {
-        let (server, endpoint) = try await serve(["--max-mailboxes", "1"])
+        let (server, endpoint) = try await tetherServe(["--max-mailboxes", "1"])
         defer { server.kill() }
         #expect(try await hello("alice", token: nil, to: endpoint)?.payload == SessionWire.encode(SessionWire.Welcome(accepted: true, clientID: "alice", lastSequence: 0, resumeAfter: 0)))
         let refusal = "the mailbox store holds its maximum of 1 mailbox: none for new client \"bob\" until idle ones expire"
