@@ -32,6 +32,9 @@ struct ServeCommand: Command {
           0x1    heartbeats are acked with the same serial
           other  answered with {"error": "unknown type 0x…"}
 
+        Content that starts like a JSON array or object but is not JSON, or nests deeper
+        than 512 levels, is answered with {"error": "…"} saying what and at which byte.
+
         It speaks the seed profile unless --profile names another (`tether profiles`).
         seed-extended and compact have the same types and handlers. marker and lines have
         one request type, 0x401, and neither heartbeats nor pushes:

@@ -246,4 +246,25 @@ struct JSONTests {
             await connection.close()
         }
     }
+
+    @Test("tether serve echoes a 511-deep request exactly and answers a 513-deep or malformed one with the error", .timeLimit(.minutes(1)))
+    func serveEcho() async throws {
+        let (server, endpoint) = try await tetherServe([])
+        defer { server.kill() }
+        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+        let deep = String(repeating: "[", count: 511) + String(repeating: "]", count: 511)
+        let echoed = try await connection.request(Request(type: 0x402, payload: Array(deep.utf8)))
+        #expect(try echoed.decode(JSONValue.self)["echo"]?.encoded == Array(deep.utf8))
+
+        let tooDeep = String(repeating: "[", count: 513) + String(repeating: "]", count: 513)
+        let refused = try await connection.request(Request(type: 0x402, payload: Array(tooDeep.utf8)))
+        #expect(refused.errorMessage == "content is not valid JSON: JSON nested deeper than 512 levels at byte 512")
+
+        let malformed = try await connection.request(Request(type: 0x402, payload: Array(#"{"a": [1,]}"#.utf8)))
+        #expect(malformed.errorMessage == "content is not valid JSON: expected a value, found ']' at byte 9")
+
+        let text = try await connection.request(Request(type: 0x402, payload: Array("plain words".utf8)))
+        #expect(text.json == ["echo": "plain words"])
+        await connection.close()
+    }
 }
