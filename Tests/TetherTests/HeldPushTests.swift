@@ -109,6 +109,8 @@ struct HeldPushTests {
                 try await server.push(Frame(type: 0x21, serial: 0, payload: Array("6".utf8)), toClient: "ann")
                 try await until("the six pushes to arrive", connection) { $0.notificationsReceived == 6 }
                 #expect(await connection.notificationFeed.heldCountForTesting == 3)
+                #expect(await connection.metrics.heldNotifications == 3)
+                #expect(await connection.metrics.notificationsTurnedAway == 3)
                 #expect(await connection.lastSequence == 0)
 
                 let late = connection.notifications(ofType: 0x20)
@@ -122,6 +124,7 @@ struct HeldPushTests {
                 try await awaitAcknowledged(6, by: "ann", in: store)
                 #expect(await connection.lastSequence == 6)
                 #expect(await connection.metrics.duplicateNotifications == 0)
+                #expect(await connection.metrics.heldNotifications == 0)
                 await connection.close()
             }
         }

@@ -106,6 +106,7 @@ extension Connection {
             counters.duplicateNotifications += 1
             return
         case .turnedAway:
+            counters.notificationsTurnedAway += 1
             return
         case .deliver(let next), .deliverAfterGap(let next, _):
             sequence = next
@@ -114,7 +115,9 @@ extension Connection {
         switch notificationFeed.publishUntilTaken(frame) {
         case .taken: outcome = .taken
         case .held: outcome = .held
-        case .refused: outcome = .refused
+        case .refused:
+            outcome = .refused
+            counters.notificationsTurnedAway += 1
         }
         state.record(sequence, outcome)
         session = state

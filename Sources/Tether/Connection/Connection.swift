@@ -664,6 +664,7 @@ public actor Connection {
         metrics.inFlightRequests = table.inFlightCount
         metrics.queuedRequests = table.queuedCount + sendQueue.count
         metrics.droppedElements = frameFeed.droppedCount + notificationFeed.droppedCount + heartbeatFeed.droppedCount
+        metrics.heldNotifications = session?.held.count ?? 0
         return metrics
     }
 

@@ -145,6 +145,14 @@ public struct ConnectionMetrics: Sendable, Hashable {
     /// Sequenced notifications dropped because they had been delivered before (a session's
     /// replay overlapping what arrived before a disconnect).
     public var duplicateNotifications = 0
+    /// Sequenced notifications held now, with a session, for a subscriber whose filter takes
+    /// them: none has yet, so they are neither counted as delivered nor acknowledged.
+    public var heldNotifications = 0
+    /// Sequenced notifications turned away, with a session, because
+    /// ``SessionConfiguration/maximumHeldPushes`` were held: neither delivered nor
+    /// acknowledged, they stay in the server's mailbox and the next connection's replay
+    /// sends them again.
+    public var notificationsTurnedAway = 0
     /// Elements dropped because a subscriber's buffer was full (a slow consumer).
     public var droppedElements = 0
     /// Heartbeats that got no ack in time.

@@ -21,6 +21,7 @@ struct ConnectionMetricsExporter {
             (\.lateResponses, Counter(label: "tether_client_late_responses", dimensions: dimensions)),
             (\.notificationsReceived, Counter(label: "tether_client_pushes", dimensions: dimensions)),
             (\.droppedElements, Counter(label: "tether_client_dropped_elements", dimensions: dimensions)),
+            (\.notificationsTurnedAway, Counter(label: "tether_client_pushes_turned_away", dimensions: dimensions)),
             (\.reconnectAttempts, Counter(label: "tether_client_reconnect_attempts", dimensions: dimensions)),
         ]
         inFlight = Gauge(label: "tether_client_requests_in_flight", dimensions: dimensions)
@@ -61,6 +62,8 @@ struct ServerMetricsExporter {
         (\.rejectedConnections, Counter(label: "tether_server_connections_rejected")),
         (\.idleTimeouts, Counter(label: "tether_server_idle_timeouts")),
         (\.handshakeTimeouts, Counter(label: "tether_server_handshake_timeouts")),
+        (\.frameTimeouts, Counter(label: "tether_server_frame_timeouts")),
+        (\.readPauses, Counter(label: "tether_server_read_pauses")),
         (\.bytesIn, Counter(label: "tether_server_bytes_in")),
         (\.bytesOut, Counter(label: "tether_server_bytes_out")),
         (\.requestsHandled, Counter(label: "tether_server_requests_handled")),
