@@ -127,18 +127,25 @@ struct ReconnectTests {
         let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .seconds(1)))
         let watcher = StateWatcher(connection)
         let peer = try await listener.accept()
-        peer.close()
-        try await watcher.next(.reconnecting)
-        let queued = Task { try await connection.request(Request(type: 0x402), timeout: .seconds(10)) }
-        try await until("the request to queue", connection) { $0.queuedRequests == 1 }
-        await connection.close()
+        // From the loss to close() everything runs on the connection's loop, in the turns
+        // right after the loss: a busy machine delays the test's tasks, not the order of
+        // events on the loop, so close() comes while the 1 s backoff is still pending.
+        let observed = try await bounded("the loss, a queued request and close()") {
+            await connection.closeDuringBackoff(afterClosing: peer, queueing: Request(type: 0x402))
+        }
+        let seen = try #require(observed)
+        #expect(seen.backoffPendingAtClose, "the backoff ended before close()")
         let closed = try await watcher.next(.closed)
         #expect(closed.reason?.code == .connectionClosed)
-        let error = await #expect(throws: TetherError.self) { try await queued.value }
+        let error = #expect(throws: TetherError.self) { try seen.queued.get() }
         #expect(error?.code == .connectionClosed)
+        // Checked on the loop once the backoff's own timer would have fired.
+        #expect(seen.afterBackoff.phase == .closed)
+        #expect(seen.afterBackoff.reconnectAttempts == 0)
+        #expect(!seen.afterBackoff.connecting)
         #expect(await connection.metrics.reconnectAttempts == 0)
-        // Past the backoff, nothing knocks on the listener.
-        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(1300)) }
+        // Nothing knocks on the listener either.
+        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(300)) }
     }
 
     @Test("when every allowed attempt fails the connection ends failed, with the last error and each step observable")
@@ -365,5 +372,48 @@ struct ReconnectTests {
         await connection.close()
         stalled.close()
         again.close()
+    }
+}
+
+/// What ``Connection/closeDuringBackoff(afterClosing:queueing:)`` saw on the loop.
+private struct BackoffClose: Sendable {
+    /// Whether, when close() was called, the backoff timer had not fired and no attempt had begun.
+    var backoffPendingAtClose: Bool
+    /// How the request queued during the backoff ended.
+    var queued: Result<Response, any Error>
+    /// The connection just after the backoff's deadline.
+    var afterBackoff: (phase: ConnectionState.Phase, reconnectAttempts: Int, connecting: Bool)
+}
+
+extension Connection {
+    /// Closes `peer` and, on the loop: waits for the loss, queues `request` once the backoff
+    /// is pending, calls close() as soon as the request is queued, and looks at the connection
+    /// again after the callbacks of every timer due by the backoff's deadline.
+    ///
+    /// - Returns: What it saw; `nil` when cancelled first or the loss set no backoff.
+    fileprivate func closeDuringBackoff(afterClosing peer: RawSocket, queueing request: Request) async -> BackoffClose? {
+        peer.close()
+        while state.phase != .reconnecting {
+            if Task.isCancelled { return nil }
+            await Task.yield()
+        }
+        guard let backoff = backoffTimer else { return nil }
+        let deadline = backoff.deadline
+        let queued = Task { try await self.request(request, timeout: .seconds(10)) }
+        while table.queuedCount == 0 {
+            if Task.isCancelled { return nil }
+            await Task.yield()
+        }
+        let pending = backoffTimer === backoff && connectTask == nil && counters.reconnectAttempts == 0
+        close()
+        let outcome = await queued.result
+        let after = await valueAfterTimers(dueBefore: deadline &+ 1) {
+            ($0.state.phase, $0.counters.reconnectAttempts, $0.connectTask != nil)
+        }
+        return BackoffClose(
+            backoffPendingAtClose: pending,
+            queued: outcome,
+            afterBackoff: (after.0, after.1, after.2)
+        )
     }
 }
