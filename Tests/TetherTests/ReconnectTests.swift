@@ -349,22 +349,39 @@ struct ReconnectTests {
     @Test("a stalled peer is detected within interval × (misses + 1), then the client reconnects")
     func stallDetected() async throws {
         let (listener, endpoint) = try RawSocket.listen()
-        let clock = ContinuousClock()
-        let start = clock.now
-        let connection = try await Connection.connect(to: endpoint, configuration: reconnecting {
+        let connection = Connection(to: endpoint, configuration: reconnecting {
             $0.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(100), maximumMissed: 2)
         })
         let watcher = StateWatcher(connection)
+        // Subscribed before connecting, and followed on the connection's loop: each event is
+        // seen in the loop turn that made it, with the loop's clock and heartbeat state.
+        let heartbeats = connection.heartbeats
+        let following = Task {
+            try await bounded("two missed heartbeats") { await connection.followHeartbeats(heartbeats, untilMissed: 2) }
+        }
+        try await connection.connect()
         let stalled = try await listener.accept()
         let lost = try await watcher.next(.reconnecting)
-        let detected = clock.now - start
         #expect(lost.reason?.code == .heartbeatTimeout)
         #expect(lost.reason?.message == "no heartbeat ack from \(endpoint.host):\(endpoint.port) for 2 heartbeats in a row (100 ms each)")
-        // Heartbeats go out at 0 and 200 ms; the second miss is at 300 ms, inside the 600 ms
-        // bound. The upper check only tells a heartbeat miss from some other, much later
-        // cause (the 10 s defaults): a loaded machine can add a second of scheduling delay.
-        #expect(detected >= .milliseconds(300))
-        #expect(detected < .seconds(3), "detected after \(detected)")
+        let trace = try await following.value
+        #expect(trace.events == [
+            Heartbeat(serial: 1, outcome: .sent), Heartbeat(serial: 1, outcome: .missed),
+            Heartbeat(serial: 2, outcome: .sent), Heartbeat(serial: 2, outcome: .missed),
+        ])
+        // Never early, on the loop's clock: the second heartbeat an interval after the first,
+        // each miss a timeout after its heartbeat went out.
+        let sent = try #require(trace.sentAt.count == 2 ? trace.sentAt : nil, "send times: \(trace.sentAt)")
+        #expect(sent[1] - sent[0] >= MonotonicTime.nanoseconds(of: .milliseconds(200)))
+        #expect(trace.missedAt.count == 2)
+        for (miss, send) in zip(trace.missedAt, sent) {
+            #expect(miss - send >= MonotonicTime.nanoseconds(of: .milliseconds(100)))
+        }
+        // Never late, by the loop's order of timers (a busy machine delays them all alike):
+        // by a timer just after an interval from the first heartbeat the second had gone out,
+        // and by one just after a timeout from the second the connection had been given up.
+        #expect(trace.secondSentByInterval)
+        #expect(trace.lostByTimeout)
         let again = try await listener.accept()
         try await watcher.next(.connected)
         // The new connection's first heartbeat goes unanswered too, so this can grow meanwhile.
@@ -415,5 +432,66 @@ extension Connection {
             queued: outcome,
             afterBackoff: (after.0, after.1, after.2)
         )
+    }
+}
+
+/// What ``Connection/followHeartbeats(_:untilMissed:)`` saw on the loop.
+private struct HeartbeatTrace: Sendable {
+    /// The heartbeat events, in order.
+    var events: [Heartbeat] = []
+    /// When each heartbeat went out, by the heartbeat state (``MonotonicTime``).
+    var sentAt: [UInt64] = []
+    /// When each miss was reported (``MonotonicTime``).
+    var missedAt: [UInt64] = []
+    /// Whether a loop timer due just after an interval from the first heartbeat found the
+    /// second sent (or the connection already given up).
+    var secondSentByInterval = false
+    /// Whether a loop timer due just after a timeout from the second heartbeat found the
+    /// connection given up.
+    var lostByTimeout = false
+}
+
+extension Connection {
+    /// Follows `heartbeats` on the loop until `misses` were reported. The events of a turn
+    /// reach this in the same turn, before the next timer can fire, so the heartbeat state
+    /// read here is the one that produced the event.
+    ///
+    /// - Returns: What it saw; empty when the sequence ended first.
+    fileprivate func followHeartbeats(_ heartbeats: Subscription<Heartbeat>, untilMissed misses: Int) async -> HeartbeatTrace {
+        let interval = MonotonicTime.nanoseconds(of: configuration.heartbeat.interval)
+        let timeout = configuration.heartbeat.timeout
+        var trace = HeartbeatTrace()
+        var checks: [Task<Bool, Never>] = []
+        var iterator = heartbeats.makeAsyncIterator()
+        while trace.missedAt.count < misses, let event = await iterator.next(isolation: self) {
+            trace.events.append(event)
+            switch event.outcome {
+            case .sent:
+                guard let outstanding = heartbeatMachine?.outstanding, outstanding.serial == event.serial else { continue }
+                trace.sentAt.append(outstanding.sentAt)
+                if trace.sentAt.count == 1 {
+                    checks.append(Task {
+                        await self.valueAfterTimers(dueBefore: outstanding.sentAt &+ interval &+ 1) {
+                            ($0.heartbeatMachine?.nextSerial ?? 0) > 2 || $0.state.phase != .connected
+                        }
+                    })
+                } else if trace.sentAt.count == 2 {
+                    checks.append(Task {
+                        await self.valueAfterTimers(dueBefore: justAfter(timeout, from: outstanding.sentAt)) {
+                            $0.state.phase != .connected && $0.state.reason?.code == .heartbeatTimeout
+                        }
+                    })
+                }
+            case .missed:
+                trace.missedAt.append(MonotonicTime.now())
+            default:
+                break
+            }
+        }
+        var outcomes: [Bool] = []
+        for check in checks { outcomes.append(await check.value) }
+        trace.secondSentByInterval = outcomes.first ?? false
+        trace.lostByTimeout = outcomes.dropFirst().first ?? false
+        return trace
     }
 }
