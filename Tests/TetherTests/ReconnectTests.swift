@@ -353,35 +353,35 @@ struct ReconnectTests {
             $0.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(100), maximumMissed: 2)
         })
         let watcher = StateWatcher(connection)
-        // Subscribed before connecting, and followed on the connection's loop: each event is
-        // seen in the loop turn that made it, with the loop's clock and heartbeat state.
         let heartbeats = connection.heartbeats
-        let following = Task {
-            try await bounded("two missed heartbeats") { await connection.followHeartbeats(heartbeats, untilMissed: 2) }
-        }
-        try await connection.connect()
+        let trace = Lock(HeartbeatTrace())
+        try await connection.connectFollowingHeartbeats(into: trace)
         let stalled = try await listener.accept()
         let lost = try await watcher.next(.reconnecting)
         #expect(lost.reason?.code == .heartbeatTimeout)
         #expect(lost.reason?.message == "no heartbeat ack from \(endpoint.host):\(endpoint.port) for 2 heartbeats in a row (100 ms each)")
-        let trace = try await following.value
-        #expect(trace.events == [
+        #expect(try await collect(4, from: heartbeats, "four heartbeat events") == [
             Heartbeat(serial: 1, outcome: .sent), Heartbeat(serial: 1, outcome: .missed),
             Heartbeat(serial: 2, outcome: .sent), Heartbeat(serial: 2, outcome: .missed),
         ])
+        try await bounded("the checks on the connection's loop") {
+            while trace.withLock({ $0.lostByTimeout }) == nil { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        let seen = trace.withLock { $0 }
         // Never early, on the loop's clock: the second heartbeat an interval after the first,
         // each miss a timeout after its heartbeat went out.
-        let sent = try #require(trace.sentAt.count == 2 ? trace.sentAt : nil, "send times: \(trace.sentAt)")
-        #expect(sent[1] - sent[0] >= MonotonicTime.nanoseconds(of: .milliseconds(200)))
-        #expect(trace.missedAt.count == 2)
-        for (miss, send) in zip(trace.missedAt, sent) {
-            #expect(miss - send >= MonotonicTime.nanoseconds(of: .milliseconds(100)))
-        }
+        let first = try #require(seen.sentAt[1], "\(seen)")
+        let second = try #require(seen.sentAt[2], "\(seen)")
+        #expect(second - first >= MonotonicTime.nanoseconds(of: .milliseconds(200)))
+        let firstMiss = try #require(seen.missedAt[1], "\(seen)")
+        let secondMiss = try #require(seen.missedAt[2], "\(seen)")
+        #expect(firstMiss - first >= MonotonicTime.nanoseconds(of: .milliseconds(100)))
+        #expect(secondMiss - second >= MonotonicTime.nanoseconds(of: .milliseconds(100)))
         // Never late, by the loop's order of timers (a busy machine delays them all alike):
         // by a timer just after an interval from the first heartbeat the second had gone out,
         // and by one just after a timeout from the second the connection had been given up.
-        #expect(trace.secondSentByInterval)
-        #expect(trace.lostByTimeout)
+        #expect(seen.secondSentByInterval == true)
+        #expect(seen.lostByTimeout == true)
         let again = try await listener.accept()
         try await watcher.next(.connected)
         // The new connection's first heartbeat goes unanswered too, so this can grow meanwhile.
@@ -435,63 +435,76 @@ extension Connection {
     }
 }
 
-/// What ``Connection/followHeartbeats(_:untilMissed:)`` saw on the loop.
+/// What ``Connection/connectFollowingHeartbeats(into:)`` saw on the loop.
 private struct HeartbeatTrace: Sendable {
-    /// The heartbeat events, in order.
-    var events: [Heartbeat] = []
-    /// When each heartbeat went out, by the heartbeat state (``MonotonicTime``).
-    var sentAt: [UInt64] = []
-    /// When each miss was reported (``MonotonicTime``).
-    var missedAt: [UInt64] = []
+    /// When each heartbeat went out, by serial, from the heartbeat state (``MonotonicTime``).
+    var sentAt: [UInt32: UInt64] = [:]
+    /// When the timer that counted each miss fired, by the count (``MonotonicTime``).
+    var missedAt: [Int: UInt64] = [:]
     /// Whether a loop timer due just after an interval from the first heartbeat found the
     /// second sent (or the connection already given up).
-    var secondSentByInterval = false
+    var secondSentByInterval: Bool?
     /// Whether a loop timer due just after a timeout from the second heartbeat found the
-    /// connection given up.
-    var lostByTimeout = false
+    /// connection given up for heartbeatTimeout.
+    var lostByTimeout: Bool?
 }
 
 extension Connection {
-    /// Follows `heartbeats` on the loop until `misses` were reported. The events of a turn
-    /// reach this in the same turn, before the next timer can fire, so the heartbeat state
-    /// read here is the one that produced the event.
+    /// Connects, following each heartbeat timer on the loop: every time one fires, what it
+    /// did is read at once, before the loop fires anything else, and the next one is
+    /// followed in turn.
     ///
-    /// - Returns: What it saw; empty when the sequence ended first.
-    fileprivate func followHeartbeats(_ heartbeats: Subscription<Heartbeat>, untilMissed misses: Int) async -> HeartbeatTrace {
-        let interval = MonotonicTime.nanoseconds(of: configuration.heartbeat.interval)
-        let timeout = configuration.heartbeat.timeout
-        var trace = HeartbeatTrace()
-        var checks: [Task<Bool, Never>] = []
-        var iterator = heartbeats.makeAsyncIterator()
-        while trace.missedAt.count < misses, let event = await iterator.next(isolation: self) {
-            trace.events.append(event)
-            switch event.outcome {
-            case .sent:
-                guard let outstanding = heartbeatMachine?.outstanding, outstanding.serial == event.serial else { continue }
-                trace.sentAt.append(outstanding.sentAt)
-                if trace.sentAt.count == 1 {
-                    checks.append(Task {
-                        await self.valueAfterTimers(dueBefore: outstanding.sentAt &+ interval &+ 1) {
-                            ($0.heartbeatMachine?.nextSerial ?? 0) > 2 || $0.state.phase != .connected
-                        }
-                    })
-                } else if trace.sentAt.count == 2 {
-                    checks.append(Task {
-                        await self.valueAfterTimers(dueBefore: justAfter(timeout, from: outstanding.sentAt)) {
-                            $0.state.phase != .connected && $0.state.reason?.code == .heartbeatTimeout
-                        }
-                    })
+    /// The first timer is caught by a closure queued on the loop before the connect, which
+    /// queues itself again, on the loop, until the timer is set: it is followed from the
+    /// loop turn that set it, long before it is due, however late the test's tasks run.
+    ///
+    /// - Parameter trace: Where what was seen goes.
+    fileprivate func connectFollowingHeartbeats(into trace: Lock<HeartbeatTrace>) async throws {
+        waitForHeartbeatTimer(into: trace)
+        try await connect()
+    }
+
+    private nonisolated func waitForHeartbeatTimer(into trace: Lock<HeartbeatTrace>) {
+        loop.execute { [self] in
+            assumeIsolated { connection in
+                if connection.heartbeatTimer != nil {
+                    connection.recordHeartbeats(into: trace)
+                } else if !connection.state.isFinal {
+                    connection.waitForHeartbeatTimer(into: trace)
                 }
-            case .missed:
-                trace.missedAt.append(MonotonicTime.now())
-            default:
-                break
             }
         }
-        var outcomes: [Bool] = []
-        for check in checks { outcomes.append(await check.value) }
-        trace.secondSentByInterval = outcomes.first ?? false
-        trace.lostByTimeout = outcomes.dropFirst().first ?? false
-        return trace
+    }
+
+    private func recordHeartbeats(into trace: Lock<HeartbeatTrace>) {
+        let now = MonotonicTime.now()
+        let misses = counters.heartbeatsMissed
+        let interval = configuration.heartbeat.interval
+        let timeout = configuration.heartbeat.timeout
+        var checks: [(UInt64, @Sendable (isolated Connection) -> Void)] = []
+        trace.withLock { seen in
+            if misses > 0, seen.missedAt[misses] == nil { seen.missedAt[misses] = now }
+            guard let machine = heartbeatMachine, let last = machine.lastSentAt else { return }
+            let serial = machine.nextSerial &- 1
+            guard seen.sentAt[serial] == nil else { return }
+            seen.sentAt[serial] = last
+            if serial == 1 {
+                checks.append((justAfter(interval, from: last), { connection in
+                    let sent = (connection.heartbeatMachine?.nextSerial ?? 0) > 2 || connection.state.phase != .connected
+                    trace.withLock { $0.secondSentByInterval = sent }
+                }))
+            } else if serial == 2 {
+                checks.append((justAfter(timeout, from: last), { connection in
+                    let lost = connection.state.phase != .connected && connection.state.reason?.code == .heartbeatTimeout
+                    trace.withLock { $0.lostByTimeout = lost }
+                }))
+            }
+        }
+        for (deadline, check) in checks { afterTimers(dueBefore: deadline, check) }
+        guard let timer = heartbeatTimer, case .closure(let tick) = timer.action else { return }
+        timer.action = .closure { [self] in
+            tick()
+            assumeIsolated { $0.recordHeartbeats(into: trace) }
+        }
     }
 }
