@@ -335,6 +335,9 @@ struct RequestsAndTimeoutsSnippets {
             var configuration = ConnectionConfiguration.localTesting
             configuration.limits.maximumInFlightRequests = 1
             configuration.limits.maximumQueuedRequests = 1
+            // The held requests end when the gate opens, not by a timeout of their own: one
+            // running out while a busy machine delays the test's steps is not what is shown.
+            configuration.requestTimeout = nil
             try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
                 let first = Task { try await connection.request(Request(type: 0x404)) }
                 _ = try await firstElement(of: gate.arrivals)
