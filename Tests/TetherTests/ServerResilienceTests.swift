@@ -103,6 +103,50 @@ struct ServerResilienceTests {
         }
     }
 
+    @Test("bytes first read by a late idle check count as activity: the peer is not closed for idleness")
+    func idleCheckReadsLateBytes() async throws {
+        let timeout: Duration = .milliseconds(300)
+        let idle = MonotonicTime.nanoseconds(of: timeout)
+        let client = Lock<RawSocket?>(nil)
+        let written = Lock<Bool>(false)
+        try await withServer(configure: {
+            $0.idleTimeout = timeout
+            $0.handshakeTimeout = nil
+        }, handlers: { server in
+            // Runs on the peer's loop in the turn that read the first frame, which is after
+            // the idle check was armed.
+            server.handle(type: 0x402) { request, peer in
+                guard request.serial == 1 else { return Response() }
+                let read = MonotonicTime.now()
+                // The client's second frame is written by a timer due before the idle check;
+                // then the loop is held until both are due, as a busy machine can hold it, so
+                // they fire in one turn whose wait saw no bytes: the check reads them itself.
+                _ = peer.loop.schedule(at: read &+ idle / 2) {
+                    try? client.withLock { $0 }?.write(seedBytes(type: 0x402, serial: 2))
+                    written.withLock { $0 = true }
+                }
+                peer.loop.execute {
+                    while MonotonicTime.now() < read &+ idle &+ idle / 10 {}
+                }
+                return Response()
+            }
+        }) { server, endpoint in
+            let events = server.events
+            let socket = try RawSocket.connect(to: endpoint)
+            client.withLock { $0 = socket }
+            try socket.write(seedBytes(type: 0x402, serial: 1))
+            #expect(try await socket.readFrame()?.serial == 1)
+            // Sent within the timeout of the close, so not idle: it is read and answered.
+            #expect(try await socket.readFrame()?.serial == 2)
+            #expect(written.withLock { $0 })
+            // Then idle for real.
+            #expect(try await socket.waitForClose(timeout: eventBound))
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            #expect(gone.first?.reason?.code == .idleTimeout)
+            #expect(await server.metrics().framesIn == 2)
+        }
+    }
+
     @Test("heartbeats keep a peer alive across several idle timeouts")
     func idleResetByTraffic() async throws {
         // An idle timeout of 8 heartbeat intervals: wide enough for a loaded machine (the
