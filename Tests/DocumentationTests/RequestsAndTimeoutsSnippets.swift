@@ -243,11 +243,21 @@ struct RequestsAndTimeoutsSnippets {
 
     @Test("a request that times out says so, and its late answer is dropped and counted")
     func timeout() async throws {
-        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
+        let gate = RequestGate()
+        try await withLocalServer(handlers: { server in
+            // Answers once the request has timed out at the client, in place of the example's
+            // 250 ms: the answer is then late however a busy machine schedules the two.
+            server.handle(type: 0x404) { request, _ in
+                await gate.wait()
+                return Response(json: ["echo": request.json ?? .null])
+            }
+        }) { _, endpoint in
+            defer { gate.open() }
             try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
                 let frames = connection.frames
                 let printed = try await withPrintedLines { try await timeoutExample(connection: connection) }
                 #expect(printed == ["request 0x404 serial 1 timed out after 100 ms"])
+                gate.open()
                 #expect(await connection.currentState.phase == .connected)
                 let late = try await firstElement(of: frames)
                 #expect(late?.serial == 1)
@@ -335,6 +345,9 @@ struct RequestsAndTimeoutsSnippets {
             var configuration = ConnectionConfiguration.localTesting
             configuration.limits.maximumInFlightRequests = 1
             configuration.limits.maximumQueuedRequests = 1
+            // The held requests end when the gate opens, not by a timeout of their own: one
+            // running out while a busy machine delays the test's steps is not what is shown.
+            configuration.requestTimeout = nil
             try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
                 let first = Task { try await connection.request(Request(type: 0x404)) }
                 _ = try await firstElement(of: gate.arrivals)

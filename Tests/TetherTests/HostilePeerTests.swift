@@ -7,10 +7,6 @@ import Synchronization
 import Testing
 @testable import Tether
 
-/// How late past its timeout a stalled frame may be detected and the test still pass:
-/// generous, so a loaded two-core machine does not make the tests flaky.
-private let detectionSlack: Duration = .milliseconds(1_500)
-
 /// Holds every handler that waits on it until the test opens it, and counts how many run
 /// at once.
 private final class Gate: Sendable {
@@ -298,23 +294,51 @@ struct HostilePeerTests {
 
     @Test("a peer that starts a frame and sends nothing more is closed with frameTimeout, and the reason is reported")
     func stalledFrame() async throws {
+        let timeout: Duration = .milliseconds(200)
+        let stuck = Lock<RawSocket?>(nil)
+        // What the checks on the peer's loop found: whether the peer had ended.
+        let openBeforeTimeout = Lock<Bool?>(nil)
+        let endedAfterTimeout = Lock<Bool?>(nil)
         try await withServer(configure: {
-            $0.frameCompletionTimeout = .milliseconds(200)
+            $0.frameCompletionTimeout = timeout
             $0.handshakeTimeout = nil
             $0.idleTimeout = nil
-        }, handlers: echoHandlers) { server, endpoint in
+        }, handlers: { server in
+            // Runs on the peer's loop in the turn that read the first frame.
+            server.handle(type: 0x402) { _, peer in
+                // By a loop timer, the first 12 bytes of a second frame, and nothing more.
+                _ = peer.loop.schedule(after: .milliseconds(10)) {
+                    guard let socket = stuck.withLock({ $0 }) else { return }
+                    let written = MonotonicTime.now()
+                    try? socket.write(Array(seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100)).prefix(12)))
+                    // The bytes are read at `written` or later, so the peer must not end
+                    // before a timer due just before that plus the timeout.
+                    _ = peer.loop.schedule(at: written &+ MonotonicTime.nanoseconds(of: timeout) &- 1) {
+                        openBeforeTimeout.withLock { $0 = !peer.hasEnded }
+                    }
+                    // A later turn than the write: the bytes were read before this timer
+                    // fires, so the frame's time started before its now.
+                    _ = peer.loop.schedule(after: .milliseconds(1)) {
+                        _ = peer.loop.schedule(at: justAfter(timeout, from: MonotonicTime.now())) {
+                            endedAfterTimeout.withLock { $0 = peer.hasEnded }
+                        }
+                    }
+                }
+                return Response()
+            }
+        }) { server, endpoint in
             let events = server.events
-            let stuck = try RawSocket.connect(to: endpoint)
-            let local = try port(of: stuck)
-            try stuck.write(seedBytes(type: 0x402, serial: 1))
-            #expect(try await stuck.readFrame()?.serial == 1)
-            let clock = ContinuousClock()
-            let start = clock.now
-            try stuck.write(Array(seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100)).prefix(12)))
-            #expect(try await stuck.waitForClose(timeout: .seconds(5)))
-            let detected = clock.now - start
-            #expect(detected >= .milliseconds(200))
-            #expect(detected < .milliseconds(200) + detectionSlack)
+            let socket = try RawSocket.connect(to: endpoint)
+            stuck.withLock { $0 = socket }
+            let local = try port(of: socket)
+            try socket.write(seedBytes(type: 0x402, serial: 1))
+            #expect(try await socket.readFrame()?.serial == 1)
+            #expect(try await socket.waitForClose(timeout: eventBound))
+            try await bounded("the checks on the peer's loop") {
+                while endedAfterTimeout.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the frame's first byte")
+            #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the frame's first byte")
 
             let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
             let reason = try #require(gone.first?.reason)
@@ -329,41 +353,61 @@ struct HostilePeerTests {
 
     @Test("a frame trickled byte by byte after a first frame is closed with frameTimeout, although the trickle keeps the peer from being idle")
     func trickledFrame() async throws {
+        let timeout: Duration = .milliseconds(300)
+        let frame = seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100))
+        let loris = Lock<RawSocket?>(nil)
+        let sent = Lock(0)
+        // What the checks on the peer's loop found: whether the peer had ended.
+        let openBeforeTimeout = Lock<Bool?>(nil)
+        let endedAfterTimeout = Lock<Bool?>(nil)
         try await withServer(configure: {
-            $0.frameCompletionTimeout = .milliseconds(300)
+            $0.frameCompletionTimeout = timeout
             // Longer than the frame timeout: the trickle keeps resetting it, and must not save
             // the peer from the frame timeout.
             $0.idleTimeout = .seconds(1)
-        }, handlers: echoHandlers) { server, endpoint in
-            let events = server.events
-            let loris = try RawSocket.connect(to: endpoint)
-            try loris.write(seedBytes(type: 0x402, serial: 1))
-            #expect(try await loris.readFrame()?.serial == 1)
-            let clock = ContinuousClock()
-            let start = clock.now
-            let frame = seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100))
-            // The pace of the trickle is the point of the test, not a wait for an event.
-            let trickle = Task {
-                var sent = 0
-                for byte in frame {
-                    do {
-                        try loris.write([byte])
-                    } catch {
-                        break
+        }, handlers: { server in
+            // Runs on the peer's loop in the turn that read the first frame.
+            server.handle(type: 0x402) { _, peer in
+                // The trickle: one byte of the second frame every 20 ms, by loop timers, so
+                // its pace is the loop's and not the test task's.
+                func writeNext(_ index: Int) {
+                    guard !peer.hasEnded, index < frame.count, let socket = loris.withLock({ $0 }) else { return }
+                    let written = MonotonicTime.now()
+                    do { try socket.write([frame[index]]) } catch { return }
+                    sent.withLock { $0 += 1 }
+                    if index == 0 {
+                        // The frame's first byte is read at `written` or later, so the peer
+                        // must not end before a timer due just before that plus the timeout.
+                        _ = peer.loop.schedule(at: written &+ MonotonicTime.nanoseconds(of: timeout) &- 1) {
+                            openBeforeTimeout.withLock { $0 = !peer.hasEnded }
+                        }
+                    } else if index == 1 {
+                        // The first byte was read in a turn before this timer fired, so the
+                        // frame's time started before now.
+                        _ = peer.loop.schedule(at: justAfter(timeout, from: written)) {
+                            endedAfterTimeout.withLock { $0 = peer.hasEnded }
+                        }
                     }
-                    sent += 1
-                    try? await Task.sleep(for: .milliseconds(20))
+                    _ = peer.loop.schedule(after: .milliseconds(20)) { writeNext(index + 1) }
                 }
-                return sent
+                _ = peer.loop.schedule(after: .milliseconds(20)) { writeNext(0) }
+                return Response()
             }
+        }) { server, endpoint in
+            let events = server.events
+            let socket = try RawSocket.connect(to: endpoint)
+            loris.withLock { $0 = socket }
+            try socket.write(seedBytes(type: 0x402, serial: 1))
+            #expect(try await socket.readFrame()?.serial == 1)
             let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
-            let detected = clock.now - start
-            #expect(detected >= .milliseconds(300))
-            #expect(detected < .milliseconds(300) + detectionSlack)
             let reason = try #require(gone.first?.reason)
             #expect(reason.code == .frameTimeout)
-            let sent = try await bounded("the trickle to fail") { await trickle.value }
-            #expect(sent < frame.count)
+            try await bounded("the checks on the peer's loop") {
+                while endedAfterTimeout.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the frame's first byte")
+            #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the frame's first byte")
+            #expect(sent.withLock { $0 } < frame.count)
             let metrics = await server.metrics()
             #expect(metrics.frameTimeouts == 1)
             #expect(metrics.idleTimeouts == 0)

@@ -127,18 +127,25 @@ struct ReconnectTests {
         let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .seconds(1)))
         let watcher = StateWatcher(connection)
         let peer = try await listener.accept()
-        peer.close()
-        try await watcher.next(.reconnecting)
-        let queued = Task { try await connection.request(Request(type: 0x402), timeout: .seconds(10)) }
-        try await until("the request to queue", connection) { $0.queuedRequests == 1 }
-        await connection.close()
+        // From the loss to close() everything runs on the connection's loop, in the turns
+        // right after the loss: a busy machine delays the test's tasks, not the order of
+        // events on the loop, so close() comes while the 1 s backoff is still pending.
+        let observed = try await bounded("the loss, a queued request and close()") {
+            await connection.closeDuringBackoff(afterClosing: peer, queueing: Request(type: 0x402))
+        }
+        let seen = try #require(observed)
+        #expect(seen.backoffPendingAtClose, "the backoff ended before close()")
         let closed = try await watcher.next(.closed)
         #expect(closed.reason?.code == .connectionClosed)
-        let error = await #expect(throws: TetherError.self) { try await queued.value }
+        let error = #expect(throws: TetherError.self) { try seen.queued.get() }
         #expect(error?.code == .connectionClosed)
+        // Checked on the loop once the backoff's own timer would have fired.
+        #expect(seen.afterBackoff.phase == .closed)
+        #expect(seen.afterBackoff.reconnectAttempts == 0)
+        #expect(!seen.afterBackoff.connecting)
         #expect(await connection.metrics.reconnectAttempts == 0)
-        // Past the backoff, nothing knocks on the listener.
-        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(1300)) }
+        // Nothing knocks on the listener either.
+        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(300)) }
     }
 
     @Test("when every allowed attempt fails the connection ends failed, with the last error and each step observable")
@@ -342,22 +349,39 @@ struct ReconnectTests {
     @Test("a stalled peer is detected within interval × (misses + 1), then the client reconnects")
     func stallDetected() async throws {
         let (listener, endpoint) = try RawSocket.listen()
-        let clock = ContinuousClock()
-        let start = clock.now
-        let connection = try await Connection.connect(to: endpoint, configuration: reconnecting {
+        let connection = Connection(to: endpoint, configuration: reconnecting {
             $0.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(100), maximumMissed: 2)
         })
         let watcher = StateWatcher(connection)
+        let heartbeats = connection.heartbeats
+        let trace = Lock(HeartbeatTrace())
+        try await connection.connectFollowingHeartbeats(into: trace)
         let stalled = try await listener.accept()
         let lost = try await watcher.next(.reconnecting)
-        let detected = clock.now - start
         #expect(lost.reason?.code == .heartbeatTimeout)
         #expect(lost.reason?.message == "no heartbeat ack from \(endpoint.host):\(endpoint.port) for 2 heartbeats in a row (100 ms each)")
-        // Heartbeats go out at 0 and 200 ms; the second miss is at 300 ms, inside the 600 ms
-        // bound. The upper check only tells a heartbeat miss from some other, much later
-        // cause (the 10 s defaults): a loaded machine can add a second of scheduling delay.
-        #expect(detected >= .milliseconds(300))
-        #expect(detected < .seconds(3), "detected after \(detected)")
+        #expect(try await collect(4, from: heartbeats, "four heartbeat events") == [
+            Heartbeat(serial: 1, outcome: .sent), Heartbeat(serial: 1, outcome: .missed),
+            Heartbeat(serial: 2, outcome: .sent), Heartbeat(serial: 2, outcome: .missed),
+        ])
+        try await bounded("the checks on the connection's loop") {
+            while trace.withLock({ $0.lostByTimeout }) == nil { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        let seen = trace.withLock { $0 }
+        // Never early, on the loop's clock: the second heartbeat an interval after the first,
+        // each miss a timeout after its heartbeat went out.
+        let first = try #require(seen.sentAt[1], "\(seen)")
+        let second = try #require(seen.sentAt[2], "\(seen)")
+        #expect(second - first >= MonotonicTime.nanoseconds(of: .milliseconds(200)))
+        let firstMiss = try #require(seen.missedAt[1], "\(seen)")
+        let secondMiss = try #require(seen.missedAt[2], "\(seen)")
+        #expect(firstMiss - first >= MonotonicTime.nanoseconds(of: .milliseconds(100)))
+        #expect(secondMiss - second >= MonotonicTime.nanoseconds(of: .milliseconds(100)))
+        // Never late, by the loop's order of timers (a busy machine delays them all alike):
+        // by a timer just after an interval from the first heartbeat the second had gone out,
+        // and by one just after a timeout from the second the connection had been given up.
+        #expect(seen.secondSentByInterval == true)
+        #expect(seen.lostByTimeout == true)
         let again = try await listener.accept()
         try await watcher.next(.connected)
         // The new connection's first heartbeat goes unanswered too, so this can grow meanwhile.
@@ -365,5 +389,122 @@ struct ReconnectTests {
         await connection.close()
         stalled.close()
         again.close()
+    }
+}
+
+/// What ``Connection/closeDuringBackoff(afterClosing:queueing:)`` saw on the loop.
+private struct BackoffClose: Sendable {
+    /// Whether, when close() was called, the backoff timer had not fired and no attempt had begun.
+    var backoffPendingAtClose: Bool
+    /// How the request queued during the backoff ended.
+    var queued: Result<Response, any Error>
+    /// The connection just after the backoff's deadline.
+    var afterBackoff: (phase: ConnectionState.Phase, reconnectAttempts: Int, connecting: Bool)
+}
+
+extension Connection {
+    /// Closes `peer` and, on the loop: waits for the loss, queues `request` once the backoff
+    /// is pending, calls close() as soon as the request is queued, and looks at the connection
+    /// again after the callbacks of every timer due by the backoff's deadline.
+    ///
+    /// - Returns: What it saw; `nil` when cancelled first or the loss set no backoff.
+    fileprivate func closeDuringBackoff(afterClosing peer: RawSocket, queueing request: Request) async -> BackoffClose? {
+        peer.close()
+        while state.phase != .reconnecting {
+            if Task.isCancelled { return nil }
+            await Task.yield()
+        }
+        guard let backoff = backoffTimer else { return nil }
+        let deadline = backoff.deadline
+        let queued = Task { try await self.request(request, timeout: .seconds(10)) }
+        while table.queuedCount == 0 {
+            if Task.isCancelled { return nil }
+            await Task.yield()
+        }
+        let pending = backoffTimer === backoff && connectTask == nil && counters.reconnectAttempts == 0
+        close()
+        let outcome = await queued.result
+        let after = await valueAfterTimers(dueBefore: deadline &+ 1) {
+            ($0.state.phase, $0.counters.reconnectAttempts, $0.connectTask != nil)
+        }
+        return BackoffClose(
+            backoffPendingAtClose: pending,
+            queued: outcome,
+            afterBackoff: (after.0, after.1, after.2)
+        )
+    }
+}
+
+/// What ``Connection/connectFollowingHeartbeats(into:)`` saw on the loop.
+private struct HeartbeatTrace: Sendable {
+    /// When each heartbeat went out, by serial, from the heartbeat state (``MonotonicTime``).
+    var sentAt: [UInt32: UInt64] = [:]
+    /// When the timer that counted each miss fired, by the count (``MonotonicTime``).
+    var missedAt: [Int: UInt64] = [:]
+    /// Whether a loop timer due just after an interval from the first heartbeat found the
+    /// second sent (or the connection already given up).
+    var secondSentByInterval: Bool?
+    /// Whether a loop timer due just after a timeout from the second heartbeat found the
+    /// connection given up for heartbeatTimeout.
+    var lostByTimeout: Bool?
+}
+
+extension Connection {
+    /// Connects, following each heartbeat timer on the loop: every time one fires, what it
+    /// did is read at once, before the loop fires anything else, and the next one is
+    /// followed in turn.
+    ///
+    /// The first timer is caught by a closure queued on the loop before the connect, which
+    /// queues itself again, on the loop, until the timer is set: it is followed from the
+    /// loop turn that set it, long before it is due, however late the test's tasks run.
+    ///
+    /// - Parameter trace: Where what was seen goes.
+    fileprivate func connectFollowingHeartbeats(into trace: Lock<HeartbeatTrace>) async throws {
+        waitForHeartbeatTimer(into: trace)
+        try await connect()
+    }
+
+    private nonisolated func waitForHeartbeatTimer(into trace: Lock<HeartbeatTrace>) {
+        loop.execute { [self] in
+            assumeIsolated { connection in
+                if connection.heartbeatTimer != nil {
+                    connection.recordHeartbeats(into: trace)
+                } else if !connection.state.isFinal {
+                    connection.waitForHeartbeatTimer(into: trace)
+                }
+            }
+        }
+    }
+
+    private func recordHeartbeats(into trace: Lock<HeartbeatTrace>) {
+        let now = MonotonicTime.now()
+        let misses = counters.heartbeatsMissed
+        let interval = configuration.heartbeat.interval
+        let timeout = configuration.heartbeat.timeout
+        var checks: [(UInt64, @Sendable (isolated Connection) -> Void)] = []
+        trace.withLock { seen in
+            if misses > 0, seen.missedAt[misses] == nil { seen.missedAt[misses] = now }
+            guard let machine = heartbeatMachine, let last = machine.lastSentAt else { return }
+            let serial = machine.nextSerial &- 1
+            guard seen.sentAt[serial] == nil else { return }
+            seen.sentAt[serial] = last
+            if serial == 1 {
+                checks.append((justAfter(interval, from: last), { connection in
+                    let sent = (connection.heartbeatMachine?.nextSerial ?? 0) > 2 || connection.state.phase != .connected
+                    trace.withLock { $0.secondSentByInterval = sent }
+                }))
+            } else if serial == 2 {
+                checks.append((justAfter(timeout, from: last), { connection in
+                    let lost = connection.state.phase != .connected && connection.state.reason?.code == .heartbeatTimeout
+                    trace.withLock { $0.lostByTimeout = lost }
+                }))
+            }
+        }
+        for (deadline, check) in checks { afterTimers(dueBefore: deadline, check) }
+        guard let timer = heartbeatTimer, case .closure(let tick) = timer.action else { return }
+        timer.action = .closure { [self] in
+            tick()
+            assumeIsolated { $0.recordHeartbeats(into: trace) }
+        }
     }
 }

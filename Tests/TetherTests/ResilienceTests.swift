@@ -124,6 +124,13 @@ struct ResilienceTests {
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting(after: .milliseconds(5)))
                 let timeout = Duration.seconds(2)
+                // A request the server holds far longer than the test runs, in flight before
+                // the first disconnect: that disconnect must fail it, whatever the timing of
+                // the others.
+                let held = Task {
+                    try await connection.request(Request(type: 0x404, json: ["id": .int(-1), "delay_ms": .int(300_000)]), timeout: .seconds(300))
+                }
+                try await until("the held request to be in flight", connection) { $0.inFlightRequests >= 1 }
                 let outcomes = try await bounded("1,000 requests and 10 disconnects", .seconds(45)) {
                     try await withThrowingTaskGroup(of: Outcome?.self) { group in
                         group.addTask {
@@ -169,11 +176,13 @@ struct ResilienceTests {
                 #expect(answered.allSatisfy { $0.reply == $0.id }, "a request got someone else's response")
                 #expect(Set(failed.compactMap(\.error)).isSubset(of: [.connectionLost, .timedOut]))
                 #expect(outcomes.values.allSatisfy { $0.took < timeout + .seconds(1) }, "a request outlived its timeout")
-                #expect(failed.count > 0, "ten disconnects failed no request in flight")
+                let heldOutcome = try await bounded("the held request to end") { await held.result }
+                let lost = #expect(throws: TetherError.self, "a disconnect did not fail the request in flight") { try heldOutcome.get() }
+                #expect(lost?.code == .connectionLost)
                 let metrics = await connection.metrics
                 #expect(metrics.connects == 11)
                 #expect(metrics.requestsCompleted == answered.count)
-                #expect(metrics.requestsFailed + metrics.requestsTimedOut == failed.count)
+                #expect(metrics.requestsFailed + metrics.requestsTimedOut == failed.count + 1)
                 #expect(metrics.inFlightRequests == 0 && metrics.queuedRequests == 0)
                 #expect(await connection.pendingRequestCount == 0)
                 Attachment.record("answered \(answered.count), failed \(failed.count)", named: "thousand-over-ten.txt")

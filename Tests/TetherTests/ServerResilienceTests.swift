@@ -50,29 +50,100 @@ struct ServerResilienceTests {
 
     @Test("the idle timeout counts from the last byte received, not from the last check")
     func idleFromLastByte() async throws {
+        let timeout: Duration = .milliseconds(600)
+        let idle = MonotonicTime.nanoseconds(of: timeout)
+        let client = Lock<RawSocket?>(nil)
+        // What the checks on the peer's loop found: whether the peer had ended.
+        let openBeforeTimeout = Lock<Bool?>(nil)
+        let endedAfterTimeout = Lock<Bool?>(nil)
         try await withServer(configure: {
-            // Twice the time the test waits before its byte, and more: a wait that overshoots
-            // on a loaded machine (the suite under the thread sanitizer) must not outlast the
-            // first idle period, or the peer is rightly closed before its byte.
-            $0.idleTimeout = .milliseconds(600)
+            $0.idleTimeout = timeout
             $0.handshakeTimeout = nil
-        }, handlers: echoHandlers) { server, endpoint in
+        }, handlers: { server in
+            // Runs on the peer's loop in the turn that read the frame, before that turn's
+            // timers.
+            server.handle(type: 0x402) { request, peer in
+                if request.serial == 1 {
+                    // Early in the first period, by a loop timer (so before the first idle
+                    // check, which is due later), the client's second frame: the first check
+                    // then finds activity and must re-arm for the last read plus the timeout.
+                    _ = peer.loop.schedule(after: .milliseconds(150)) {
+                        let written = MonotonicTime.now()
+                        try? client.withLock { $0 }?.write(seedBytes(type: 0x402, serial: 2))
+                        // The peer reads that frame at `written` or later, so it must not
+                        // end before a timer due just before `written` plus the timeout.
+                        _ = peer.loop.schedule(at: written &+ idle &- 1) {
+                            openBeforeTimeout.withLock { $0 = !peer.hasEnded }
+                        }
+                    }
+                } else {
+                    // The last read was at this turn's start or before, so a timer due just
+                    // after now plus the timeout comes after the idle check that ends it.
+                    _ = peer.loop.schedule(at: justAfter(timeout, from: MonotonicTime.now())) {
+                        endedAfterTimeout.withLock { $0 = peer.hasEnded }
+                    }
+                }
+                return Response()
+            }
+        }) { server, endpoint in
             let events = server.events
-            let clock = ContinuousClock()
-            let client = try RawSocket.connect(to: endpoint)
-            // Early in the first period, so the first check finds activity and must
-            // re-arm for the last read plus the timeout.
-            try await Task.sleep(for: .milliseconds(150))
-            let lastByte = clock.now
-            try client.write(seedBytes(type: 0x402, serial: 1))
-            #expect(try await client.readFrame()?.serial == 1)
-            #expect(try await client.waitForClose(timeout: .seconds(5)))
-            let detected = clock.now - lastByte
-            Attachment.record("\(milliseconds(detected)) ms", named: "idle-after-traffic-detection.txt")
-            #expect(detected >= .milliseconds(600))
-            #expect(detected < .milliseconds(600) + detectionSlack)
+            let socket = try RawSocket.connect(to: endpoint)
+            client.withLock { $0 = socket }
+            try socket.write(seedBytes(type: 0x402, serial: 1))
+            #expect(try await socket.readFrame()?.serial == 1)
+            #expect(try await socket.readFrame()?.serial == 2)
+            #expect(try await socket.waitForClose(timeout: eventBound))
             let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
             #expect(gone.first?.reason?.code == .idleTimeout)
+            try await bounded("the checks on the peer's loop") {
+                while endedAfterTimeout.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the last byte")
+            #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the last byte")
+        }
+    }
+
+    @Test("bytes first read by a late idle check count as activity: the peer is not closed for idleness")
+    func idleCheckReadsLateBytes() async throws {
+        let timeout: Duration = .milliseconds(300)
+        let idle = MonotonicTime.nanoseconds(of: timeout)
+        let client = Lock<RawSocket?>(nil)
+        let written = Lock<Bool>(false)
+        try await withServer(configure: {
+            $0.idleTimeout = timeout
+            $0.handshakeTimeout = nil
+        }, handlers: { server in
+            // Runs on the peer's loop in the turn that read the first frame, which is after
+            // the idle check was armed.
+            server.handle(type: 0x402) { request, peer in
+                guard request.serial == 1 else { return Response() }
+                let read = MonotonicTime.now()
+                // The client's second frame is written by a timer due before the idle check;
+                // then the loop is held until both are due, as a busy machine can hold it, so
+                // they fire in one turn whose wait saw no bytes: the check reads them itself.
+                _ = peer.loop.schedule(at: read &+ idle / 2) {
+                    try? client.withLock { $0 }?.write(seedBytes(type: 0x402, serial: 2))
+                    written.withLock { $0 = true }
+                }
+                peer.loop.execute {
+                    while MonotonicTime.now() < read &+ idle &+ idle / 10 {}
+                }
+                return Response()
+            }
+        }) { server, endpoint in
+            let events = server.events
+            let socket = try RawSocket.connect(to: endpoint)
+            client.withLock { $0 = socket }
+            try socket.write(seedBytes(type: 0x402, serial: 1))
+            #expect(try await socket.readFrame()?.serial == 1)
+            // Sent within the timeout of the close, so not idle: it is read and answered.
+            #expect(try await socket.readFrame()?.serial == 2)
+            #expect(written.withLock { $0 })
+            // Then idle for real.
+            #expect(try await socket.waitForClose(timeout: eventBound))
+            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+            #expect(gone.first?.reason?.code == .idleTimeout)
+            #expect(await server.metrics().framesIn == 2)
         }
     }
 

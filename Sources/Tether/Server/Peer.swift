@@ -548,9 +548,13 @@ extension Peer: TimerTarget {
     private func idleCheck() {
         idleTimer = nil
         guard let channel, let idleNanoseconds else { return }
-        // Bytes that arrived after this turn's readiness check are activity too.
+        // Bytes that arrived after this turn's readiness check are activity too. Reading
+        // them stamps the turn's wake, which may be a turn or more before they arrived when
+        // the loop runs late: they count from now.
+        let readBefore = channel.bytesRead
         channel.readPending()
         guard self.channel === channel else { return }
+        if channel.bytesRead != readBefore { lastRead = MonotonicTime.now() }
         if channel.isReadingPaused {
             // The server stopped reading the peer, which may well be sending: not idle.
             idleTimer = loop.schedule(at: MonotonicTime.now() &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)

@@ -81,6 +81,26 @@ extension Connection {
     }
 }
 
+extension Connection {
+    /// Awaits `check`, run on the loop once `deadline` (``MonotonicTime``) has passed, after
+    /// the callbacks of every timer due before it.
+    ///
+    /// - Parameters:
+    ///   - deadline: When, on the loop's clock.
+    ///   - check: What to run; it sees the connection's state.
+    /// - Returns: What `check` returned.
+    func valueAfterTimers<T: Sendable>(
+        dueBefore deadline: UInt64,
+        _ check: @escaping @Sendable (isolated Connection) -> T
+    ) async -> T {
+        await withCheckedContinuation { continuation in
+            afterTimers(dueBefore: deadline) { connection in
+                continuation.resume(returning: check(connection))
+            }
+        }
+    }
+}
+
 /// `duration` after `start`, in ``MonotonicTime`` nanoseconds, plus one: strictly later
 /// than a deadline set for `duration` at `start` or before.
 func justAfter(_ duration: Duration, from start: UInt64) -> UInt64 {
