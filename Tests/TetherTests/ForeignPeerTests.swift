@@ -2,15 +2,6 @@ import Testing
 import TetherTLS
 @testable import Tether
 
-/// The first server event that matches, within the bound.
-private func firstEvent(
-    _ events: Subscription<ServerEvent>,
-    _ what: String,
-    where matches: @escaping @Sendable (ServerEvent) -> Bool
-) async throws -> ServerEvent {
-    try await collect(1, from: events.filter(matches), what)[0]
-}
-
 /// A client configuration with TLS trusting the test CA and verifying `localhost`.
 private func clientTLS(_ certificates: TestCertificates) -> ConnectionConfiguration {
     var options = TLSClientOptions()

@@ -334,9 +334,7 @@ struct HostilePeerTests {
             try socket.write(seedBytes(type: 0x402, serial: 1))
             #expect(try await socket.readFrame()?.serial == 1)
             #expect(try await socket.waitForClose(timeout: eventBound))
-            try await bounded("the checks on the peer's loop") {
-                while endedAfterTimeout.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
-            }
+            _ = try await loopCheck(endedAfterTimeout, "the checks on the peer's loop")
             #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the frame's first byte")
             #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the frame's first byte")
 
@@ -402,9 +400,7 @@ struct HostilePeerTests {
             let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
             let reason = try #require(gone.first?.reason)
             #expect(reason.code == .frameTimeout)
-            try await bounded("the checks on the peer's loop") {
-                while endedAfterTimeout.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
-            }
+            _ = try await loopCheck(endedAfterTimeout, "the checks on the peer's loop")
             #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the frame's first byte")
             #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the frame's first byte")
             #expect(sent.withLock { $0 } < frame.count)

@@ -95,9 +95,7 @@ struct ServerResilienceTests {
             #expect(try await socket.waitForClose(timeout: eventBound))
             let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
             #expect(gone.first?.reason?.code == .idleTimeout)
-            try await bounded("the checks on the peer's loop") {
-                while endedAfterTimeout.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
-            }
+            _ = try await loopCheck(endedAfterTimeout, "the checks on the peer's loop")
             #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the last byte")
             #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the last byte")
         }

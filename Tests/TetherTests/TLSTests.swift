@@ -35,15 +35,6 @@ private func clientTLS(
     }
 }
 
-/// The first server event that matches, within the bound.
-private func firstEvent(
-    _ events: Subscription<ServerEvent>,
-    _ what: String,
-    where matches: @escaping @Sendable (ServerEvent) -> Bool
-) async throws -> ServerEvent {
-    try await collect(1, from: events.filter(matches), what)[0]
-}
-
 /// The error a connect throws, or a failed test when it connects.
 private func connectError(_ endpoint: Endpoint, _ configuration: ConnectionConfiguration) async throws -> TetherError {
     do {

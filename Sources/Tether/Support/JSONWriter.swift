@@ -87,12 +87,19 @@ enum JSONWriter {
                 output.append(UInt8(ascii: "\\"))
                 output.append(escape!)
                 if escape == UInt8(ascii: "u") {
-                    let digits: [UInt8] = Array("0123456789abcdef".utf8)
-                    output.append(contentsOf: [UInt8(ascii: "0"), UInt8(ascii: "0"), digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
+                    output.append(UInt8(ascii: "0"))
+                    output.append(UInt8(ascii: "0"))
+                    output.append(hexDigit(byte >> 4))
+                    output.append(hexDigit(byte & 0xF))
                 }
             }
             output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[clean...]))
         }
         output.append(UInt8(ascii: "\""))
+    }
+
+    /// The lowercase hex digit for `value` (0…15).
+    private static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
     }
 }

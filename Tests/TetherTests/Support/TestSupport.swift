@@ -65,6 +65,15 @@ func collect<S: AsyncSequence & Sendable>(
     }
 }
 
+/// The first server event that matches, within the bound.
+func firstEvent(
+    _ events: Subscription<ServerEvent>,
+    _ what: String,
+    where matches: @escaping @Sendable (ServerEvent) -> Bool
+) async throws -> ServerEvent {
+    try await collect(1, from: events.filter(matches), what)[0]
+}
+
 /// Runs a server on 127.0.0.1 (or `host`) on a free port for the duration of `body`, then
 /// cancels it and requires `run()` to return within the bound: a server that does not stop
 /// fails the test instead of hanging it.
