@@ -6,9 +6,10 @@
 /// the mailbox's limits drop it. A client that reconnects says the last sequence it has and
 /// gets everything after it replayed in order.
 ///
-/// Tether ships two stores: ``SQLiteMailboxStore`` (durable, the default) and
-/// ``InMemoryMailboxStore``. A deployment that runs several servers can keep mailboxes in
-/// its own database by implementing this protocol. The rules an implementation must keep:
+/// Tether ships two stores: ``InMemoryMailboxStore``, and the durable
+/// ``TetherSQLite/SQLiteMailboxStore`` in the module `TetherSQLite`. A deployment that runs
+/// several servers can keep mailboxes in its own database by implementing this protocol.
+/// The rules an implementation must keep:
 ///
 /// - **Sequences.** ``append(_:limits:now:)`` gives each message the next number of its
 ///   client's sequence, in the order of the array, and a number is never given twice, even
@@ -275,12 +276,12 @@ public struct MailboxLimits: Sendable, Hashable {
     }
 
     /// What one message counts for ``maximumStoredBytes``.
-    static func storedSize(ofPayload count: Int) -> Int {
+    package static func storedSize(ofPayload count: Int) -> Int {
         count + messageOverhead
     }
 
     /// The error for a new client past ``maximumMailboxes``.
-    func tooManyMailboxes(for clientID: String) -> TetherError {
+    package func tooManyMailboxes(for clientID: String) -> TetherError {
         TetherError(
             code: .mailboxesFull,
             message: "the mailbox store holds its maximum of \(maximumMailboxes) mailbox\(maximumMailboxes == 1 ? "" : "es"): none for new client \"\(clientID)\" until idle ones expire"
@@ -288,7 +289,7 @@ public struct MailboxLimits: Sendable, Hashable {
     }
 
     /// The error for an append that would pass ``maximumStoredBytes``.
-    func tooManyBytes(messages: Int, storing total: Int) -> TetherError {
+    package func tooManyBytes(messages: Int, storing total: Int) -> TetherError {
         TetherError(
             code: .mailboxesFull,
             message: "the mailbox store is full: \(messages) message\(messages == 1 ? "" : "s") would bring it to \(total) bytes, beyond its maximum of \(maximumStoredBytes); nothing was stored"
@@ -296,7 +297,7 @@ public struct MailboxLimits: Sendable, Hashable {
     }
 
     /// The oldest storage time still allowed at `now`, if there is an age bound.
-    func oldestAllowed(at now: MailboxTime) -> MailboxTime? {
+    package func oldestAllowed(at now: MailboxTime) -> MailboxTime? {
         guard let maximumAge else { return nil }
         let (seconds, attoseconds) = maximumAge.components
         let milliseconds = seconds * 1000 + attoseconds / 1_000_000_000_000_000
