@@ -1,7 +1,8 @@
 import CSQLite
 internal import Tether
 
-/// The store's one connection and its statements. Only used under the store's lock.
+/// The store's one connection and its statements. Only used under the store's lock, on its
+/// thread (``DatabaseThread``).
 final class MailboxDatabase {
     let path: String
     private let handle: OpaquePointer

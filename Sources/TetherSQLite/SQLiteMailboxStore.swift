@@ -21,11 +21,17 @@ public import Tether
 /// application or to a newer schema is refused with ``TetherError/Code/storeFailed``
 /// rather than replaced or started empty. An empty (0-byte) file is initialised.
 ///
-/// **Concurrency.** The store is safe to call from several tasks at once: it holds one
-/// connection, and calls take turns on it. Each call blocks its thread while SQLite reads
-/// or writes the file (and, with ``Durability/full``, while the file is flushed to disk).
-/// Other processes may read the file meanwhile, for example with the `sqlite3` tool; a
-/// writer from elsewhere makes calls wait up to 5 seconds for its lock, then fail.
+/// **Threads.** The store holds one connection and runs every call on a thread of its own,
+/// one call after another, in the order they came. An `async` method suspends its caller
+/// until its turn is done, and blocks no thread of the caller's: not an event loop's, not
+/// one of the Swift concurrency pool's, however long SQLite takes to read or write the
+/// file (with ``Durability/full``, to flush it to disk) or waits for a lock. So the store is
+/// safe to call from several tasks at once, and from anywhere. The thread ends when the
+/// store is released, once the calls queued before have run and the file is closed.
+/// Opening the file (``init(path:synchronous:)``), which checks the whole file, runs on the
+/// caller's thread. Other processes may read the file meanwhile, for example with the
+/// `sqlite3` tool; a writer from elsewhere makes calls wait up to 5 seconds for its lock,
+/// then fail.
 ///
 /// **Bounds.** The number of mailboxes and the bytes stored, which
 /// ``MailboxLimits/maximumMailboxes`` and ``MailboxLimits/maximumStoredBytes`` bound, are
@@ -62,7 +68,10 @@ public final class SQLiteMailboxStore: MailboxStore {
     /// The database file's path, as given to ``init(path:synchronous:)``.
     public let path: String
 
+    /// The connection; used on ``thread`` only, apart from opening and tests.
     private let database: Lock<MailboxDatabase>
+    /// Where every call runs.
+    private let thread = DatabaseThread()
 
     /// Opens the store in a database file, creating the file if there is none.
     ///
@@ -83,7 +92,17 @@ public final class SQLiteMailboxStore: MailboxStore {
     }
 
     deinit {
-        database.withLock { $0.close() }
+        thread.finish { [database] in database.withLock { $0.close() } }
+    }
+
+    /// Runs `body` with the connection on the store's thread, suspending the caller until
+    /// it is done.
+    private func run<Value: Sendable>(_ body: @escaping @Sendable (MailboxDatabase) throws(TetherError) -> Value) async throws(TetherError) -> Value {
+        try await thread.run { [database] () throws(TetherError) -> Value in
+            try database.withLock { (database: inout MailboxDatabase) throws(TetherError) -> Value in
+                try body(database)
+            }
+        }
     }
 
     /// Appends messages in one transaction, each to its client's mailbox with the next
@@ -99,7 +118,7 @@ public final class SQLiteMailboxStore: MailboxStore {
     ///   could not be stored; then none of them is, and no sequence number was used.
     public func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> [UInt64] {
         guard !messages.isEmpty else { return [] }
-        return try database.withLock { (database: inout MailboxDatabase) throws(TetherError) -> [UInt64] in
+        return try await run { database throws(TetherError) -> [UInt64] in
             try database.append(messages, limits: limits, now: now)
         }
     }
@@ -115,7 +134,7 @@ public final class SQLiteMailboxStore: MailboxStore {
     /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
     ///   be read or written; then nothing changed.
     public func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> MailboxSummary {
-        try database.withLock { (database: inout MailboxDatabase) throws(TetherError) -> MailboxSummary in
+        try await run { database throws(TetherError) -> MailboxSummary in
             try database.openMailbox(for: clientID, limits: limits, now: now)
         }
     }
@@ -131,7 +150,7 @@ public final class SQLiteMailboxStore: MailboxStore {
     ///   be read.
     public func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws(TetherError) -> [MailboxMessage] {
         guard limit > 0 else { return [] }
-        return try database.withLock { (database: inout MailboxDatabase) throws(TetherError) -> [MailboxMessage] in
+        return try await run { database throws(TetherError) -> [MailboxMessage] in
             try database.messages(for: clientID, after: sequence, limit: limit)
         }
     }
@@ -147,7 +166,7 @@ public final class SQLiteMailboxStore: MailboxStore {
     /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
     ///   be written; then nothing changed.
     public func acknowledge(_ clientID: String, through sequence: UInt64) async throws(TetherError) {
-        try database.withLock { (database: inout MailboxDatabase) throws(TetherError) in
+        try await run { database throws(TetherError) in
             try database.acknowledge(clientID, through: sequence)
         }
     }
@@ -159,7 +178,7 @@ public final class SQLiteMailboxStore: MailboxStore {
     /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
     ///   be read.
     public func clientIDs() async throws(TetherError) -> [String] {
-        try database.withLock { (database: inout MailboxDatabase) throws(TetherError) -> [String] in
+        try await run { database throws(TetherError) -> [String] in
             try database.clientIDs()
         }
     }
@@ -178,7 +197,7 @@ extension SQLiteMailboxStore {
     /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
     ///   be read or written; then nothing changed.
     public func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws(TetherError) -> [String] {
-        try database.withLock { (database: inout MailboxDatabase) throws(TetherError) -> [String] in
+        try await run { database throws(TetherError) -> [String] in
             try database.removeExpired(limits: limits, now: now, keeping: connected)
         }
     }

@@ -30,8 +30,17 @@
 /// - **Concurrency.** Calls may come from several tasks at once; reads must see every
 ///   append that has returned.
 ///
-/// A server calls the store from one task for appends, acknowledgements and expiry, in
-/// order, and from each resuming peer's task for reads.
+/// **Threads.** A server never calls a store on an event loop thread. It calls it from one
+/// task for appends, acknowledgements and expiry, in order; from each resuming peer's task
+/// for the pages of its replay; and from the caller of ``Server/clientIDs()``. Whatever the
+/// task, every call runs on threads Tether keeps for stores: four, shared by every server in
+/// the process, neither an event loop's nor one of the Swift concurrency pool's. A peer's
+/// task goes back to its event loop once the page is read. So a store may block the thread
+/// it is called on (a disk, a lock, a database client without async I/O) without delaying
+/// any connection's heartbeats or requests: it holds up only the clients waiting for it, and,
+/// while four calls block at once, the store calls queued behind them. A store that blocks
+/// for long does better to run its work on threads of its own and suspend its callers, as
+/// ``TetherSQLite/SQLiteMailboxStore`` does.
 public protocol MailboxStore: Sendable {
     /// Appends messages, each to its client's mailbox with the next sequence number of that
     /// client, then drops what `limits` no longer allow from the mailboxes it touched.
