@@ -12,12 +12,15 @@ let package = Package(
     products: [
         .library(name: "Tether", targets: ["Tether"]),
         .library(name: "TetherTLS", targets: ["TetherTLS"]),
+        .library(name: "TetherSQLite", targets: ["TetherSQLite"]),
         .library(name: "TetherHTTP", targets: ["TetherHTTP"]),
         .executable(name: "tether", targets: ["tether"]),
     ],
     dependencies: [],
     targets: [
         .target(name: "CTetherShims"),
+        // SQLite from the system, for TetherSQLite only: code that uses Tether without the
+        // durable mailbox store never needs its headers or library.
         .systemLibrary(
             name: "CSQLite",
             pkgConfig: "sqlite3",
@@ -38,12 +41,19 @@ let package = Package(
         ),
         .target(
             name: "Tether",
-            dependencies: ["CTetherShims", "CSQLite", "CZlib"],
+            dependencies: ["CTetherShims", "CZlib"],
             swiftSettings: strict
         ),
         .target(
             name: "TetherTLS",
             dependencies: ["Tether", "COpenSSL"],
+            swiftSettings: strict
+        ),
+        // The durable mailbox store, in a SQLite file: its own module so programs that keep
+        // no mailboxes, or keep them elsewhere, never link SQLite.
+        .target(
+            name: "TetherSQLite",
+            dependencies: ["Tether", "CSQLite"],
             swiftSettings: strict
         ),
         // The server side of HTTP through the channel: performs the requests clients send
@@ -56,19 +66,19 @@ let package = Package(
         ),
         .executableTarget(
             name: "tether",
-            dependencies: ["Tether", "TetherTLS", "TetherHTTP"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether", "TetherTLS", "TetherHTTP", "CSQLite", "COpenSSL", "CZlib"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "CSQLite", "COpenSSL", "CZlib"],
             swiftSettings: strict
         ),
         // The code examples of the documentation and the README, compiled (and the
         // self-contained ones run) so they cannot drift from the API.
         .testTarget(
             name: "DocumentationTests",
-            dependencies: ["Tether", "TetherTLS", "TetherHTTP"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP"],
             swiftSettings: strict
         ),
     ],

@@ -55,6 +55,7 @@ let package = Package(
             dependencies: [
                 "BenchCore",
                 .product(name: "Tether", package: "Tether"),
+                .product(name: "TetherSQLite", package: "Tether"),
             ]
         ),
         .executableTarget(

@@ -4,9 +4,9 @@
 #
 #   scripts/docs.sh
 #
-# 1. Symbol graphs. The library modules Tether, TetherTLS and TetherHTTP are built with the
-#    compiler's own symbol graph output, in .build-docs (its flags differ from a normal build,
-#    so it keeps a build directory of its own and stays incremental):
+# 1. Symbol graphs. The library modules Tether, TetherTLS, TetherSQLite and TetherHTTP are
+#    built with the compiler's own symbol graph output, in .build-docs (its flags differ
+#    from a normal build, so it keeps a build directory of its own and stays incremental):
 #
 #      swift build --scratch-path .build-docs --target MODULE \
 #          -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc .build-docs/symbol-graphs
@@ -30,14 +30,16 @@
 # 4. Example packages: each Examples/*/Package.swift (Examples/Bridging, when it exists) is
 #    built with `swift build --package-path`, so the code that step 3 finds there compiles.
 #
-# 5. Rendering: `docc convert` on Documentation.docc with the symbol graphs of all three
+# 5. Rendering: `docc convert` on Documentation.docc with the symbol graphs of all four
 #    modules, warnings as errors, into .build-docs/Tether.doccarchive, transformed for static
-#    hosting at the root of a site (no hosting base path). One catalog takes all three
+#    hosting at the root of a site (no hosting base path). One catalog takes all four
 #    modules: Tether.md stays the Tether module's page (/documentation/tether, with the
-#    articles beneath it), and TetherTLS and TetherHTTP get module pages of their own
-#    (/documentation/tethertls, /documentation/tetherhttp) with their symbols; TetherTLS's
-#    extensions of Tether types (TLSConfiguration.client(...)) appear on those types' pages.
-#    Two rules follow from having three modules in one catalog, where docc has no single
+#    articles beneath it), and TetherTLS, TetherSQLite and TetherHTTP get module pages of
+#    their own (/documentation/tethertls, /documentation/tethersqlite,
+#    /documentation/tetherhttp) with their symbols; their extensions of Tether types
+#    (TLSConfiguration.client(...), MailboxConfiguration.sqlite(...)) appear on those
+#    types' pages.
+#    Two rules follow from having several modules in one catalog, where docc has no single
 #    module to fall back on: a link from one module's comments to another module's symbol
 #    names the module (``Tether/TLSDetails``, ``TetherTLS/TLSClientOptions``), and every
 #    article must be listed in a Topics section (`- <doc:Name>`) of Tether.md or of an
@@ -59,7 +61,7 @@ scratch="$root/.build-docs"
 graphs="$scratch/symbol-graphs"
 archive="$scratch/Tether.doccarchive"
 logs="$scratch/logs"
-modules=(Tether TetherTLS TetherHTTP)
+modules=(Tether TetherTLS TetherSQLite TetherHTTP)
 started=$(date +%s%N)
 failures=()
 

@@ -9,6 +9,7 @@ import Foundation
 import Synchronization
 import Tether
 import TetherHTTP
+import TetherSQLite
 
 /// `tether serve`: the seed demo server, until SIGINT or SIGTERM.
 struct ServeCommand: Command {

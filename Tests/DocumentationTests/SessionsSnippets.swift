@@ -2,6 +2,7 @@
 // example against a server whose mailboxes overflowed.
 import Testing
 import Tether
+import TetherSQLite
 
 /// The examples' `print`, recorded by the test that runs them (see ``Transcript``).
 private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {

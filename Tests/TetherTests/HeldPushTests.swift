@@ -1,5 +1,6 @@
 import Testing
 @testable import Tether
+import TetherSQLite
 
 /// The mailbox stores the delivery tests run against.
 enum DeliveryStore: String, CaseIterable, Sendable, CustomTestStringConvertible {

@@ -1,5 +1,6 @@
 import Testing
 @testable import Tether
+@testable import TetherSQLite
 
 /// Mailboxes of `kind` for a server test, with `change` applied; a SQLite file lives in
 /// `directory`.

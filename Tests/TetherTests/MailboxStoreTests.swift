@@ -2,6 +2,7 @@ import CSQLite
 import Foundation
 import Testing
 @testable import Tether
+import TetherSQLite
 
 // MARK: - Fixtures
 

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherSQLite
 
 /// Sessions over a real SQLite file: mailboxes outlive the server process's `Server`.
 @Suite("Sessions on SQLite", .timeLimit(.minutes(1)))

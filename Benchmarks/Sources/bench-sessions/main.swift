@@ -1,5 +1,6 @@
 import BenchCore
 import Tether
+import TetherSQLite
 
 #if canImport(Glibc)
 import Glibc

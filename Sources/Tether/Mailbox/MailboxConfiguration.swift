@@ -2,9 +2,12 @@
 ///
 /// With mailboxes a server accepts session hellos (``SessionConfiguration``), numbers each
 /// push to a client id, stores it, writes it at once when the client is connected, and
-/// replays what a client missed when it comes back:
+/// replays what a client missed when it comes back. Here they are kept in a SQLite file
+/// (``TetherSQLite/SQLiteMailboxStore``, from the module `TetherSQLite`):
 ///
 /// ```swift
+/// import TetherSQLite
+///
 /// var configuration = ServerConfiguration(port: 9000)
 /// configuration.mailboxes = try .sqlite(path: "/var/lib/chat/mailboxes.sqlite")
 /// let server = Server(configuration: configuration)
@@ -38,19 +41,6 @@ public struct MailboxConfiguration: Sendable {
     /// - Parameter store: Where the mailboxes are kept.
     public init(store: any MailboxStore) {
         self.store = store
-    }
-
-    /// Mailboxes in a SQLite file, created if absent: they survive a restart of the server.
-    ///
-    /// - Parameters:
-    ///   - path: The database file.
-    ///   - durability: What a write survives once it has returned.
-    /// - Returns: The configuration, with the default limits.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the file cannot be
-    ///   opened or created, or is not a usable Tether mailbox store (corrupt, truncated, or
-    ///   another application's database).
-    public static func sqlite(path: String, durability: SQLiteMailboxStore.Durability = .normal) throws(TetherError) -> MailboxConfiguration {
-        MailboxConfiguration(store: try SQLiteMailboxStore(path: path, synchronous: durability))
     }
 
     /// Mailboxes in memory, lost when the process ends.

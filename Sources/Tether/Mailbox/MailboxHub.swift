@@ -8,6 +8,10 @@ import Synchronization
 /// delivery exact: a push is written live only after it is stored, a resume is registered
 /// at a point in the queue (pushes before it are replayed from the store, pushes after it
 /// are written live), and both kinds reach a peer through its event loop, in queue order.
+///
+/// Every call to the store goes through ``callStore(_:)``, which runs it on the
+/// ``StoreExecutor``'s threads, never on an event loop: peers read their replays through
+/// ``messages(for:after:limit:)`` and the server lists clients through ``clientIDs()``.
 final class MailboxHub: Sendable {
     typealias Authenticator = @Sendable (ClientHello) async throws -> Void
     typealias OfflineCallback = @Sendable (OfflinePush) async -> Void
@@ -72,7 +76,30 @@ final class MailboxHub: Sendable {
         (expiries, expirySink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(8))
     }
 
-    var store: any MailboxStore { configuration.store }
+    private var store: any MailboxStore { configuration.store }
+
+    // MARK: Calls to the store
+
+    /// Runs `call` with the store on the ``StoreExecutor``, whatever executor the caller
+    /// prefers (a peer's task prefers its event loop), and returns to the caller's once it
+    /// is done: a store that blocks its thread never blocks a loop.
+    private func callStore<T: Sendable>(_ call: @Sendable (any MailboxStore) async throws -> T) async throws -> T {
+        let store = store
+        return try await withTaskExecutorPreference(StoreExecutor.shared) {
+            try await call(store)
+        }
+    }
+
+    /// The stored pushes of a client after `sequence`, oldest first, at most `limit`:
+    /// a page of a peer's replay.
+    func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
+        try await callStore { try await $0.messages(for: clientID, after: sequence, limit: limit) }
+    }
+
+    /// Every client id the store knows.
+    func clientIDs() async throws -> [String] {
+        try await callStore { try await $0.clientIDs() }
+    }
 
     // MARK: Requests from the server and its peers
 
@@ -225,7 +252,7 @@ final class MailboxHub: Sendable {
                 }
                 for (clientID, sequence) in through {
                     // A failed acknowledgement only leaves messages to be replayed again.
-                    try? await store.acknowledge(clientID, through: sequence)
+                    try? await callStore { try await $0.acknowledge(clientID, through: sequence) }
                 }
             case .expire:
                 // Passes queued while one ran add nothing: one does for all.
@@ -241,7 +268,8 @@ final class MailboxHub: Sendable {
         let now = configuration.clock()
         let removed: Result<[String], TetherError>
         do {
-            let clientIDs = try await store.removeExpired(limits: configuration.limits, now: now, keeping: connected)
+            let limits = configuration.limits
+            let clientIDs = try await callStore { try await $0.removeExpired(limits: limits, now: now, keeping: connected) }
             state.withLock { $0.metrics.mailboxesRemoved += clientIDs.count }
             removed = .success(clientIDs)
         } catch {
@@ -256,8 +284,9 @@ final class MailboxHub: Sendable {
     /// own, in order, so one caller's failure (a full store, a bad message) is not another's.
     private func store(_ drafts: [MailboxMessage.Draft], _ waiters: [(CheckedContinuation<[UInt64], any Error>, Int)]) async {
         let sequences: [UInt64]
+        let (limits, now) = (configuration.limits, configuration.clock())
         do {
-            sequences = try await store.append(drafts, limits: configuration.limits, now: configuration.clock())
+            sequences = try await callStore { try await $0.append(drafts, limits: limits, now: now) }
         } catch {
             guard waiters.count == 1 else {
                 var start = 0
@@ -306,8 +335,9 @@ final class MailboxHub: Sendable {
     private func begin(_ request: Resume, _ continuation: CheckedContinuation<Void, any Error>) async {
         let (clientID, peer, helloSerial) = (request.clientID, request.peer, request.helloSerial)
         let summary: MailboxSummary
+        let (limits, now) = (configuration.limits, configuration.clock())
         do {
-            summary = try await store.openMailbox(for: clientID, limits: configuration.limits, now: configuration.clock())
+            summary = try await callStore { try await $0.openMailbox(for: clientID, limits: limits, now: now) }
         } catch let error as TetherError where error.code == .mailboxesFull {
             continuation.resume(throwing: error)
             return
@@ -319,7 +349,7 @@ final class MailboxHub: Sendable {
         let acknowledged = min(request.acknowledged, request.lastSequence, summary.lastSequence)
         if acknowledged > summary.acknowledged {
             // Only frees space: a failure leaves those messages to be acknowledged later.
-            try? await store.acknowledge(clientID, through: acknowledged)
+            try? await callStore { try await $0.acknowledge(clientID, through: acknowledged) }
         }
         let replaced = state.withLock { state -> Peer? in
             // A peer that ended before this point has already detached: do not attach it.

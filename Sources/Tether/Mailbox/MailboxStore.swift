@@ -6,9 +6,10 @@
 /// the mailbox's limits drop it. A client that reconnects says the last sequence it has and
 /// gets everything after it replayed in order.
 ///
-/// Tether ships two stores: ``SQLiteMailboxStore`` (durable, the default) and
-/// ``InMemoryMailboxStore``. A deployment that runs several servers can keep mailboxes in
-/// its own database by implementing this protocol. The rules an implementation must keep:
+/// Tether ships two stores: ``InMemoryMailboxStore``, and the durable
+/// ``TetherSQLite/SQLiteMailboxStore`` in the module `TetherSQLite`. A deployment that runs
+/// several servers can keep mailboxes in its own database by implementing this protocol.
+/// The rules an implementation must keep:
 ///
 /// - **Sequences.** ``append(_:limits:now:)`` gives each message the next number of its
 ///   client's sequence, in the order of the array, and a number is never given twice, even
@@ -29,8 +30,17 @@
 /// - **Concurrency.** Calls may come from several tasks at once; reads must see every
 ///   append that has returned.
 ///
-/// A server calls the store from one task for appends, acknowledgements and expiry, in
-/// order, and from each resuming peer's task for reads.
+/// **Threads.** A server never calls a store on an event loop thread. It calls it from one
+/// task for appends, acknowledgements and expiry, in order; from each resuming peer's task
+/// for the pages of its replay; and from the caller of ``Server/clientIDs()``. Whatever the
+/// task, every call runs on threads Tether keeps for stores: four, shared by every server in
+/// the process, neither an event loop's nor one of the Swift concurrency pool's. A peer's
+/// task goes back to its event loop once the page is read. So a store may block the thread
+/// it is called on (a disk, a lock, a database client without async I/O) without delaying
+/// any connection's heartbeats or requests: it holds up only the clients waiting for it, and,
+/// while four calls block at once, the store calls queued behind them. A store that blocks
+/// for long does better to run its work on threads of its own and suspend its callers, as
+/// ``TetherSQLite/SQLiteMailboxStore`` does.
 public protocol MailboxStore: Sendable {
     /// Appends messages, each to its client's mailbox with the next sequence number of that
     /// client, then drops what `limits` no longer allow from the mailboxes it touched.
@@ -275,12 +285,12 @@ public struct MailboxLimits: Sendable, Hashable {
     }
 
     /// What one message counts for ``maximumStoredBytes``.
-    static func storedSize(ofPayload count: Int) -> Int {
+    package static func storedSize(ofPayload count: Int) -> Int {
         count + messageOverhead
     }
 
     /// The error for a new client past ``maximumMailboxes``.
-    func tooManyMailboxes(for clientID: String) -> TetherError {
+    package func tooManyMailboxes(for clientID: String) -> TetherError {
         TetherError(
             code: .mailboxesFull,
             message: "the mailbox store holds its maximum of \(maximumMailboxes) mailbox\(maximumMailboxes == 1 ? "" : "es"): none for new client \"\(clientID)\" until idle ones expire"
@@ -288,7 +298,7 @@ public struct MailboxLimits: Sendable, Hashable {
     }
 
     /// The error for an append that would pass ``maximumStoredBytes``.
-    func tooManyBytes(messages: Int, storing total: Int) -> TetherError {
+    package func tooManyBytes(messages: Int, storing total: Int) -> TetherError {
         TetherError(
             code: .mailboxesFull,
             message: "the mailbox store is full: \(messages) message\(messages == 1 ? "" : "s") would bring it to \(total) bytes, beyond its maximum of \(maximumStoredBytes); nothing was stored"
@@ -296,7 +306,7 @@ public struct MailboxLimits: Sendable, Hashable {
     }
 
     /// The oldest storage time still allowed at `now`, if there is an age bound.
-    func oldestAllowed(at now: MailboxTime) -> MailboxTime? {
+    package func oldestAllowed(at now: MailboxTime) -> MailboxTime? {
         guard let maximumAge else { return nil }
         let (seconds, attoseconds) = maximumAge.components
         let milliseconds = seconds * 1000 + attoseconds / 1_000_000_000_000_000

@@ -125,7 +125,8 @@ extension Peer {
             }
             let page: [MailboxMessage]
             do {
-                page = try await hub.store.messages(for: current.clientID, after: current.lastWritten, limit: batchSize)
+                // On the store's threads: this task prefers the peer's event loop.
+                page = try await hub.messages(for: current.clientID, after: current.lastWritten, limit: batchSize)
             } catch {
                 end(TetherError(code: .storeFailed, message: "replaying the mailbox of \(current.clientID) failed: \(error)", underlying: error as? TetherError), graceful: false)
                 return

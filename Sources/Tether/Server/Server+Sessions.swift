@@ -60,7 +60,7 @@ extension Server {
     public func clientIDs() async throws(TetherError) -> [String] {
         let hub = try requireMailboxes()
         do {
-            return try await hub.store.clientIDs().sorted()
+            return try await hub.clientIDs().sorted()
         } catch {
             throw TetherError(code: .storeFailed, message: "the client ids could not be read: \(error)", underlying: error as? TetherError)
         }

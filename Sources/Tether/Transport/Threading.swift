@@ -10,7 +10,7 @@
 typealias ThreadID = pthread_t
 
 /// A joinable POSIX thread running one closure.
-struct BlockingThread: ~Copyable {
+package struct BlockingThread: ~Copyable {
     private let handle: pthread_t
 
     /// Box that carries the closure across the C boundary.
@@ -47,7 +47,7 @@ struct BlockingThread: ~Copyable {
     }
 
     /// Runs `body` on a new detached thread: for calls that block, such as `getaddrinfo`.
-    static func run(_ body: @escaping @Sendable () -> Void) {
+    package static func run(_ body: @escaping @Sendable () -> Void) {
         let thread = BlockingThread(name: "tether-blocking", body)
         _ = pthread_detach(thread.handle)
         discardThread(thread)
@@ -65,14 +65,16 @@ struct BlockingThread: ~Copyable {
     static var current: pthread_t { pthread_self() }
 }
 
-/// A one-shot signal one thread waits on and another raises (`pthread_cond_t`).
-final class Semaphore: @unchecked Sendable {
+/// A counting semaphore (`pthread_cond_t`): each `signal()` lets one `wait()` through, so
+/// it serves as a one-shot signal one thread waits on and another raises, and as a count of
+/// queued work.
+package final class Semaphore: @unchecked Sendable {
     // @unchecked Sendable: `count` is only touched with `mutex` held.
     private var mutex = pthread_mutex_t()
     private var condition = pthread_cond_t()
     private var count = 0
 
-    init() {
+    package init() {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&condition, nil)
     }
@@ -82,14 +84,14 @@ final class Semaphore: @unchecked Sendable {
         pthread_mutex_destroy(&mutex)
     }
 
-    func signal() {
+    package func signal() {
         pthread_mutex_lock(&mutex)
         count += 1
         pthread_cond_signal(&condition)
         pthread_mutex_unlock(&mutex)
     }
 
-    func wait() {
+    package func wait() {
         pthread_mutex_lock(&mutex)
         while count == 0 { pthread_cond_wait(&condition, &mutex) }
         count -= 1

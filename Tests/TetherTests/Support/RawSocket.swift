@@ -109,7 +109,7 @@ final class RawSocket: @unchecked Sendable {
         try await offThread { try self.readFrameBlocking(timeout: timeout) }
     }
 
-    private func readFrameBlocking(timeout: Duration) throws -> Frame? {
+    func readFrameBlocking(timeout: Duration = eventBound) throws -> Frame? {
         let header = try read(12, timeout: timeout)
         guard header.count == 12 else { return nil }
         var buffer = FrameBuffer(bytes: header)

@@ -1,0 +1,299 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import CSQLite
+import Testing
+@testable import Tether
+import TetherSQLite
+
+/// A mailbox store that holds the thread of every call for 500 ms (a real `usleep`, the way
+/// a store on a slow disk or a blocking database client does) before the in-memory store
+/// answers it, and records when each call ran, on the monotonic clock.
+final class BlockingStore: MailboxStore {
+    /// One call: what it was, and when it started and ended (nanoseconds, ``MonotonicTime``).
+    struct Call: Sendable {
+        var name: String
+        var start: UInt64
+        var end: UInt64?
+        /// Whether it ran on the thread of one of ``loops``.
+        var onLoop: Bool
+    }
+
+    let inner = InMemoryMailboxStore()
+    /// The event loops no call may run on.
+    let loops: [EventLoop]
+    private let calls = Lock<[Call]>([])
+    private let starts: AsyncStream<String>.Continuation
+    /// The name of each call as it starts.
+    let started: AsyncStream<String>
+
+    init(watching groups: [EventLoopGroup]) {
+        loops = groups.flatMap(\.loops)
+        (started, starts) = AsyncStream.makeStream()
+    }
+
+    /// Every call so far, in the order they started.
+    var history: [Call] { calls.withLock { $0 } }
+
+    /// How many calls of `name` have ended.
+    func finished(_ name: String) -> Int {
+        calls.withLock { $0.filter { $0.name == name && $0.end != nil }.count }
+    }
+
+    private func blocking<T>(_ name: String, _ body: () async throws -> T) async rethrows -> T {
+        let index = calls.withLock { calls in
+            calls.append(Call(name: name, start: MonotonicTime.now(), onLoop: loops.contains { $0.inLoop }))
+            return calls.count - 1
+        }
+        starts.yield(name)
+        usleep(500_000)
+        defer { calls.withLock { $0[index].end = MonotonicTime.now() } }
+        return try await body()
+    }
+
+    func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
+        try await blocking("append") { try await inner.append(messages, limits: limits, now: now) }
+    }
+
+    func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
+        try await blocking("openMailbox") { try await inner.openMailbox(for: clientID, limits: limits, now: now) }
+    }
+
+    func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
+        try await blocking("messages") { try await inner.messages(for: clientID, after: sequence, limit: limit) }
+    }
+
+    func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
+        try await blocking("acknowledge") { try await inner.acknowledge(clientID, through: sequence) }
+    }
+
+    func clientIDs() async throws -> [String] {
+        try await blocking("clientIDs") { try await inner.clientIDs() }
+    }
+
+    func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String] {
+        try await blocking("removeExpired") { try await inner.removeExpired(limits: limits, now: now, keeping: connected) }
+    }
+}
+
+/// The round trips of one connection: each heartbeat's and each request's start and end,
+/// on the monotonic clock, and the type and serial of what answered it.
+struct RoundTrips {
+    var spans: [(start: UInt64, end: UInt64)] = []
+    var sent: [String] = []
+    var answered: [String] = []
+
+    var slowestMilliseconds: Double {
+        Double(spans.map { $0.end - $0.start }.max() ?? 0) / 1e6
+    }
+
+    /// How many round trips overlapped one of `calls`: they were under way while the store
+    /// held a thread.
+    func overlapping(_ calls: [BlockingStore.Call]) -> Int {
+        spans.filter { span in
+            calls.contains { call in call.start < span.end && span.start < (call.end ?? .max) }
+        }.count
+    }
+
+    var summary: String {
+        spans.map { String(format: "%.1f", Double($0.end - $0.start) / 1e6) }.joined(separator: " ") + " ms"
+    }
+}
+
+/// Connects a raw client to `endpoint` and makes `count` heartbeats and `count` echo
+/// requests, alternately, each waiting for its answer; all on a thread of its own with
+/// blocking reads, so the times taken do not depend on the Swift concurrency pool.
+func timedRoundTrips(to endpoint: Endpoint, count: Int) async throws -> RoundTrips {
+    try await offThread {
+        let socket = try RawSocket.connect(to: endpoint)
+        defer { socket.close() }
+        var trips = RoundTrips()
+        for index in 1...UInt32(count) {
+            for (type, serial) in [(UInt32(0x1), index), (UInt32(0x402), 1000 + index)] {
+                let payload: [UInt8] = type == 0x402 ? Array(#"{"n":\#(index)}"#.utf8) : []
+                let start = MonotonicTime.now()
+                try socket.write(seedBytes(type: type, serial: serial, payload: payload))
+                guard let answer = try socket.readFrameBlocking() else {
+                    throw TimedOut(what: "the answer to frame \(serial)")
+                }
+                let end = MonotonicTime.now()
+                trips.spans.append((start, end))
+                trips.sent.append("\(type)/\(serial)")
+                trips.answered.append("\(answer.type)/\(answer.serial)")
+            }
+        }
+        return trips
+    }
+}
+
+/// Store calls never run on an event loop thread: a store that blocks holds up the
+/// clients waiting for it, never the other connections of the loop.
+@Suite("A store that blocks", .timeLimit(.minutes(1)))
+struct BlockingStoreTests {
+    /// A server on one event loop of its own, with mailboxes in `store`.
+    private func configure(_ configuration: inout ServerConfiguration, _ store: BlockingStore, group: EventLoopGroup) {
+        var mailboxes = MailboxConfiguration(store: store)
+        mailboxes.replayBatchSize = 1
+        mailboxes.expiryInterval = nil
+        configuration.mailboxes = mailboxes
+        configuration.eventLoopGroup = group
+    }
+
+    @Test("a replay read by a store that blocks 500 ms per call: 20 heartbeats and 20 requests of another connection on the same loop each take under 400 ms")
+    func replay() async throws {
+        let group = EventLoopGroup(loopCount: 1)
+        defer { group.shutdown() }
+        let store = BlockingStore(watching: [group, .shared])
+        let stored = 6
+        let drafts = (0..<stored).map { MailboxMessage.Draft(clientID: "alice", type: 0x10, payload: Array("\($0)".utf8)) }
+        _ = try await store.inner.append(drafts, limits: MailboxLimits(), now: .now())
+        try await withServer(configure: { configure(&$0, store, group: group) }, handlers: echoHandlers) { _, endpoint in
+            let reads = store.started.filter { $0 == "messages" }
+            // Not awaited yet: the welcome is written on the loop just before the replay starts.
+            let connecting = Task { try await Connection.connect(to: endpoint, configuration: sessionConfiguration("alice")) }
+            // One page per call: the replay takes 6 calls of 500 ms.
+            _ = try await collect(1, from: reads, "the replay's first read")
+            let trips = try await timedRoundTrips(to: endpoint, count: 20)
+            let pagesRead = store.finished("messages")
+            Attachment.record("round trips: \(trips.summary); pages read meanwhile: \(pagesRead)", named: "replay-round-trips.txt")
+            #expect(trips.answered == trips.sent)
+            #expect(trips.overlapping(store.history) >= 1, "no round trip happened while the store held a thread")
+            #expect(store.history.filter(\.onLoop).map(\.name) == [])
+            #expect(trips.slowestMilliseconds < 400, "slowest round trip \(trips.slowestMilliseconds) ms: \(trips.summary)")
+            let alice = try await bounded("the connection") { try await connecting.value }
+            let replayed = try await collect(stored, from: alice.notifications, "the replay")
+            #expect(replayed.map(index(of:)) == Array(0..<stored))
+            #expect(replayed.map(\.serial) == Array(1...UInt32(stored)))
+            await alice.close()
+        }
+    }
+
+    @Test("a handler asks for the client ids while the store blocks 500 ms per call: heartbeats and requests of another connection on the same loop each take under 400 ms")
+    func clientIDsFromHandler() async throws {
+        let group = EventLoopGroup(loopCount: 1)
+        defer { group.shutdown() }
+        let store = BlockingStore(watching: [group, .shared])
+        try await withServer(configure: { configure(&$0, store, group: group) }, handlers: { server in
+            echoHandlers(server)
+            server.handle(type: 0x420) { [weak server] _, _ in
+                Response(json: ["clients": .int(try await server?.clientIDs().count ?? -1)])
+            }
+        }) { _, endpoint in
+            let lookups = store.started.filter { $0 == "clientIDs" }
+            let asker = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let asking = Task {
+                for _ in 0..<6 { _ = try await asker.request(Request(type: 0x420, json: [:]), timeout: .seconds(20)) }
+            }
+            _ = try await collect(1, from: lookups, "the first lookup")
+            let trips = try await timedRoundTrips(to: endpoint, count: 20)
+            let lookedUp = store.finished("clientIDs")
+            Attachment.record("round trips: \(trips.summary); lookups meanwhile: \(lookedUp)", named: "client-ids-round-trips.txt")
+            #expect(trips.answered == trips.sent)
+            #expect(trips.overlapping(store.history) >= 1, "no round trip happened while the store held a thread")
+            #expect(store.history.filter(\.onLoop).map(\.name) == [])
+            #expect(trips.slowestMilliseconds < 400, "slowest round trip \(trips.slowestMilliseconds) ms: \(trips.summary)")
+            try await bounded("the lookups", .seconds(20)) { try await asking.value }
+            #expect(store.finished("clientIDs") == 6)
+            await asker.close()
+        }
+    }
+
+    @Test("pushes appended by a store that blocks 500 ms per call, on a server run from a task that prefers its event loop: heartbeats and requests of another connection on that loop each take under 400 ms")
+    func appends() async throws {
+        let group = EventLoopGroup(loopCount: 1)
+        defer { group.shutdown() }
+        let store = BlockingStore(watching: [group, .shared])
+        var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
+        configure(&configuration, store, group: group)
+        let server = Server(configuration: configuration)
+        echoHandlers(server)
+        // The server's own tasks, the one that writes to the store among them, inherit the
+        // preference for the loop.
+        let running = Task(executorPreference: group.loops[0].taskExecutor) { try await server.run() }
+        defer { running.cancel() }
+        let address = try await bounded("server to listen") { try await server.listeningAddress() }
+        let endpoint = Endpoint(host: address.ipAddress, port: address.port)
+
+        let appends = store.started.filter { $0 == "append" }
+        let bob = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("bob"))
+        let notifications = bob.notifications
+        try await awaitClient("bob", on: server)
+        let pushing = Task {
+            for number in 0..<6 { try await server.push(indexed(number), toClient: "bob") }
+        }
+        _ = try await collect(1, from: appends, "the first append")
+        let trips = try await timedRoundTrips(to: endpoint, count: 20)
+        Attachment.record("round trips: \(trips.summary); appends meanwhile: \(store.finished("append"))", named: "append-round-trips.txt")
+        #expect(trips.answered == trips.sent)
+        #expect(trips.overlapping(store.history) >= 1, "no round trip happened while the store held a thread")
+        #expect(store.history.filter(\.onLoop).map(\.name) == [])
+        #expect(trips.slowestMilliseconds < 400, "slowest round trip \(trips.slowestMilliseconds) ms: \(trips.summary)")
+        try await bounded("the pushes", .seconds(20)) { try await pushing.value }
+        let received = try await collect(6, from: notifications, "the pushes")
+        #expect(received.map(index(of:)) == Array(0..<6))
+        await bob.close()
+        running.cancel()
+        try await bounded("the server to stop after cancellation") { try await running.value }
+    }
+
+    @Test("a SQLite store call that waits for another program's write lock suspends its caller: the caller's event loop runs 20 jobs meanwhile, each within 400 ms")
+    func sqliteCallerFree() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("mail.sqlite")
+        let store = try SQLiteMailboxStore(path: path)
+        // Another program holds the write lock: the store's append waits for it, up to 5 s.
+        let writer = try SQLiteConnection(path: path)
+        try writer.execute("BEGIN IMMEDIATE")
+        let group = EventLoopGroup(loopCount: 1)
+        defer { group.shutdown() }
+        let loop = group.loops[0]
+        let (started, start) = AsyncStream<Void>.makeStream()
+        let appended = Lock(false)
+        let appending = Task(executorPreference: loop.taskExecutor) {
+            start.yield()
+            let sequences = try await store.append([MailboxMessage.Draft(clientID: "a", type: 0x10, payload: [1])], limits: MailboxLimits(), now: .now())
+            appended.withLock { $0 = true }
+            return sequences
+        }
+        _ = try await collect(1, from: started, "the append to be made on the loop")
+        // How long each job waits on the loop before it runs, by the loop's clock.
+        var waits: [UInt64] = []
+        for _ in 0..<20 {
+            let queued = MonotonicTime.now()
+            waits.append(await withCheckedContinuation { continuation in
+                loop.execute { continuation.resume(returning: MonotonicTime.now() - queued) }
+            })
+        }
+        let slowest = Double(waits.max() ?? 0) / 1e6
+        Attachment.record(waits.map { String(format: "%.2f", Double($0) / 1e6) }.joined(separator: " ") + " ms", named: "loop-waits.txt")
+        #expect(!appended.withLock { $0 }, "the append did not wait for the lock")
+        #expect(slowest < 400, "a job waited \(slowest) ms for the loop")
+        try writer.execute("ROLLBACK")
+        #expect(try await bounded("the append") { try await appending.value } == [1])
+    }
+}
+
+/// A connection to a SQLite file of the test's own, as another program would have.
+final class SQLiteConnection {
+    struct Failure: Error { var message: String }
+
+    private var handle: OpaquePointer?
+
+    init(path: String) throws {
+        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK else {
+            defer { sqlite3_close_v2(handle) }
+            throw Failure(message: "opening \(path): \(String(cString: sqlite3_errmsg(handle)))")
+        }
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    func execute(_ sql: String) throws {
+        guard sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK else {
+            throw Failure(message: "\(sql): \(String(cString: sqlite3_errmsg(handle)))")
+        }
+    }
+}
