@@ -111,7 +111,7 @@ extension Peer {
         channel.readPending()
         guard self.channel === channel, let since = partialFrameSince else { return }
         let deadline = since &+ MonotonicTime.nanoseconds(of: timeout)
-        if deadline > MonotonicTime.now() {
+        if deadline > loop.now {
             frameTimer = loop.schedule(at: deadline, target: self, tag: Self.frameTag, detail: 0)
             return
         }
