@@ -445,11 +445,14 @@ extension Peer: ChannelDelegate {
             partialFrameSince = nil
             return
         }
+        var readAt = loop.lastWake
         if channel.isReadingPaused {
             channel.resumeReading()
-            if idleNanoseconds != nil { lastRead = loop.now }
+            // Bytes held while the server did not read count from now, for both timeouts.
+            readAt = loop.now
+            if idleNanoseconds != nil { lastRead = readAt }
         }
-        trackPartialFrame(in: channel, afterDecoding: decoded)
+        trackPartialFrame(in: channel, afterDecoding: decoded, readAt: readAt)
     }
 
     private func fail(_ error: TetherError, on channel: SocketChannel) {
