@@ -255,8 +255,11 @@ struct ReconnectTests {
 
     @Test("suspend() disconnects without reconnecting and fails what is in flight; resume() connects at once and sends what waited")
     func suspendAndResume() async throws {
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         try await withServer(handlers: echoHandlers) { server, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: reconnecting())
+            let connection = try await Connection.connect(to: endpoint, configuration: reconnecting { $0.eventLoopGroup = group })
             let watcher = StateWatcher(connection)
             let slow = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 5000])) }
             try await until("the slow request to be in flight", connection) { $0.inFlightRequests == 1 }
@@ -270,8 +273,8 @@ struct ReconnectTests {
             try await bounded("the server to see the client leave") {
                 while server.peerCount > 0 { try await Task.sleep(for: .milliseconds(1)) }
             }
-            // Well past the 20 ms backoff, still suspended.
-            try await Task.sleep(for: .milliseconds(200))
+            // Well past the 20 ms backoff on the connection's clock, still suspended.
+            await clock.advance(by: .milliseconds(200))
             #expect(await connection.currentState.phase == .suspended)
             await connection.resume()
             try await watcher.next(.connected)

@@ -147,11 +147,10 @@ struct ServerResilienceTests {
 
     @Test("heartbeats keep a peer alive across several idle timeouts")
     func idleResetByTraffic() async throws {
-        // An idle timeout of 8 heartbeat intervals: wide enough for a loaded machine (the
-        // suite under the thread sanitizer) never to leave that long a silence. Loops of
-        // their own for both sides: on the shared ones, another test's large payload (the
-        // 8 MiB round trip, under the sanitizer) held the heartbeat timers back that long.
-        let group = EventLoopGroup(loopCount: 1)
+        // Both sides on one loop of a manual clock: the heartbeats and the idle checks fire
+        // in deadline order as the test moves the time, however loaded the machine is.
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         try await withServer(configure: {
             $0.idleTimeout = .milliseconds(800)
@@ -166,14 +165,15 @@ struct ServerResilienceTests {
                 }
             )
             _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
-            // Proving that something does not happen takes a wait: a bounded one, over more
-            // than three idle timeouts, with nothing but heartbeats on the wire.
-            try await Task.sleep(for: .milliseconds(2500))
+            // Over three idle timeouts, with nothing but heartbeats on the wire: one every
+            // 100 ms, 26 in all with the first.
+            await clock.advance(by: .milliseconds(2500))
             #expect(await connection.currentState.phase == .connected)
             #expect(server.peerCount == 1)
             let quiet = await server.metrics()
             #expect(quiet.idleTimeouts == 0)
-            #expect(quiet.heartbeatsAcked >= 3)
+            #expect(quiet.heartbeatsAcked >= 20)
+            #expect(await connection.metrics.heartbeatsMissed == 0)
             #expect(quiet.framesIn == quiet.heartbeatsAcked)
             #expect(quiet.requestsHandled == 0)
 
@@ -263,9 +263,13 @@ struct ServerResilienceTests {
 
     @Test("a complete first frame cancels the handshake timeout")
     func handshakeCompleted() async throws {
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         try await withServer(configure: {
             $0.handshakeTimeout = .milliseconds(300)
             $0.idleTimeout = nil
+            $0.eventLoopGroup = group
         }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
             let client = try RawSocket.connect(to: endpoint)
@@ -273,8 +277,8 @@ struct ServerResilienceTests {
             let first = try await client.readFrame()
             #expect(first?.serial == 1)
             _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
-            // Bounded proof of absence: more than twice the handshake timeout, and the peer stays.
-            try await Task.sleep(for: .milliseconds(800))
+            // More than twice the handshake timeout on the server's clock, and the peer stays.
+            await clock.advance(by: .milliseconds(800))
             #expect(server.peerCount == 1)
             try client.write(seedBytes(type: 0x402, serial: 2))
             let second = try await client.readFrame()
