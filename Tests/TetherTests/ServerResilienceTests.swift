@@ -215,49 +215,57 @@ struct ServerResilienceTests {
 
     @Test("a slowloris that trickles a header byte by byte is still closed with handshakeTimeout")
     func slowloris() async throws {
+        // The server on a manual clock, and a byte every 50 ms of its time: the pace is
+        // exact, and the close is checked at its instant and 1 ns before.
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         try await withServer(configure: {
+            $0.eventLoopGroup = group
             $0.handshakeTimeout = .milliseconds(300)
             // Idle detection on too: the trickle keeps resetting it, the handshake timeout must
-            // not care. Twice the handshake timeout, so a trickle held back by a loaded machine
-            // cannot make the two fire together.
-            $0.idleTimeout = .milliseconds(600)
+            // not care.
+            $0.idleTimeout = .milliseconds(200)
         }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
-            let clock = ContinuousClock()
-            let start = clock.now
             let loris = try RawSocket.connect(to: endpoint)
+            defer { loris.close() }
+            _ = try await firstEvent(events, "the peer to connect") { $0.kind == .peerConnected }
+            let start = clock.now
             // 112 bytes at one per 50 ms would take over 5 s: the frame is never complete in time.
             let frame = seedBytes(type: 0x402, serial: 1, payload: Array(repeating: 0x20, count: 100))
-            // The pace of the trickle is the point of the test, not a wait for an event.
-            let trickle = Task {
-                var sent = 0
-                for byte in frame {
-                    do {
-                        try loris.write([byte])
-                    } catch {
-                        break
-                    }
-                    sent += 1
-                    try? await Task.sleep(for: .milliseconds(50))
-                }
-                return sent
+            var sent = 0
+            for step in 1...6 {
+                try loris.write([frame[sent]])
+                sent += 1
+                await clock.advance(by: .milliseconds(50) - (step == 6 ? .nanoseconds(1) : .zero))
             }
-            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
-            let detected = clock.now - start
-            Attachment.record("\(milliseconds(detected)) ms", named: "slowloris-detection.txt")
-            #expect(detected >= .milliseconds(300))
-            #expect(detected < .milliseconds(300) + detectionSlack)
-            let reason = try #require(gone.first?.reason)
+            #expect(server.peerCount == 1)
+            await clock.advance(by: .nanoseconds(1))
+            #expect(clock.now == start + 300_000_000)
+            let gone = try await firstEvent(events, "the peer to be closed") { $0.kind == .peerDisconnected }
+            let reason = try #require(gone.reason)
             #expect(reason.code == .handshakeTimeout)
+            #expect(try await loris.waitForClose())
 
             // Once closed, the next bytes fail to send, and the trickle ends short of a frame.
-            let sent = try await bounded("the trickle to fail") { await trickle.value }
-            #expect(sent >= 2)
+            var failed = false
+            while sent < frame.count {
+                do {
+                    try loris.write([frame[sent]])
+                } catch {
+                    failed = true
+                    break
+                }
+                sent += 1
+            }
+            #expect(failed)
             #expect(sent < frame.count)
             let metrics = await server.metrics()
             #expect(metrics.handshakeTimeouts == 1)
             #expect(metrics.idleTimeouts == 0)
             #expect(metrics.framesIn == 0)
+            #expect(metrics.bytesIn == 6)
         }
     }
 
