@@ -187,6 +187,33 @@ struct ManualClockTests {
         #expect(log.times == [10, 12, 15, 16].map { base + $0 * millisecond })
     }
 
+    @Test("a task sleeping on a loop wakes when the clock reaches its deadline, reading that time; a cancelled one throws at once", .timeLimit(.minutes(1)))
+    func sleep() async throws {
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
+        let loop = group.loops[0]
+        let deadline = clock.now + 5_000_000_000
+        let woke = Lock<UInt64?>(nil)
+        let sleeper = Task {
+            try await loop.sleep(until: deadline)
+            woke.withLock { $0 = loop.now }
+        }
+        let forever = Task { try await loop.sleep(until: .max) }
+        // The sleeper's timer is set by a job on the loop, which the advance waits for.
+        await clock.advance(by: .seconds(5) - .nanoseconds(1))
+        #expect(woke.withLock { $0 } == nil)
+        await clock.advance(by: .nanoseconds(1))
+        try await bounded("the sleeper to wake") { try await sleeper.value }
+        #expect(woke.withLock { $0 } == deadline)
+
+        forever.cancel()
+        let outcome = try await bounded("the cancelled sleep to end") { await forever.result }
+        #expect(throws: CancellationError.self) { try outcome.get() }
+        // A sleep whose deadline has passed ends at the loop's next turn.
+        try await bounded("a sleep into the past") { try await loop.sleep(until: 0) }
+    }
+
     @Test("the mailbox clock moves with the manual clock, to the millisecond")
     func mailboxClock() async throws {
         let clock = ManualClock()

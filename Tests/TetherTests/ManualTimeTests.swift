@@ -223,4 +223,33 @@ struct ManualTimeTests {
             }
         }
     }
+
+    @Test("mailbox ages and the periodic expiry follow the manual clock: a push older than the maximum age goes at the first pass after, not at the one at its age")
+    func mailboxExpiry() async throws {
+        try await withManualLoop { clock, group in
+            var mailboxes = MailboxConfiguration.inMemory
+            mailboxes.clock = clock.mailboxClock(startingAt: MailboxTime(millisecondsSince1970: 1_000_000))
+            mailboxes.limits.maximumAge = .seconds(60)
+            mailboxes.expiryInterval = .seconds(30)
+            try await withServer(configure: {
+                $0.eventLoopGroup = group
+                $0.mailboxes = mailboxes
+            }, handlers: echoHandlers) { server, _ in
+                let hub = try #require(server.hub)
+                // Stored once the hub runs, so its passes are timed from before this.
+                #expect(try await server.push(Frame(type: 0x10, payload: Array("1".utf8)), toClient: "ghost") == 1)
+                for (seconds, removed) in [(30, [String]()), (60, []), (90, ["ghost"])] {
+                    await clock.advance(by: .seconds(30))
+                    let pass = try await bounded("the expiry pass at \(seconds) s") {
+                        for await pass in hub.expiries { return pass }
+                        throw TimedOut(what: "an expiry pass: the hub stopped")
+                    }
+                    #expect(pass.now == MailboxTime(millisecondsSince1970: 1_000_000 + Int64(seconds) * 1_000))
+                    #expect(try pass.removed.get() == removed)
+                }
+                #expect(try await server.clientIDs() == [])
+                #expect(await server.metrics().mailboxesRemoved == 1)
+            }
+        }
+    }
 }
