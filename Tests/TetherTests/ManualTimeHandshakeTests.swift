@@ -2,16 +2,6 @@ import Testing
 import TetherTLS
 @testable import Tether
 
-/// A manual clock and a group of one loop on it, shut down after `body`.
-private func withManualLoop<T: Sendable>(
-    _ body: (ManualClock, EventLoopGroup) async throws -> T
-) async throws -> T {
-    let clock = ManualClock()
-    let group = EventLoopGroup(loopCount: 1, clock: clock)
-    defer { group.shutdown() }
-    return try await body(clock, group)
-}
-
 /// The error the first connect of `connection` ends with, within the bound.
 private func connectError(of connect: Task<Void, any Error>) async throws -> TetherError? {
     let outcome = try await bounded("the connect to end") { await connect.result }

@@ -1,19 +1,6 @@
 import Testing
 @testable import Tether
 
-/// A manual clock and a group of one loop on it, shut down after `body`.
-///
-/// One loop for both sides when a test puts a client and a server on it: then every
-/// timer of both fires in one deadline order.
-private func withManualLoop<T: Sendable>(
-    _ body: (ManualClock, EventLoopGroup) async throws -> T
-) async throws -> T {
-    let clock = ManualClock()
-    let group = EventLoopGroup(loopCount: 1, clock: clock)
-    defer { group.shutdown() }
-    return try await body(clock, group)
-}
-
 /// A client connected to a raw socket server on 127.0.0.1: the client on `group`, the
 /// server's end of the connection returned with it.
 private func connectToRawServer(
