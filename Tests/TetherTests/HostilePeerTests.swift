@@ -232,7 +232,11 @@ struct HostilePeerTests {
     @Test("while the server does not read a peer at its limit, neither its idle timeout nor its frame timeout runs; the frame's time starts when it is read again")
     func pausedPeerIsNotTimedOut() async throws {
         let gate = Gate()
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         try await withServer(configure: {
+            $0.eventLoopGroup = group
             $0.maximumRequestsPerPeer = 1
             $0.frameCompletionTimeout = .milliseconds(300)
             // Later than the frame timeout, so that once the peer is read again the stalled
@@ -247,8 +251,8 @@ struct HostilePeerTests {
             let next = seedBytes(type: 0x402, serial: 2, payload: Array("{}".utf8))
             try client.write(seedBytes(type: 0x404, serial: 1) + next.prefix(6))
             _ = try await collect(1, from: gate.starts, "the slow handler to start")
-            // Bounded proof of absence: well past both timeouts, and the peer stays.
-            try await Task.sleep(for: .milliseconds(1_500))
+            // Well past both timeouts on the server's clock, and the peer stays.
+            await clock.advance(by: .milliseconds(1_500))
             #expect(server.peerCount == 1)
             let during = await server.metrics()
             #expect(during.frameTimeouts == 0)
@@ -257,7 +261,12 @@ struct HostilePeerTests {
 
             gate.open()
             #expect(try await serials(of: 1, from: client) == [1])
-            // Read again, the six bytes are a frame under way, and nothing completes it.
+            // Read again, the six bytes are a frame under way, and nothing completes it: the
+            // frame's time starts now, so the peer is closed 300 ms later and not sooner.
+            await clock.advance(by: .milliseconds(300) - .nanoseconds(1))
+            #expect(server.peerCount == 1)
+            #expect(await server.metrics().frameTimeouts == 0)
+            await clock.advance(by: .nanoseconds(1))
             let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
             let reason = try #require(gone.first?.reason)
             #expect(reason.code == .frameTimeout)

@@ -255,8 +255,11 @@ struct ReconnectTests {
 
     @Test("suspend() disconnects without reconnecting and fails what is in flight; resume() connects at once and sends what waited")
     func suspendAndResume() async throws {
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         try await withServer(handlers: echoHandlers) { server, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: reconnecting())
+            let connection = try await Connection.connect(to: endpoint, configuration: reconnecting { $0.eventLoopGroup = group })
             let watcher = StateWatcher(connection)
             let slow = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 5000])) }
             try await until("the slow request to be in flight", connection) { $0.inFlightRequests == 1 }
@@ -270,8 +273,8 @@ struct ReconnectTests {
             try await bounded("the server to see the client leave") {
                 while server.peerCount > 0 { try await Task.sleep(for: .milliseconds(1)) }
             }
-            // Well past the 20 ms backoff, still suspended.
-            try await Task.sleep(for: .milliseconds(200))
+            // Well past the 20 ms backoff on the connection's clock, still suspended.
+            await clock.advance(by: .milliseconds(200))
             #expect(await connection.currentState.phase == .suspended)
             await connection.resume()
             try await watcher.next(.connected)
@@ -348,15 +351,39 @@ struct ReconnectTests {
 
     @Test("a stalled peer is detected within interval × (misses + 1), then the client reconnects")
     func stallDetected() async throws {
+        // On a manual clock: every heartbeat and miss is checked at its exact instant, and
+        // 1 ns before it.
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         let (listener, endpoint) = try RawSocket.listen()
         let connection = Connection(to: endpoint, configuration: reconnecting {
             $0.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(100), maximumMissed: 2)
+            $0.eventLoopGroup = group
         })
         let watcher = StateWatcher(connection)
         let heartbeats = connection.heartbeats
-        let trace = Lock(HeartbeatTrace())
-        try await connection.connectFollowingHeartbeats(into: trace)
-        let stalled = try await listener.accept()
+        async let accepted = listener.accept()
+        try await connection.connect()
+        let stalled = try await accepted
+        // The first heartbeat went out as the connection came up, at `start`.
+        let start = clock.now
+        #expect(await connection.heartbeatsSent == 1)
+
+        // Its miss, a timeout after it went out.
+        await clock.advance(by: .milliseconds(100) - .nanoseconds(1))
+        #expect(await connection.metrics.heartbeatsMissed == 0)
+        await clock.advance(by: .nanoseconds(1))
+        #expect(await connection.metrics.heartbeatsMissed == 1)
+        // The second, an interval after the first.
+        await clock.advance(to: start + 200_000_000 - 1)
+        #expect(await connection.heartbeatsSent == 1)
+        await clock.advance(by: .nanoseconds(1))
+        #expect(await connection.heartbeatsSent == 2)
+        // Its miss gives up: interval + timeout after the first, as the second miss in a row.
+        await clock.advance(to: start + 300_000_000 - 1)
+        #expect(await connection.currentState.phase == .connected)
+        await clock.advance(by: .nanoseconds(1))
         let lost = try await watcher.next(.reconnecting)
         #expect(lost.reason?.code == .heartbeatTimeout)
         #expect(lost.reason?.message == "no heartbeat ack from \(endpoint.host):\(endpoint.port) for 2 heartbeats in a row (100 ms each)")
@@ -364,31 +391,17 @@ struct ReconnectTests {
             Heartbeat(serial: 1, outcome: .sent), Heartbeat(serial: 1, outcome: .missed),
             Heartbeat(serial: 2, outcome: .sent), Heartbeat(serial: 2, outcome: .missed),
         ])
-        try await bounded("the checks on the connection's loop") {
-            while trace.withLock({ $0.lostByTimeout }) == nil { try await Task.sleep(for: .milliseconds(1)) }
-        }
-        let seen = trace.withLock { $0 }
-        // Never early, on the loop's clock: the second heartbeat an interval after the first,
-        // each miss a timeout after its heartbeat went out.
-        let first = try #require(seen.sentAt[1], "\(seen)")
-        let second = try #require(seen.sentAt[2], "\(seen)")
-        #expect(second - first >= MonotonicTime.nanoseconds(of: .milliseconds(200)))
-        let firstMiss = try #require(seen.missedAt[1], "\(seen)")
-        let secondMiss = try #require(seen.missedAt[2], "\(seen)")
-        #expect(firstMiss - first >= MonotonicTime.nanoseconds(of: .milliseconds(100)))
-        #expect(secondMiss - second >= MonotonicTime.nanoseconds(of: .milliseconds(100)))
-        // Never late, by the loop's order of timers (a busy machine delays them all alike):
-        // by a timer just after an interval from the first heartbeat the second had gone out,
-        // and by one just after a timeout from the second the connection had been given up.
-        #expect(seen.secondSentByInterval == true)
-        #expect(seen.lostByTimeout == true)
+        #expect(try await stalled.readFrame()?.serial == 1)
+        #expect(try await stalled.readFrame()?.serial == 2)
+
+        await clock.advance(by: .milliseconds(20))
         let again = try await listener.accept()
         try await watcher.next(.connected)
-        // The new connection's first heartbeat goes unanswered too, so this can grow meanwhile.
-        #expect(await connection.metrics.heartbeatsMissed >= 2)
+        #expect(await connection.metrics.heartbeatsMissed == 2)
         await connection.close()
         stalled.close()
         again.close()
+        listener.close()
     }
 }
 
@@ -435,76 +448,7 @@ extension Connection {
     }
 }
 
-/// What ``Connection/connectFollowingHeartbeats(into:)`` saw on the loop.
-private struct HeartbeatTrace: Sendable {
-    /// When each heartbeat went out, by serial, from the heartbeat state (``MonotonicTime``).
-    var sentAt: [UInt32: UInt64] = [:]
-    /// When the timer that counted each miss fired, by the count (``MonotonicTime``).
-    var missedAt: [Int: UInt64] = [:]
-    /// Whether a loop timer due just after an interval from the first heartbeat found the
-    /// second sent (or the connection already given up).
-    var secondSentByInterval: Bool?
-    /// Whether a loop timer due just after a timeout from the second heartbeat found the
-    /// connection given up for heartbeatTimeout.
-    var lostByTimeout: Bool?
-}
-
 extension Connection {
-    /// Connects, following each heartbeat timer on the loop: every time one fires, what it
-    /// did is read at once, before the loop fires anything else, and the next one is
-    /// followed in turn.
-    ///
-    /// The first timer is caught by a closure queued on the loop before the connect, which
-    /// queues itself again, on the loop, until the timer is set: it is followed from the
-    /// loop turn that set it, long before it is due, however late the test's tasks run.
-    ///
-    /// - Parameter trace: Where what was seen goes.
-    fileprivate func connectFollowingHeartbeats(into trace: Lock<HeartbeatTrace>) async throws {
-        waitForHeartbeatTimer(into: trace)
-        try await connect()
-    }
-
-    private nonisolated func waitForHeartbeatTimer(into trace: Lock<HeartbeatTrace>) {
-        loop.execute { [self] in
-            assumeIsolated { connection in
-                if connection.heartbeatTimer != nil {
-                    connection.recordHeartbeats(into: trace)
-                } else if !connection.state.isFinal {
-                    connection.waitForHeartbeatTimer(into: trace)
-                }
-            }
-        }
-    }
-
-    private func recordHeartbeats(into trace: Lock<HeartbeatTrace>) {
-        let now = MonotonicTime.now()
-        let misses = counters.heartbeatsMissed
-        let interval = configuration.heartbeat.interval
-        let timeout = configuration.heartbeat.timeout
-        var checks: [(UInt64, @Sendable (isolated Connection) -> Void)] = []
-        trace.withLock { seen in
-            if misses > 0, seen.missedAt[misses] == nil { seen.missedAt[misses] = now }
-            guard let machine = heartbeatMachine, let last = machine.lastSentAt else { return }
-            let serial = machine.nextSerial &- 1
-            guard seen.sentAt[serial] == nil else { return }
-            seen.sentAt[serial] = last
-            if serial == 1 {
-                checks.append((justAfter(interval, from: last), { connection in
-                    let sent = (connection.heartbeatMachine?.nextSerial ?? 0) > 2 || connection.state.phase != .connected
-                    trace.withLock { $0.secondSentByInterval = sent }
-                }))
-            } else if serial == 2 {
-                checks.append((justAfter(timeout, from: last), { connection in
-                    let lost = connection.state.phase != .connected && connection.state.reason?.code == .heartbeatTimeout
-                    trace.withLock { $0.lostByTimeout = lost }
-                }))
-            }
-        }
-        for (deadline, check) in checks { afterTimers(dueBefore: deadline, check) }
-        guard let timer = heartbeatTimer, case .closure(let tick) = timer.action else { return }
-        timer.action = .closure { [self] in
-            tick()
-            assumeIsolated { $0.recordHeartbeats(into: trace) }
-        }
-    }
+    /// How many heartbeats the current connection has sent.
+    fileprivate var heartbeatsSent: UInt32 { (heartbeatMachine?.nextSerial ?? 1) &- 1 }
 }

@@ -56,111 +56,90 @@ struct RequestTests {
 
     @Test("a request with no answer times out with an error naming its type, serial and timeout")
     func timeout() async throws {
-        try await withServer(handlers: { server in
-            server.handle(type: 0x405) { _, _ in
-                try await Task.sleep(for: .seconds(60))
-                return Response()
-            }
-        }) { _, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
-            let error = await #expect(throws: TetherError.self) {
-                _ = try await connection.request(Request(type: 0x405), timeout: .milliseconds(100))
-            }
-            #expect(error?.code == .timedOut)
-            #expect(error?.message == "request 0x405 serial 1 timed out after 100 ms")
-            #expect(await connection.pendingRequestCount == 0)
-            #expect(await connection.currentState.phase == .connected)
-            await connection.close()
-        }
+        // A server that reads and never answers, and the client on a manual clock.
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
+        let (listener, endpoint) = try RawSocket.listen()
+        defer { listener.close() }
+        async let accepted = listener.accept()
+        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.eventLoopGroup = group })
+        let server = try await accepted
+        defer { server.close() }
+        let pending = Task { try await connection.request(Request(type: 0x405), timeout: .milliseconds(100)) }
+        #expect(try await server.readFrame()?.serial == 1)
+        await clock.advance(by: .milliseconds(100))
+        let outcome = try await bounded("the request to time out") { await pending.result }
+        let error = #expect(throws: TetherError.self) { try outcome.get() }
+        #expect(error?.code == .timedOut)
+        #expect(error?.message == "request 0x405 serial 1 timed out after 100 ms")
+        #expect(await connection.pendingRequestCount == 0)
+        #expect(await connection.currentState.phase == .connected)
+        await connection.close()
     }
 
     @Test("timeouts of different lengths each fire on time, never early, none waiting for a longer one")
     func mixedTimeouts() async throws {
-        try await withServer(handlers: { server in
-            server.handle(type: 0x402) { _, _ in Response() }
-            server.handle(type: 0x405) { _, _ in
-                try await Task.sleep(for: .seconds(60))
-                return Response()
-            }
-        }) { _, endpoint in
-            // The configured timeout is 1 s. An answered request first leaves the shared
-            // deadline timer set 5 s ahead with no request waiting; "short" must set it again.
-            // "middle" is shorter than the request before it and gets a timer of its own.
-            let configured = Duration.seconds(1)
-            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.requestTimeout = configured })
-            _ = try await connection.request(Request(type: 0x402), timeout: .seconds(5))
-            let plan: [(name: String, timeout: Duration?)] = [("short", .milliseconds(150)), ("first", nil), ("middle", .milliseconds(300)), ("second", nil), ("long", .seconds(2))]
-            // Everything is read on the connection's loop, with the clock of its deadlines.
-            let made = Lock<[String: (key: Connection.RequestKey, at: UInt64)]>([:])
-            let ended = Lock<[String: (code: TetherError.Code?, at: UInt64)]>([:])
-            let (checks, check) = AsyncStream<(name: String, ended: Bool)>.makeStream()
-            let firstID = await connection.nextRequestKey().id
-            try await bounded("five timeouts") {
-                await withTaskGroup(of: Void.self) { group in
-                    // Made on the loop in the plan's order, one right after another: each
-                    // once the one before it has its serial.
-                    for (index, (name, timeout)) in plan.enumerated() {
-                        group.addTask(executorPreference: connection.taskExecutor) {
-                            _ = await connection.observedRequest(
-                                Request(type: 0x405),
-                                timeout: timeout,
-                                when: { $0.nextRequestKey().id == firstID + UInt64(index) },
-                                made: { _, key in made.withLock { $0[name] = (key, MonotonicTime.now()) } },
-                                ended: { _, outcome in
-                                    var code: TetherError.Code?
-                                    if case .failure(let error as TetherError) = outcome { code = error.code }
-                                    ended.withLock { [code] in $0[name] = (code, MonotonicTime.now()) }
-                                }
-                            )
-                        }
-                    }
-                    // Once all five are made, a timer for each just after the latest its
-                    // deadline can be. When it fires, the timer of a request that waits for
-                    // no longer one has fired before it and ended the request.
-                    group.addTask(executorPreference: connection.taskExecutor) {
-                        await Self.checkAfterDeadlines(of: plan, configured: configured, on: connection, made: made, report: check)
-                    }
-                }
-            }
-            let outcomes = ended.withLock { $0 }
-            let starts = made.withLock { $0 }
-            for (name, timeout) in plan {
-                let limit = timeout ?? configured
-                #expect(outcomes[name]?.code == .timedOut, "\(name): \(String(describing: outcomes[name]))")
-                // Never early: `made` was read before the request's deadline was set.
-                if let start = starts[name]?.at, let end = outcomes[name]?.at {
-                    let waited = MonotonicTime.duration(nanoseconds: end - start)
-                    #expect(waited >= limit, "\(name) timed out after \(waited), before its \(limit)")
-                }
-            }
-            let checked = try await collect(plan.count, from: checks, "a check after each deadline")
-            #expect(Set(checked.map(\.name)) == Set(plan.map(\.name)))
-            #expect(checked.filter { !$0.ended }.map(\.name) == [], "still waiting when a timer set just after their deadline fired: they waited for a longer timeout")
-            #expect(await connection.metrics.requestsTimedOut == 5)
-            #expect(await connection.pendingRequestCount == 0)
-            await connection.close()
-        }
-    }
+        // The client on a manual clock, a server that reads and answers only the first
+        // request: each timeout is checked at its deadline and 1 ns before it.
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
+        let (listener, endpoint) = try RawSocket.listen()
+        defer { listener.close() }
+        // The configured timeout is 1 s. An answered request first leaves the shared
+        // deadline timer set 5 s ahead with no request waiting; "short" must set it again.
+        // "middle" is shorter than the request before it and gets a timer of its own.
+        let configured = Duration.seconds(1)
+        async let accepted = listener.accept()
+        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration {
+            $0.requestTimeout = configured
+            $0.eventLoopGroup = group
+        })
+        let server = try await accepted
+        defer { server.close() }
+        let answered = Task { try await connection.request(Request(type: 0x402), timeout: .seconds(5)) }
+        let question = try #require(try await server.readFrame())
+        try server.write(seedBytes(type: 0x402, serial: question.serial))
+        _ = try await bounded("the answer") { try await answered.value }
 
-    /// On the loop, once every request of `plan` is made: for each, a check run by a timer just
-    /// after the latest its deadline can be, that reports whether the request has ended.
-    private static func checkAfterDeadlines(
-        of plan: [(name: String, timeout: Duration?)],
-        configured: Duration,
-        on connection: isolated Connection,
-        made: Lock<[String: (key: Connection.RequestKey, at: UInt64)]>,
-        report: AsyncStream<(name: String, ended: Bool)>.Continuation
-    ) async {
-        // Once all five (and the answered request before them) are written, no deadline is
-        // later than `now` plus its timeout.
-        while connection.counters.requestsSent < plan.count + 1 { await Task.yield() }
-        let now = MonotonicTime.now()
+        let plan: [(name: String, timeout: Duration?)] = [("short", .milliseconds(150)), ("first", nil), ("middle", .milliseconds(300)), ("second", nil), ("long", .seconds(2))]
+        // Made in the plan's order, each once the one before it is on the wire; the clock
+        // does not move meanwhile, so every deadline is `start` plus its timeout.
+        let start = clock.now
+        var keys: [String: Connection.RequestKey] = [:]
+        var callers: [String: Task<Response, any Error>] = [:]
         for (name, timeout) in plan {
-            guard let key = made.withLock({ $0[name]?.key }) else { continue }
-            connection.afterTimers(dueBefore: justAfter(timeout ?? configured, from: now)) { connection in
-                report.yield((name, !connection.isPending(key)))
+            let key = await connection.nextRequestKey()
+            keys[name] = key
+            callers[name] = Task { try await connection.request(Request(type: 0x405), timeout: timeout) }
+            #expect(try await server.readFrame()?.serial == key.serial, "\(name)")
+        }
+        let deadlines = plan.map { (name: $0.name, at: start + MonotonicTime.nanoseconds(of: $0.timeout ?? configured)) }
+        for at in Set(deadlines.map(\.at)).sorted() {
+            await clock.advance(to: at - 1)
+            for (name, deadline) in deadlines {
+                let key = try #require(keys[name])
+                #expect(await connection.isPending(key) == (deadline >= at), "\(name) 1 ns before \(at - start) ns")
+            }
+            await clock.advance(to: at)
+            for (name, deadline) in deadlines {
+                let key = try #require(keys[name])
+                #expect(await connection.isPending(key) == (deadline > at), "\(name) at \(at - start) ns")
             }
         }
+        for (name, _) in plan {
+            let caller = try #require(callers[name])
+            let outcome = try await bounded("\(name) to end") { await caller.result }
+            if case .failure(let error as TetherError) = outcome {
+                #expect(error.code == .timedOut, "\(name): \(error)")
+            } else {
+                Issue.record("\(name) ended with \(outcome)")
+            }
+        }
+        #expect(await connection.metrics.requestsTimedOut == 5)
+        #expect(await connection.pendingRequestCount == 0)
+        await connection.close()
     }
 
     @Test("cancelling the caller ends the request with CancellationError at once; the late response is dropped and counted")

@@ -147,11 +147,10 @@ struct ServerResilienceTests {
 
     @Test("heartbeats keep a peer alive across several idle timeouts")
     func idleResetByTraffic() async throws {
-        // An idle timeout of 8 heartbeat intervals: wide enough for a loaded machine (the
-        // suite under the thread sanitizer) never to leave that long a silence. Loops of
-        // their own for both sides: on the shared ones, another test's large payload (the
-        // 8 MiB round trip, under the sanitizer) held the heartbeat timers back that long.
-        let group = EventLoopGroup(loopCount: 1)
+        // Both sides on one loop of a manual clock: the heartbeats and the idle checks fire
+        // in deadline order as the test moves the time, however loaded the machine is.
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         try await withServer(configure: {
             $0.idleTimeout = .milliseconds(800)
@@ -166,14 +165,15 @@ struct ServerResilienceTests {
                 }
             )
             _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
-            // Proving that something does not happen takes a wait: a bounded one, over more
-            // than three idle timeouts, with nothing but heartbeats on the wire.
-            try await Task.sleep(for: .milliseconds(2500))
+            // Over three idle timeouts, with nothing but heartbeats on the wire: one every
+            // 100 ms, 26 in all with the first.
+            await clock.advance(by: .milliseconds(2500))
             #expect(await connection.currentState.phase == .connected)
             #expect(server.peerCount == 1)
             let quiet = await server.metrics()
             #expect(quiet.idleTimeouts == 0)
-            #expect(quiet.heartbeatsAcked >= 3)
+            #expect(quiet.heartbeatsAcked >= 20)
+            #expect(await connection.metrics.heartbeatsMissed == 0)
             #expect(quiet.framesIn == quiet.heartbeatsAcked)
             #expect(quiet.requestsHandled == 0)
 
@@ -215,57 +215,69 @@ struct ServerResilienceTests {
 
     @Test("a slowloris that trickles a header byte by byte is still closed with handshakeTimeout")
     func slowloris() async throws {
+        // The server on a manual clock, and a byte every 50 ms of its time: the pace is
+        // exact, and the close is checked at its instant and 1 ns before.
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         try await withServer(configure: {
+            $0.eventLoopGroup = group
             $0.handshakeTimeout = .milliseconds(300)
             // Idle detection on too: the trickle keeps resetting it, the handshake timeout must
-            // not care. Twice the handshake timeout, so a trickle held back by a loaded machine
-            // cannot make the two fire together.
-            $0.idleTimeout = .milliseconds(600)
+            // not care.
+            $0.idleTimeout = .milliseconds(200)
         }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
-            let clock = ContinuousClock()
-            let start = clock.now
             let loris = try RawSocket.connect(to: endpoint)
+            defer { loris.close() }
+            _ = try await firstEvent(events, "the peer to connect") { $0.kind == .peerConnected }
+            let start = clock.now
             // 112 bytes at one per 50 ms would take over 5 s: the frame is never complete in time.
             let frame = seedBytes(type: 0x402, serial: 1, payload: Array(repeating: 0x20, count: 100))
-            // The pace of the trickle is the point of the test, not a wait for an event.
-            let trickle = Task {
-                var sent = 0
-                for byte in frame {
-                    do {
-                        try loris.write([byte])
-                    } catch {
-                        break
-                    }
-                    sent += 1
-                    try? await Task.sleep(for: .milliseconds(50))
-                }
-                return sent
+            var sent = 0
+            for step in 1...6 {
+                try loris.write([frame[sent]])
+                sent += 1
+                await clock.advance(by: .milliseconds(50) - (step == 6 ? .nanoseconds(1) : .zero))
             }
-            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
-            let detected = clock.now - start
-            Attachment.record("\(milliseconds(detected)) ms", named: "slowloris-detection.txt")
-            #expect(detected >= .milliseconds(300))
-            #expect(detected < .milliseconds(300) + detectionSlack)
-            let reason = try #require(gone.first?.reason)
+            #expect(server.peerCount == 1)
+            await clock.advance(by: .nanoseconds(1))
+            #expect(clock.now == start + 300_000_000)
+            let gone = try await firstEvent(events, "the peer to be closed") { $0.kind == .peerDisconnected }
+            let reason = try #require(gone.reason)
             #expect(reason.code == .handshakeTimeout)
+            #expect(try await loris.waitForClose())
 
             // Once closed, the next bytes fail to send, and the trickle ends short of a frame.
-            let sent = try await bounded("the trickle to fail") { await trickle.value }
-            #expect(sent >= 2)
+            var failed = false
+            while sent < frame.count {
+                do {
+                    try loris.write([frame[sent]])
+                } catch {
+                    failed = true
+                    break
+                }
+                sent += 1
+            }
+            #expect(failed)
             #expect(sent < frame.count)
             let metrics = await server.metrics()
             #expect(metrics.handshakeTimeouts == 1)
             #expect(metrics.idleTimeouts == 0)
             #expect(metrics.framesIn == 0)
+            #expect(metrics.bytesIn == 6)
         }
     }
 
     @Test("a complete first frame cancels the handshake timeout")
     func handshakeCompleted() async throws {
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         try await withServer(configure: {
             $0.handshakeTimeout = .milliseconds(300)
             $0.idleTimeout = nil
+            $0.eventLoopGroup = group
         }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
             let client = try RawSocket.connect(to: endpoint)
@@ -273,8 +285,8 @@ struct ServerResilienceTests {
             let first = try await client.readFrame()
             #expect(first?.serial == 1)
             _ = try await collect(1, from: events.filter { $0.kind == .peerConnected })
-            // Bounded proof of absence: more than twice the handshake timeout, and the peer stays.
-            try await Task.sleep(for: .milliseconds(800))
+            // More than twice the handshake timeout on the server's clock, and the peer stays.
+            await clock.advance(by: .milliseconds(800))
             #expect(server.peerCount == 1)
             try client.write(seedBytes(type: 0x402, serial: 2))
             let second = try await client.readFrame()

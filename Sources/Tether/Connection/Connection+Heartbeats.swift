@@ -29,7 +29,7 @@ extension Connection {
             guard self.channel === channel, heartbeatTimer == nil else { return }
         }
         guard var machine = heartbeatMachine else { return }
-        let now = MonotonicTime.now()
+        let now = loop.now
         let actions = machine.tick(now: now)
         heartbeatMachine = machine
         for action in actions {
@@ -60,7 +60,7 @@ extension Connection {
 
     func heartbeatAcked(_ frame: Frame) {
         guard var machine = heartbeatMachine else { return }
-        let now = MonotonicTime.now()
+        let now = loop.now
         // Without serials on the wire an ack answers the one heartbeat outstanding.
         let serial = configuration.profile.correlation == .bySerial ? frame.serial : machine.outstanding?.serial ?? 0
         let rtt = machine.ack(serial: serial, now: now)

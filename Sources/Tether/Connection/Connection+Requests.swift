@@ -17,7 +17,7 @@ extension Connection: TimerTarget {
     /// ``deadlines`` when its deadline keeps their order (always, for requests that use the
     /// configured timeout), otherwise with a timer of its own, which it returns.
     private func startTimeout(_ limit: Duration, serial: UInt32, id: UInt64) -> LoopTimer? {
-        let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: limit)
+        let deadline = loop.now &+ MonotonicTime.nanoseconds(of: limit)
         guard deadlines.accepts(deadline) else {
             return loop.schedule(at: deadline, target: self, tag: id, detail: serial)
         }
@@ -41,7 +41,7 @@ extension Connection: TimerTarget {
     /// for an earlier one whose request has since ended.
     private func expireDeadlines() {
         deadlineTimer = nil
-        let now = MonotonicTime.now()
+        let now = loop.now
         while let first = deadlines.first, first.deadline <= now {
             _ = deadlines.removeFirst()
             expire(serial: first.serial, id: first.id)

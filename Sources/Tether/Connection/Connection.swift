@@ -337,11 +337,11 @@ public actor Connection {
         } catch {
             return .failure(error)
         }
-        let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: configuration.connectTimeout)
+        let deadline = loop.now &+ MonotonicTime.nanoseconds(of: configuration.connectTimeout)
         var failures: [TetherError] = []
         for address in addresses {
             if Task.isCancelled { break }
-            let now = MonotonicTime.now()
+            let now = loop.now
             guard now < deadline else {
                 failures.append(TetherError(code: .connectTimedOut, message: "connecting to \(endpoint) timed out after \(describe(configuration.connectTimeout))"))
                 break

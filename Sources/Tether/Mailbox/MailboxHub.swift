@@ -4,7 +4,7 @@ import Synchronization
 /// the peer its client is connected on, if any.
 ///
 /// Appends, resumes and acknowledgements go through one queue, worked off by one task
-/// (``run()``) in order, consecutive appends in one store call. That order is what makes
+/// (``run(timersOn:)``) in order, consecutive appends in one store call. That order is what makes
 /// delivery exact: a push is written live only after it is stored, a resume is registered
 /// at a point in the queue (pushes before it are replayed from the store, pushes after it
 /// are written live), and both kinds reach a peer through its event loop, in queue order.
@@ -168,21 +168,27 @@ final class MailboxHub: Sendable {
 
     // MARK: The queue's task
 
-    /// Marks the hub running; call before ``run()`` so pushes made meanwhile queue.
+    /// Marks the hub running; call before ``run(timersOn:)`` so pushes made meanwhile queue.
     func start() {
         state.withLock { $0.running = true }
     }
 
     /// Works off the queue until ``stop()``, then finishes what was queued and returns.
-    func run() async {
+    ///
+    /// - Parameter loop: Whose clock and timers pace the expiry passes: one every
+    ///   ``MailboxConfiguration/expiryInterval`` of its time.
+    func run(timersOn loop: EventLoop) async {
         await withDiscardingTaskGroup { group in
             group.addTask { [offlineFeed] in
                 for await (callback, push) in offlineFeed { await callback(push) }
             }
             await withDiscardingTaskGroup { timer in
                 if let interval = configuration.expiryInterval {
+                    let start = loop.now
                     timer.addTask { [self] in
-                        while (try? await Task.sleep(for: interval)) != nil {
+                        var tick = start
+                        while (try? await loop.sleep(until: tick &+ MonotonicTime.nanoseconds(of: interval))) != nil {
+                            tick &+= MonotonicTime.nanoseconds(of: interval)
                             enqueue(.expire)
                         }
                     }
@@ -197,7 +203,7 @@ final class MailboxHub: Sendable {
         }
     }
 
-    /// Ends ``run()`` once the queue is empty; later requests fail.
+    /// Ends ``run(timersOn:)`` once the queue is empty; later requests fail.
     func stop() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.stopped = true

@@ -86,15 +86,16 @@ extension Peer {
     ///
     /// The time is kept from the first read that left part of a frame and is not moved by
     /// later bytes of the same frame, so a trickle cannot push the deadline back; a frame
-    /// that completes clears it, and the check then finds nothing to do.
-    func trackPartialFrame(in channel: SocketChannel, afterDecoding decoded: Bool) {
+    /// that completes clears it, and the check then finds nothing to do. `readAt` is when
+    /// the bytes came in: the loop's wake, or now for bytes held while reading was paused.
+    func trackPartialFrame(in channel: SocketChannel, afterDecoding decoded: Bool, readAt: UInt64) {
         guard let timeout = configuration.frameCompletionTimeout else { return }
         guard channel.holdsPartialInput else {
             partialFrameSince = nil
             return
         }
         if decoded || partialFrameSince == nil {
-            partialFrameSince = loop.lastWake
+            partialFrameSince = readAt
         }
         if frameTimer == nil, let since = partialFrameSince {
             frameTimer = loop.schedule(at: since &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.frameTag, detail: 0)
@@ -111,7 +112,7 @@ extension Peer {
         channel.readPending()
         guard self.channel === channel, let since = partialFrameSince else { return }
         let deadline = since &+ MonotonicTime.nanoseconds(of: timeout)
-        if deadline > MonotonicTime.now() {
+        if deadline > loop.now {
             frameTimer = loop.schedule(at: deadline, target: self, tag: Self.frameTag, detail: 0)
             return
         }

@@ -445,11 +445,14 @@ extension Peer: ChannelDelegate {
             partialFrameSince = nil
             return
         }
+        var readAt = loop.lastWake
         if channel.isReadingPaused {
             channel.resumeReading()
-            if idleNanoseconds != nil { lastRead = MonotonicTime.now() }
+            // Bytes held while the server did not read count from now, for both timeouts.
+            readAt = loop.now
+            if idleNanoseconds != nil { lastRead = readAt }
         }
-        trackPartialFrame(in: channel, afterDecoding: decoded)
+        trackPartialFrame(in: channel, afterDecoding: decoded, readAt: readAt)
     }
 
     private func fail(_ error: TetherError, on channel: SocketChannel) {
@@ -520,7 +523,7 @@ extension Peer: TimerTarget {
 
     /// Arms the idle check and the handshake timeout, as the socket is attached.
     private func startTimers() {
-        let now = MonotonicTime.now()
+        let now = loop.now
         lastRead = now
         if let idleNanoseconds {
             idleTimer = loop.schedule(at: now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
@@ -554,14 +557,14 @@ extension Peer: TimerTarget {
         let readBefore = channel.bytesRead
         channel.readPending()
         guard self.channel === channel else { return }
-        if channel.bytesRead != readBefore { lastRead = MonotonicTime.now() }
+        if channel.bytesRead != readBefore { lastRead = loop.now }
         if channel.isReadingPaused {
             // The server stopped reading the peer, which may well be sending: not idle.
-            idleTimer = loop.schedule(at: MonotonicTime.now() &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
+            idleTimer = loop.schedule(at: loop.now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
             return
         }
         let deadline = lastRead &+ idleNanoseconds
-        if deadline > MonotonicTime.now() {
+        if deadline > loop.now {
             idleTimer = loop.schedule(at: deadline, target: self, tag: Self.idleTag, detail: 0)
             return
         }

@@ -249,7 +249,7 @@ public final class Server: Sendable {
         // executor per request: measured, 27.8 µs against 42.8 µs p50 at one request in flight.
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
-                if let hub { tasks.addTask { await hub.run() } }
+                if let hub { tasks.addTask { await hub.run(timersOn: acceptLoop) } }
                 for await (fd, remote) in accepted {
                     guard let peer = admit(fd: fd, remote: remote, loop: group.next()) else { continue }
                     tasks.addImmediateTask(executorPreference: peer.loop.taskExecutor) { await peer.run() }

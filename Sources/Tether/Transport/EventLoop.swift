@@ -40,15 +40,24 @@ final class EventLoop: @unchecked Sendable {
         /// A wake-up was written and the loop has not yet taken the jobs.
         var wakeupPending = false
         var stopping = false
+        var stopped = false
+        /// Advances of a ``ManualClock`` waiting for the loop to be idle.
+        var idleWaiters: [CheckedContinuation<LoopIdleReport, Never>] = []
     }
 
     private let remote = Lock(Remote())
     private var selector: Selector
     private var handlers: [(any IOHandler)?] = []
     @exclusivity(unchecked) private var timers = TimerHeap()
-    /// When the loop's last wait returned with readiness events (monotonic nanoseconds): one
-    /// clock read per turn that handlers can use instead of one per read. Loop thread only.
+    /// When the loop's last wait returned with readiness events (``now``): one clock read
+    /// per turn that handlers can use instead of one per read. Loop thread only.
     private(set) var lastWake: UInt64 = 0
+    /// Where the loop reads the time: `nil` for `CLOCK_MONOTONIC`, else a clock that moves
+    /// only when a test advances it.
+    let manualClock: ManualClock?
+    /// How many turns did work (I/O, timers, jobs, flushes); with a manual clock, so an
+    /// advance can tell whether the loop stayed idle. Loop thread only.
+    private var workTurns: UInt64 = 0
     @exclusivity(unchecked) private var timerPool: [LoopTimer] = []
     @exclusivity(unchecked) private var local: [Job] = []
     @exclusivity(unchecked) private var running: [Job] = []
@@ -72,8 +81,15 @@ final class EventLoop: @unchecked Sendable {
     /// The executor a task can prefer, to run nonisolated code on this loop.
     let taskExecutor: LoopTaskExecutor
 
-    init(name: String) {
+    /// Starts a loop thread.
+    ///
+    /// - Parameters:
+    ///   - name: The thread's name.
+    ///   - clock: Where the loop reads the time: `nil` for the monotonic clock, or a clock
+    ///     that moves only when advanced.
+    init(name: String, clock: ManualClock? = nil) {
         self.name = name
+        self.manualClock = clock
         do {
             selector = try Selector()
         } catch {
@@ -93,6 +109,18 @@ final class EventLoop: @unchecked Sendable {
             run()
         }
         ready.wait()
+        clock?.register(self)
+    }
+
+    /// The time, in monotonic nanoseconds: `CLOCK_MONOTONIC`, or the manual clock the loop
+    /// was made with. Every deadline of the loop's timers is on this clock. Any thread.
+    ///
+    /// With the monotonic clock this costs what `MonotonicTime.now()` costs plus one
+    /// predictable branch.
+    @inline(__always)
+    var now: UInt64 {
+        if let manualClock { return manualClock.now }
+        return MonotonicTime.now()
     }
 
     /// Whether the caller runs on this loop's thread.
@@ -167,7 +195,7 @@ final class EventLoop: @unchecked Sendable {
     /// Schedules `callback` to run on the loop after `delay`. Loop thread only.
     @discardableResult
     func schedule(after delay: Duration, _ callback: @escaping () -> Void) -> LoopTimer {
-        schedule(at: MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: delay), callback)
+        schedule(at: now &+ MonotonicTime.nanoseconds(of: delay), callback)
     }
 
     /// Cancels a timer that has not fired yet. Loop thread only.
@@ -209,31 +237,51 @@ final class EventLoop: @unchecked Sendable {
     // MARK: The loop
 
     private func run() {
+        // Whether the last turn found nothing to do: no ready descriptor, no due timer, no
+        // job, nothing to flush. Only a loop that saw that may tell a manual clock it is idle.
+        var quiet = false
         while true {
             var timeout: Int64? = nil
             if !local.isEmpty || !flushQueue.isEmpty {
                 timeout = 0
             } else if let earliest = timers.earliest {
-                let now = MonotonicTime.now()
-                timeout = earliest > now ? Int64(clamping: earliest - now) : 0
+                let now = self.now
+                if earliest <= now {
+                    timeout = 0
+                } else if manualClock == nil {
+                    timeout = Int64(clamping: earliest - now)
+                }
+                // A manual clock's timers wait for an advance, which wakes the loop.
             }
             if timeout != 0 {
                 // Announce the sleep, unless jobs arrived meanwhile: then do not block at all.
+                var idleWaiters: [CheckedContinuation<LoopIdleReport, Never>] = []
                 let hasJobs = remote.withLock { state -> Bool in
                     if !state.jobs.isEmpty { return true }
+                    if !state.idleWaiters.isEmpty {
+                        // Look at the descriptors once more before calling the loop idle.
+                        if !quiet { return true }
+                        swap(&idleWaiters, &state.idleWaiters)
+                    }
                     state.sleeping = true
                     return false
                 }
                 if hasJobs { timeout = 0 }
+                if !idleWaiters.isEmpty {
+                    let report = LoopIdleReport(work: workTurns, earliestTimer: timers.earliest)
+                    for waiter in idleWaiters { waiter.resume(returning: report) }
+                }
             }
+            var worked = false
             do {
                 var stamped = false
                 _ = try selector.wait(timeoutNanoseconds: timeout) { event in
                     if !stamped {
                         // Once per turn, when the wait returned, before any handler runs.
-                        lastWake = MonotonicTime.now()
+                        lastWake = now
                         stamped = true
                     }
+                    worked = true
                     let index = Int(event.fd)
                     if index < handlers.count, let handler = handlers[index] {
                         handler.handleReadiness(event)
@@ -246,9 +294,10 @@ final class EventLoop: @unchecked Sendable {
             if !timers.isEmpty {
                 // Fire only what was due when this phase began: a callback that schedules
                 // another due timer waits for the next turn, so timers cannot starve I/O.
-                let now = MonotonicTime.now()
+                let now = self.now
                 var due: [LoopTimer] = []
                 while let timer = timers.popDue(now: now) { due.append(timer) }
+                if !due.isEmpty { worked = true }
                 for timer in due {
                     timer.fire()
                     recycle(timer)
@@ -264,10 +313,41 @@ final class EventLoop: @unchecked Sendable {
                 local.append(contentsOf: incoming)
                 incoming.removeAll(keepingCapacity: true)
             }
+            if !local.isEmpty || !flushQueue.isEmpty { worked = true }
             runJobs()
+            if worked { workTurns &+= 1 }
+            quiet = !worked
             if stopping && local.isEmpty {
                 stopped = true
+                let waiters = remote.withLock { state in
+                    state.stopped = true
+                    defer { state.idleWaiters.removeAll() }
+                    return state.idleWaiters
+                }
+                let report = LoopIdleReport(work: workTurns, earliestTimer: nil)
+                for waiter in waiters { waiter.resume(returning: report) }
                 return
+            }
+        }
+    }
+
+    /// Waits until the loop has found itself idle in a turn (see ``ManualClock/advance(to:)``)
+    /// and reports how much work it has done so far. Loops of a ``ManualClock`` only; not
+    /// from the loop itself.
+    func idle() async -> LoopIdleReport {
+        precondition(manualClock != nil, "only a loop on a manual clock reports when it is idle")
+        return await withCheckedContinuation { continuation in
+            let wake = remote.withLock { state -> Bool? in
+                if state.stopped { return nil }
+                state.idleWaiters.append(continuation)
+                guard state.sleeping, !state.wakeupPending else { return false }
+                state.wakeupPending = true
+                return true
+            }
+            switch wake {
+            case nil: continuation.resume(returning: LoopIdleReport(work: 0, earliestTimer: nil))
+            case true?: selector.wakeup()
+            case false?: break
             }
         }
     }
@@ -304,6 +384,7 @@ final class EventLoop: @unchecked Sendable {
     /// Stops the loop after its queued jobs have run and waits for its thread to end.
     func shutdown() {
         precondition(!inLoop, "an event loop cannot shut itself down")
+        manualClock?.deregister(self)
         remote.withLock { $0.stopping = true }
         selector.wakeup()
         if let thread = joinable.take() { thread.join() }

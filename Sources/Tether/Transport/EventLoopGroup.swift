@@ -20,6 +20,17 @@ public final class EventLoopGroup: Sendable {
         loops = (0..<loopCount).map { EventLoop(name: "tether-loop-\($0)") }
     }
 
+    /// Starts a group of loops whose time is `clock`: their timers fire only as the clock
+    /// is advanced, while their sockets and jobs run as usual.
+    ///
+    /// - Parameters:
+    ///   - loopCount: How many loop threads to start; at least one.
+    ///   - clock: The time of every loop of the group.
+    package init(loopCount: Int, clock: ManualClock) {
+        precondition(loopCount >= 1, "an event loop group needs at least one loop")
+        loops = (0..<loopCount).map { EventLoop(name: "tether-manual-loop-\($0)", clock: clock) }
+    }
+
     /// The next loop, round-robin.
     func next() -> EventLoop {
         let index = cursor.wrappingAdd(1, ordering: .relaxed).oldValue

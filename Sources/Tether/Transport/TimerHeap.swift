@@ -14,6 +14,8 @@ final class LoopTimer {
     }
 
     var deadline: UInt64
+    /// The order of insertion into the heap: timers with the same deadline fire in it.
+    var sequence: UInt64 = 0
     var action: Action
     /// Position in the heap, or -1 once fired or cancelled.
     var index: Int = -1
@@ -35,14 +37,20 @@ final class LoopTimer {
 }
 
 /// A binary min-heap of timers by deadline, with O(log n) removal of any timer.
+///
+/// Timers with the same deadline come out in the order they went in, so the order timers
+/// fire in depends only on their deadlines and the order they were scheduled.
 struct TimerHeap {
     private var items: [LoopTimer] = []
+    private var inserted: UInt64 = 0
 
     var isEmpty: Bool { items.isEmpty }
     var count: Int { items.count }
     var earliest: UInt64? { items.first?.deadline }
 
     mutating func insert(_ timer: LoopTimer) {
+        timer.sequence = inserted
+        inserted &+= 1
         timer.index = items.count
         items.append(timer)
         siftUp(items.count - 1)
@@ -74,11 +82,18 @@ struct TimerHeap {
         return first
     }
 
+    /// Whether `first` fires before `second`: an earlier deadline, or the same one and
+    /// scheduled earlier.
+    @inline(__always)
+    private static func precedes(_ first: LoopTimer, _ second: LoopTimer) -> Bool {
+        first.deadline < second.deadline || (first.deadline == second.deadline && first.sequence < second.sequence)
+    }
+
     private mutating func siftUp(_ start: Int) {
         var child = start
         while child > 0 {
             let parent = (child - 1) / 2
-            guard items[child].deadline < items[parent].deadline else { return }
+            guard Self.precedes(items[child], items[parent]) else { return }
             items.swapAt(child, parent)
             items[child].index = child
             items[parent].index = parent
@@ -92,8 +107,8 @@ struct TimerHeap {
             let left = parent * 2 + 1
             guard left < items.count else { return }
             var smallest = left
-            if left + 1 < items.count, items[left + 1].deadline < items[left].deadline { smallest = left + 1 }
-            guard items[smallest].deadline < items[parent].deadline else { return }
+            if left + 1 < items.count, Self.precedes(items[left + 1], items[left]) { smallest = left + 1 }
+            guard Self.precedes(items[smallest], items[parent]) else { return }
             items.swapAt(smallest, parent)
             items[smallest].index = smallest
             items[parent].index = parent
