@@ -361,6 +361,30 @@ struct ConnectionStateMachineTests {
         #expect(machine.phase == .dialing(Self.token(4)) && machine.transitions == transitions)
     }
 
+    @Test("a dial result, handshake timeout or backoff expiry with a token that is not current gets no action, in every phase", arguments: allPhases)
+    func staleTokens(start: Start) {
+        var machine = start.machine()
+        let before = machine.phase
+        let transitions = machine.transitions
+        let old = Self.token(99)
+        let events: [Machine.Event] = [
+            .dialSucceeded(old), .dialFailed(old, Self.refused), .tlsTimedOut(old, Self.refused),
+            .helloTimedOut(old, Self.refused), .backoffElapsed(old),
+        ]
+        for event in events {
+            #expect(machine.handle(event) == [], "\(start.name): \(event)")
+        }
+        #expect(machine.phase == before && machine.transitions == transitions)
+    }
+
+    @Test("while attaching, a second connect() is still refused")
+    func attachingRefusesConnect() {
+        var machine = Self.dialingStart.machine()
+        _ = machine.handle(.dialSucceeded(Self.token(1)))
+        #expect(machine.handle(.connectRequested) == [.refuseConnect])
+        #expect(machine.phase == .attaching(Self.token(1)))
+    }
+
     @Test("a close() during a backoff never reconnects: the timer's late expiry and the dial are stale")
     func closeDuringBackoff() {
         var machine = Self.backoff.machine()

@@ -212,7 +212,8 @@ public actor Connection {
     /// connected; see ``connect(to:configuration:)`` for how.
     ///
     /// - Throws: ``TetherError`` as ``connect(to:configuration:)`` does, with
-    ///   ``TetherError/Code/invalidArgument`` when called a second time, or
+    ///   ``TetherError/Code/invalidArgument`` when called a second time,
+    ///   ``TetherError/Code/connectionClosed`` at once when ``close()`` came first, or
     ///   `CancellationError`.
     public func connect() async throws {
         try await open()

@@ -21,8 +21,8 @@
 /// | connectAborted | ended | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | · |
 /// | connectStarted | dialing | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | opener fails |
 /// | connectCancelled | · | ended² | ✗ | ended² | ended² | ·  | ended² | · | · |
-/// | dialSucceeded(t) | · | attaching | ✗ (same t) | · | · | · | · | · | · |
-/// | dialFailed(t) | · | failed attempt | failed attempt | · | · | · | · | · | · |
+/// | dialSucceeded(t) | · | attaching | ✗ | · | · | · | · | · | · |
+/// | dialFailed(t) | · | failed attempt | failed attempt³ | · | · | · | · | · | · |
 /// | attached(t) | ✗ | ✗ | securing / greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ |
 /// | tlsEstablished | ✗ | ✗ | ✗ | greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ |
 /// | tlsTimedOut(t) | · | · | ✗ | failed attempt | · | · | · | · | · |
@@ -40,7 +40,8 @@
 /// `·` is an event answered with no action; `✗` is a `preconditionFailure` (attaching lasts
 /// one synchronous step of the actor, so nothing else can arrive in it). ¹ Only before the first
 /// `connect()`; after it, a second one is refused in every phase. ² Only while the caller of
-/// `connect()` still waits; otherwise `·`. A *failed attempt* goes to backingOff, or ends
+/// `connect()` still waits; otherwise `·`. ³ For the token being attached; `✗` for another.
+/// A *failed attempt* goes to backingOff, or ends
 /// (closed) for a first connect the policy does not retry or a disabled policy, or ends
 /// (failed) once the policy's attempts are spent.
 ///
@@ -56,7 +57,7 @@
 /// **Illegal events** stop the process with a message naming the phase and the event: an
 /// event the actor only sends in one phase arriving in another. That is `connectStarted` or
 /// `connectAborted` other than after `connectRequested` (idle or ended); `attached` outside
-/// attaching with its token; `dialSucceeded` twice for one token; `tlsEstablished` outside
+/// attaching with its token; `dialSucceeded` while attaching; `tlsEstablished` outside
 /// securing; `helloAccepted` and `helloRefused` outside greeting; `provedHealthy` when no
 /// channel is attached; and every event but `attached`, `dialFailed` and `connectRequested`
 /// while attaching.
@@ -262,7 +263,10 @@ struct ConnectionStateMachine: Sendable {
     }
 
     /// Whether the connection has proved a Tether peer answers on its channel.
-    var isHealthy: Bool { phase == .connected(healthy: true) }
+    var isHealthy: Bool {
+        if case .connected(healthy: true) = phase { return true }
+        return false
+    }
 
     // MARK: Events
 
