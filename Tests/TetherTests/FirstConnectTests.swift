@@ -71,4 +71,17 @@ struct FirstConnectTests {
         try await watcher.next(.closed)
         #expect(await watcher.seen.map(\.phase.description) == ["idle", "connecting", "closed"])
     }
+
+    @Test("connect() on a connection closed before it ever connected throws at once, instead of waiting for a dial that never comes")
+    func connectAfterClose() async throws {
+        let endpoint = Endpoint(host: "127.0.0.1", port: 9)
+        let connection = Connection(to: endpoint, configuration: testConfiguration())
+        await connection.close()
+        let error = await #expect(throws: TetherError.self) {
+            try await bounded("connect() after close()") { try await connection.connect() }
+        }
+        #expect(error?.code == .connectionClosed)
+        #expect(error?.message == "the connection to \(endpoint) was closed by close()")
+        #expect(await connection.currentState.phase == .closed)
+    }
 }

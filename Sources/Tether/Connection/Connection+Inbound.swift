@@ -26,7 +26,7 @@ extension Connection: ChannelDelegate {
     private func decodeFrames(from channel: SocketChannel) {
         do {
             while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
-                if !healthy, let refusal = ConnectionRefusal(frame) {
+                if !lifecycle.isHealthy, let refusal = ConnectionRefusal(frame) {
                     // The server will not serve this connection (at its connection limit).
                     connectionLost(refusal.error(from: channel.remoteAddress.description))
                     return
@@ -34,7 +34,7 @@ extension Connection: ChannelDelegate {
                 dispatch(frame)
                 // Valid, after the handshakes (with a session, the hello's acceptance is the
                 // first such frame): a Tether peer answers on this socket.
-                if !healthy, self.channel === channel, !handshaking { provedHealthy() }
+                if !lifecycle.isHealthy, self.channel === channel, !handshaking { handle(.provedHealthy) }
             }
             if session != nil, self.channel === channel { acknowledgeIfDue() }
         } catch {
@@ -82,7 +82,7 @@ extension Connection: ChannelDelegate {
         frameFeed.publish(frame)
         switch configuration.profile.classify(frame.type) {
         case .message:
-            if awaitingHello, frame.type == configuration.session?.wireTypes.hello {
+            if lifecycle.isGreeting, frame.type == configuration.session?.wireTypes.hello {
                 helloAnswered(frame)
                 return
             }
@@ -93,7 +93,7 @@ extension Connection: ChannelDelegate {
                 notificationFeed.publish(frame)
                 return
             }
-            if frame.serial != 0, !awaitingHello {
+            if frame.serial != 0, !lifecycle.isGreeting {
                 deliverSequenced(frame)
                 return
             }

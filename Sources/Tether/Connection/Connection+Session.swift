@@ -33,10 +33,10 @@ extension Connection {
 
     // MARK: Hello
 
-    /// Writes the session hello, first on a new connection, and arms its timeout.
-    func sendHello(on channel: SocketChannel) {
+    /// Writes the session hello, first on the new connection of attempt `token`, and arms
+    /// its timeout.
+    func sendHello(on channel: SocketChannel, token: ConnectionStateMachine.Token) {
         guard let settings = configuration.session, var state = session else { return }
-        awaitingHello = true
         if settings.acknowledgesAutomatically { _ = state.acknowledge() }
         session = state
         let hello = SessionWire.Hello(
@@ -55,14 +55,14 @@ extension Connection {
         helloTimer = loop.schedule(after: timeout) { [self] in
             assumeIsolated { connection in
                 connection.helloTimer = nil
-                guard connection.awaitingHello, let channel = connection.channel else { return }
+                guard let channel = connection.channel else { return }
                 // The answer may have arrived after this turn's readiness check.
                 channel.readPending()
-                guard connection.awaitingHello, connection.channel === channel else { return }
-                connection.connectionLost(TetherError(
+                guard connection.channel === channel else { return }
+                connection.handle(.helloTimedOut(token, TetherError(
                     code: .timedOut,
                     message: "\(channel.remoteAddress) did not answer the session hello within \(describe(timeout))"
-                ))
+                )))
             }
         }
     }
@@ -71,25 +71,27 @@ extension Connection {
     /// (fail, no reconnect), or refused for now (a failed attempt).
     func helloAnswered(_ frame: Frame) {
         guard let settings = configuration.session, var state = session else { return }
-        awaitingHello = false
-        if let helloTimer { loop.cancel(helloTimer) }
-        helloTimer = nil
         let server = remoteAddress?.description ?? currentEndpoint.description
         if let welcome = SessionWire.decode(SessionWire.Welcome.self, from: frame.payload), welcome.accepted {
             for event in state.welcomed(welcome) { sessionFeed.publish(event) }
             session = state
-            becomeReady()
+            handle(.helloAccepted)
             return
         }
         let refusal = SessionWire.decode(SessionWire.Refusal.self, from: frame.payload)
         let message = refusal?.error ?? Response(frame: frame).errorMessage ?? "unexpected answer \(Response(frame: frame).text)"
         if refusal?.rejected == false {
             // A passing failure on the server's side: this attempt failed, the next may not.
-            awaitingHello = true
-            connectionLost(TetherError(code: .sessionRejected, message: "\(server) could not resume client \(settings.clientID) now: \(message)"))
+            handle(.helloRefused(
+                TetherError(code: .sessionRejected, message: "\(server) could not resume client \(settings.clientID) now: \(message)"),
+                retryable: true
+            ))
             return
         }
-        finish(TetherError(code: .sessionRejected, message: "\(server) rejected the session of client \(settings.clientID): \(message)"), graceful: false, failed: true)
+        handle(.helloRefused(
+            TetherError(code: .sessionRejected, message: "\(server) rejected the session of client \(settings.clientID): \(message)"),
+            retryable: false
+        ))
     }
 
     // MARK: Pushes
@@ -175,7 +177,6 @@ extension Connection {
 
     /// The socket is going: the hello and acknowledgement timers go with it.
     func stopSession() {
-        awaitingHello = false
         if let helloTimer { loop.cancel(helloTimer) }
         helloTimer = nil
         if let acknowledgeTimer { loop.cancel(acknowledgeTimer) }

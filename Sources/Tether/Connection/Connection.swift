@@ -63,7 +63,11 @@ public actor Connection {
     /// earliest (timer tag 0); other requests get a timer each.
     @exclusivity(unchecked) var deadlines = DeadlineQueue()
     var deadlineTimer: LoopTimer?
-    var state = ConnectionState.idle
+    /// Where the connection is in its life: phase, attempts, endpoint rotation. Every change
+    /// goes through ``handle(_:)``.
+    var lifecycle: ConnectionStateMachine
+    /// The current state, as last published.
+    var state: ConnectionState { lifecycle.state }
     @exclusivity(unchecked) var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
     var heartbeatTimer: LoopTimer?
@@ -75,34 +79,17 @@ public actor Connection {
     var earlierBytesOut = 0
     /// The connect in progress; at most one at any time.
     var connectTask: Task<Void, Never>?
-    /// Bumped whenever an attempt starts or is abandoned, so a stale one cannot attach.
-    var generation: UInt64 = 0
-    /// The number of the attempt in progress or scheduled: 0 for one made at once (the
-    /// first connect, ``resume()``, ``reconnectNow()``), then 1, 2, … by the policy. It goes
-    /// back to 0 only once a connection proves healthy (``provedHealthy()``): a peer that
-    /// accepts and then fails spends the budget like one that refuses.
-    var attempt = 0
-    /// Whether the socket of this connection has proved that a Tether peer is on the other
-    /// end: a valid frame arrived after the handshakes (TLS; with a session, the hello's
-    /// acceptance, which is itself such a frame).
-    var healthy = false
+    /// The socket the connect task opened, until it becomes the channel.
+    var dialedSocket: (fd: Int32, address: SocketAddress, endpoint: Endpoint)?
     var backoffTimer: LoopTimer?
-    var endpointIndex = 0
-    var random = SystemRandomNumberGenerator()
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
-    /// Set by the first ``connect()``.
-    var opened = false
     /// Where the session stands, with ``ConnectionConfiguration/session``.
     var session: ClientSessionState?
-    /// Set from the hello until the server accepts it; requests and frames wait meanwhile.
-    var awaitingHello = false
     var helloTimer: LoopTimer?
-    /// Set from TCP connect until the TLS handshake finishes; requests and frames wait meanwhile.
-    var awaitingTLS = false
     var tlsTimer: LoopTimer?
     /// Whether a handshake (TLS, then the session hello) is under way on the socket.
-    var handshaking: Bool { awaitingTLS || awaitingHello }
+    var handshaking: Bool { lifecycle.isHandshaking }
     var acknowledgeTimer: LoopTimer?
 
     struct QueuedSend {
@@ -136,6 +123,16 @@ public actor Connection {
         self.loop = configuration.eventLoopGroup.next()
         self.codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         self.table = RequestTable(maximumSerial: configuration.profile.maximumSerial)
+        self.lifecycle = ConnectionStateMachine(
+            settings: .init(
+                endpoint: endpoint,
+                endpointCount: 1 + configuration.alternateEndpoints.count,
+                policy: configuration.reconnect,
+                secured: configuration.tls != nil,
+                greets: configuration.session != nil
+            ),
+            seed: UInt64.random(in: .min ... .max)
+        )
         let size = configuration.limits.subscriberBufferSize
         frameFeed = Broadcaster(bufferSize: size)
         // With a session no push may be lost once it counts as delivered (and acknowledged):
@@ -215,7 +212,8 @@ public actor Connection {
     /// connected; see ``connect(to:configuration:)`` for how.
     ///
     /// - Throws: ``TetherError`` as ``connect(to:configuration:)`` does, with
-    ///   ``TetherError/Code/invalidArgument`` when called a second time, or
+    ///   ``TetherError/Code/invalidArgument`` when called a second time,
+    ///   ``TetherError/Code/connectionClosed`` at once when ``close()`` came first, or
     ///   `CancellationError`.
     public func connect() async throws {
         try await open()
@@ -248,16 +246,15 @@ public actor Connection {
     }
 
     private func open() async throws {
-        guard !opened else {
+        guard !handle(.connectRequested).contains(.refuseConnect) else {
             throw TetherError(code: .invalidArgument, message: "connect() was already called on the connection to \(endpoint)")
         }
-        opened = true
         if configuration.session != nil, configuration.profile.correlation != .bySerial {
             let error = TetherError(
                 code: .invalidArgument,
                 message: "sessions need a profile that matches responses by serial; the \(configuration.profile.name) profile has no serial"
             )
-            finish(error, graceful: false)
+            handle(.connectAborted(error))
             throw error
         }
         if let tls = configuration.tls {
@@ -265,17 +262,17 @@ public actor Connection {
             do throws(TetherError) {
                 try await Self.prepare(tls)
             } catch {
-                finish(error, graceful: false)
+                handle(.connectAborted(error))
                 throw error
             }
         }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 openWaiter = continuation
-                startAttempt()
+                handle(.connectStarted)
             }
         } onCancel: {
-            loop.execute { [self] in assumeIsolated { $0.cancelOpen() } }
+            loop.execute { [self] in assumeIsolated { _ = $0.handle(.connectCancelled) } }
         }
     }
 
@@ -286,47 +283,39 @@ public actor Connection {
         try tls.provider.prepare()
     }
 
-    private func cancelOpen() {
-        guard let waiter = openWaiter else { return }
-        openWaiter = nil
-        waiter.resume(throwing: CancellationError())
-        finish(TetherError(code: .connectFailed, message: "connecting to \(endpoint) was cancelled"), graceful: false)
-    }
-
-    /// Starts a connect unless one is under way or the connection is up or final.
-    func startAttempt() {
-        guard connectTask == nil, channel == nil, !state.isFinal else { return }
-        if let backoffTimer { loop.cancel(backoffTimer) }
-        backoffTimer = nil
-        generation &+= 1
-        let generation = generation
-        let endpoints = [endpoint] + configuration.alternateEndpoints
-        let target = endpoints[endpointIndex % endpoints.count]
-        if attempt > 0 { counters.reconnectAttempts += 1 }
-        setState(.connecting)
+    /// Starts the connect task of attempt `token` to `target`.
+    private func startDial(_ token: ConnectionStateMachine.Token, to target: Endpoint) {
         connectTask = Task(executorPreference: loop.taskExecutor) { [self] in
-            await runAttempt(generation: generation, endpoint: target)
+            await runAttempt(token, endpoint: target)
         }
     }
 
-    private func runAttempt(generation: UInt64, endpoint: Endpoint) async {
-        let outcome = await dial(endpoint)
-        guard generation == self.generation, connectTask != nil, !state.isFinal else {
-            // Abandoned meanwhile (closed, suspended): the socket is nobody's.
-            if case .success(let connected) = outcome { Syscall.closeDescriptor(connected.fd) }
-            return
-        }
-        connectTask = nil
-        switch outcome {
+    private func runAttempt(_ token: ConnectionStateMachine.Token, endpoint: Endpoint) async {
+        switch await dial(endpoint) {
         case .success(let connected):
-            do {
-                try attach(fd: connected.fd, address: connected.address, endpoint: endpoint)
-            } catch {
-                attemptFailed(error)
+            dialedSocket = (connected.fd, connected.address, endpoint)
+            handle(.dialSucceeded(token))
+            if let abandoned = dialedSocket {
+                // Abandoned meanwhile (closed, suspended): the socket is nobody's.
+                dialedSocket = nil
+                Syscall.closeDescriptor(abandoned.fd)
             }
         case .failure(let error):
-            attemptFailed(error)
+            handle(.dialFailed(token, error))
         }
+    }
+
+    /// Makes the dialed socket of attempt `token` the channel.
+    private func attachDialed(_ token: ConnectionStateMachine.Token) {
+        guard let connected = dialedSocket else { preconditionFailure("no dialed socket to attach for attempt \(token)") }
+        dialedSocket = nil
+        do {
+            try attach(fd: connected.fd, address: connected.address, endpoint: connected.endpoint)
+        } catch {
+            handle(.dialFailed(token, error))
+            return
+        }
+        handle(.attached(token))
     }
 
     /// Resolves `endpoint` and tries each address until one accepts, within the connect timeout.
@@ -397,136 +386,49 @@ public actor Connection {
         )
         channel.delegate = self
         self.channel = channel
-        healthy = false
         codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         remoteAddress = address
         localAddress = channel.localAddress
         currentEndpoint = endpoint
-        if let tls = configuration.tls, security != nil {
-            // Connected, but not ready: the TLS handshake goes first (``channelSecured(_:)``).
-            awaitingTLS = true
-            let timeout = tls.handshakeTimeout
-            tlsTimer = loop.schedule(after: timeout) { [self] in
-                assumeIsolated { connection in
-                    connection.tlsTimer = nil
-                    guard connection.awaitingTLS, let channel = connection.channel else { return }
-                    // The last flight may have arrived after this turn's readiness check.
-                    channel.readPending()
-                    guard connection.awaitingTLS, connection.channel === channel, let security = channel.tls else { return }
-                    connection.connectionLost(security.handshakeTimeoutError(after: timeout))
-                }
+    }
+
+    /// Connected, but not ready: the TLS handshake of attempt `token` goes first
+    /// (``secured(_:)``), within its timeout.
+    private func startTLSTimer(_ token: ConnectionStateMachine.Token) {
+        guard let tls = configuration.tls else { return }
+        let timeout = tls.handshakeTimeout
+        tlsTimer = loop.schedule(after: timeout) { [self] in
+            assumeIsolated { connection in
+                connection.tlsTimer = nil
+                guard let channel = connection.channel else { return }
+                // The last flight may have arrived after this turn's readiness check.
+                channel.readPending()
+                guard connection.channel === channel, let security = channel.tls else { return }
+                connection.handle(.tlsTimedOut(token, security.handshakeTimeoutError(after: timeout)))
             }
-            return
         }
-        start(on: channel)
     }
 
     /// The TLS handshake on `channel` finished: go on as a plain connection would.
     func secured(_ channel: SocketChannel) {
-        guard awaitingTLS, self.channel === channel else { return }
-        awaitingTLS = false
-        if let tlsTimer { loop.cancel(tlsTimer) }
-        tlsTimer = nil
+        guard self.channel === channel else { return }
         tlsDetails = channel.tls?.details
-        start(on: channel)
+        handle(.tlsEstablished)
     }
 
-    /// The socket is up (and secured): send the session hello, or be ready.
-    private func start(on channel: SocketChannel) {
-        if configuration.session != nil {
-            // Connected, but not ready: the session hello goes first, and the rest waits
-            // for the server's answer (``sessionWelcomed(_:)``).
-            sendHello(on: channel)
-            if self.channel === channel { startHeartbeats() }
-            return
-        }
-        startHeartbeats()
-        becomeReady()
-    }
-
-    /// The connection is up (and its session accepted): requests may go.
-    ///
-    /// The attempt count stays: being connected proves only that something accepted.
-    func becomeReady() {
-        counters.connects += 1
-        setState(.connected)
-        if let waiter = openWaiter {
-            openWaiter = nil
-            waiter.resume()
-        }
-        pump()
-    }
-
-    /// The peer sent a valid frame after the handshakes: the connection works, and the next
-    /// loss starts the policy's budget and backoff afresh.
-    func provedHealthy() {
-        guard !healthy else { return }
-        healthy = true
-        attempt = 0
-    }
-
-    /// A connect failed: try again by the policy, or give up.
-    func attemptFailed(_ error: TetherError) {
-        endpointIndex += 1
-        let policy = configuration.reconnect
-        if counters.connects == 0 && !policy.appliesToFirstConnect {
-            finish(error, graceful: false)
-            return
-        }
-        scheduleReconnect(attempt: attempt + 1, reason: error)
-    }
-
-    /// Waits out the backoff before attempt `next`, or gives up when the policy allows no more.
-    private func scheduleReconnect(attempt next: Int, reason: TetherError) {
-        let policy = configuration.reconnect
-        if !policy.isEnabled {
-            finish(reason, graceful: false)
-            return
-        }
-        if let limit = policy.maximumAttempts, next > limit {
-            let tried = next - 1
-            finish(TetherError(
-                code: reason.code,
-                message: "gave up on \(endpoint) after \(tried) reconnect attempt\(tried == 1 ? "" : "s"): \(reason.message)",
-                underlying: reason
-            ), graceful: false, failed: true)
-            return
-        }
-        attempt = next
-        let delay = policy.delay(forAttempt: next, using: &random)
-        setState(.reconnecting(attempt: next, after: delay, reason: reason))
-        backoffTimer = loop.schedule(after: delay) { [self] in
-            assumeIsolated { connection in
-                connection.backoffTimer = nil
-                connection.startAttempt()
-            }
-        }
+    /// The socket is up (and secured): send the session hello for attempt `token`.
+    private func start(on channel: SocketChannel, token: ConnectionStateMachine.Token) {
+        // Connected, but not ready: the session hello goes first, and the rest waits for the
+        // server's answer (``helloAnswered(_:)``).
+        sendHello(on: channel, token: token)
     }
 
     /// The connection broke (peer closed, network error, heartbeat timeout, protocol error):
     /// requests in flight fail with ``TetherError/Code/connectionLost``, then it reconnects
-    /// by the policy. Queued requests and frames stay queued for the next connection.
+    /// by the policy. Queued requests and frames stay queued for the next connection. Lost
+    /// during a handshake, it is a failed attempt.
     func connectionLost(_ reason: TetherError) {
-        guard channel != nil else { return }
-        if handshaking {
-            // Lost before TLS finished or the session was accepted: a failed attempt, not a
-            // lost connection.
-            detachChannel(graceful: false)
-            attemptFailed(reason)
-            return
-        }
-        // A connection that never proved healthy (an HTTP server, a proxy whose backend is
-        // down, a server at its limit) counts as one more failed attempt, and the next
-        // attempt moves on to the next endpoint as after a refused connect.
-        let next = healthy ? 1 : attempt + 1
-        if !healthy { endpointIndex += 1 }
-        detachChannel(graceful: false)
-        failInFlight(reason)
-        if configuration.reconnect.isEnabled {
-            scheduleReconnect(attempt: next, reason: reason)
-        } else {
-            finish(reason, graceful: false)
-        }
+        handle(.lost(reason))
     }
 
     /// Drops the socket and stops its heartbeats; the rest of the connection stays.
@@ -535,7 +437,6 @@ public actor Connection {
         heartbeatTimer = nil
         if let tlsTimer { loop.cancel(tlsTimer) }
         tlsTimer = nil
-        awaitingTLS = false
         heartbeatMachine = nil
         inOrderReplies.removeAll()
         if graceful { acknowledgeNow() }
@@ -547,17 +448,6 @@ public actor Connection {
         earlierBytesIn += channel.bytesRead
         earlierBytesOut += channel.bytesWritten
         if graceful { channel.closeAfterFlush(timeout: configuration.drainTimeout) } else { channel.close() }
-    }
-
-    /// Stops a connect under way or waiting for its backoff.
-    private func abandonAttempt() {
-        if let backoffTimer { loop.cancel(backoffTimer) }
-        backoffTimer = nil
-        if let connectTask {
-            generation &+= 1
-            connectTask.cancel()
-            self.connectTask = nil
-        }
     }
 
     private func failInFlight(_ reason: TetherError) {
@@ -588,40 +478,19 @@ public actor Connection {
     /// ``ConnectionConfiguration/requestsWaitForConnection`` is `false`. Subscriptions keep running.
     /// Does nothing before ``connect()`` (``ConnectionState/Phase/idle``) and once closed or failed.
     public func suspend() {
-        guard !state.isFinal, state.phase != .suspended, state.phase != .idle else { return }
-        abandonAttempt()
-        let reason = TetherError(code: .connectionLost, message: "the connection to \(currentEndpoint) was suspended by suspend()")
-        if channel != nil {
-            detachChannel(graceful: true)
-            failInFlight(reason)
-        }
-        if let waiter = openWaiter {
-            openWaiter = nil
-            waiter.resume(throwing: TetherError(code: .notConnected, message: "connecting to \(endpoint) was suspended by suspend()"))
-        }
-        setState(.suspended)
+        handle(.suspend(TetherError(code: .connectionLost, message: "the connection to \(currentEndpoint) was suspended by suspend()")))
     }
 
     /// Connects again at once after ``suspend()``, with a fresh attempt budget and backoff.
     public func resume() {
-        guard state.phase == .suspended else { return }
-        attempt = 0
-        startAttempt()
+        handle(.resume)
     }
 
     /// Skips the rest of a reconnect backoff and connects at once, with a fresh attempt
     /// budget: for a network that just came back, or an app returning to the foreground.
     /// Also ends a ``suspend()``. Does nothing while connected or connecting.
     public func reconnectNow() {
-        switch state.phase {
-        case .reconnecting:
-            attempt = 0
-            startAttempt()
-        case .suspended:
-            resume()
-        default:
-            break
-        }
+        handle(.reconnectNow)
     }
 
     // MARK: Subscriptions
@@ -668,11 +537,6 @@ public actor Connection {
         return metrics
     }
 
-    func setState(_ new: ConnectionState) {
-        state = new
-        stateFeed.publish(new)
-    }
-
     // MARK: Closing
 
     /// Closes the connection for good. Idempotent; never followed by a reconnect.
@@ -681,14 +545,11 @@ public actor Connection {
     /// with ``TetherError/Code/connectionClosed``; a reconnect backoff or a connect under way
     /// stops at once; every subscription ends.
     public func close() {
-        finish(TetherError(code: .connectionClosed, message: "connection to \(remoteAddress?.description ?? endpoint.description) closed by close()"), graceful: true)
+        handle(.close(TetherError(code: .connectionClosed, message: "connection to \(remoteAddress?.description ?? endpoint.description) closed by close()")))
     }
 
-    /// Ends the connection for `reason` and fails everything that waits on it. Idempotent.
-    func finish(_ reason: TetherError, graceful: Bool, failed: Bool = false) {
-        guard !state.isFinal else { return }
-        abandonAttempt()
-        detachChannel(graceful: graceful)
+    /// Fails every request and frame that waits, for `reason`: the connection has ended.
+    private func failWaiting(_ reason: TetherError) {
         let closedByUser = reason.code == .connectionClosed
         deadlines.removeAll()
         if let deadlineTimer { loop.cancel(deadlineTimer) }
@@ -715,15 +576,96 @@ public actor Connection {
                 underlying: reason
             ))
         }
-        if let waiter = openWaiter {
-            openWaiter = nil
-            waiter.resume(throwing: reason)
+    }
+
+    // MARK: Lifecycle
+
+    /// Feeds `event` to ``lifecycle`` and carries out the actions it returns, in order.
+    ///
+    /// An action may report an event in turn (a write that fails reports a loss): the actions
+    /// of that later event run at once, and what is left of this event's actions is dropped,
+    /// since the machine has moved on.
+    ///
+    /// - Parameter event: What happened.
+    /// - Returns: The actions, for the callers that must answer on them.
+    @discardableResult
+    func handle(_ event: ConnectionStateMachine.Event) -> [ConnectionStateMachine.Action] {
+        let actions = lifecycle.handle(event)
+        let transitions = lifecycle.transitions
+        for action in actions {
+            guard lifecycle.transitions == transitions else { break }
+            perform(action)
         }
-        setState(failed ? .failed(reason) : .closed(reason))
-        stateFeed.finish()
-        sessionFeed.finish()
-        frameFeed.finish()
-        notificationFeed.finish()
-        heartbeatFeed.finish()
+        return actions
+    }
+
+    private func perform(_ action: ConnectionStateMachine.Action) {
+        switch action {
+        case .refuseConnect:
+            break
+        case .dial(let token, let index, let attempt):
+            if attempt > 0 { counters.reconnectAttempts += 1 }
+            let endpoints = [endpoint] + configuration.alternateEndpoints
+            startDial(token, to: endpoints[index])
+        case .dialFinished:
+            connectTask = nil
+        case .abandonDial:
+            connectTask?.cancel()
+            connectTask = nil
+        case .attach(let token):
+            attachDialed(token)
+        case .startTLSTimer(let token):
+            startTLSTimer(token)
+        case .stopTLSTimer:
+            if let tlsTimer { loop.cancel(tlsTimer) }
+            tlsTimer = nil
+        case .sendHello(let token):
+            if let channel { start(on: channel, token: token) }
+        case .stopHelloTimer:
+            if let helloTimer { loop.cancel(helloTimer) }
+            helloTimer = nil
+        case .startHeartbeats:
+            startHeartbeats()
+        case .countConnection:
+            counters.connects += 1
+        case .writeQueued:
+            pump()
+        case .resumeOpener:
+            let waiter = openWaiter
+            openWaiter = nil
+            waiter?.resume()
+        case .failOpener(let failure):
+            guard let waiter = openWaiter else { return }
+            openWaiter = nil
+            switch failure {
+            case .cancelled: waiter.resume(throwing: CancellationError())
+            case .notConnected: waiter.resume(throwing: notConnected())
+            case .error(let error): waiter.resume(throwing: error)
+            }
+        case .scheduleBackoff(let token, let delay):
+            backoffTimer = loop.schedule(after: delay) { [self] in
+                assumeIsolated { connection in
+                    connection.backoffTimer = nil
+                    connection.handle(.backoffElapsed(token))
+                }
+            }
+        case .cancelBackoff:
+            if let backoffTimer { loop.cancel(backoffTimer) }
+            backoffTimer = nil
+        case .detach(let graceful):
+            detachChannel(graceful: graceful)
+        case .failInFlight(let reason):
+            failInFlight(reason)
+        case .failWaiting(let reason):
+            failWaiting(reason)
+        case .publish(let state):
+            stateFeed.publish(state)
+        case .endStreams:
+            stateFeed.finish()
+            sessionFeed.finish()
+            frameFeed.finish()
+            notificationFeed.finish()
+            heartbeatFeed.finish()
+        }
     }
 }

@@ -1,0 +1,538 @@
+/// The life of a client connection, as a value: events in, actions out.
+///
+/// ``Connection`` owns the handles (the channel, the timers, the connect task, the caller of
+/// `connect()` waiting for it) and feeds this machine what happens to them; the machine
+/// decides what follows and returns it as ``Action``s, which the actor carries out in order.
+/// It holds no socket, no loop and no clock: a backoff delay goes out in
+/// ``Action/scheduleBackoff(_:after:)``, and the jitter comes from a seeded generator of its own.
+///
+/// It owns the attempt counting: an attempt made at once (the first connect, `resume()`,
+/// `reconnectNow()`) is attempt 0, each failure schedules attempt `n + 1` after the
+/// ``ReconnectPolicy`` delay for it, up to ``ReconnectPolicy/maximumAttempts``; the count goes
+/// back to 0 only once a connection proves healthy (a valid frame after the handshakes). A
+/// failed dial, a handshake that fails and a connection lost before it proved healthy all move
+/// on to the next endpoint. A failure before the first connection ever became ready ends the
+/// connection at once unless ``ReconnectPolicy/appliesToFirstConnect``. A close asked for
+/// never reconnects.
+///
+/// | phase → event | idle | dialing | attaching | securing | greeting | connected | backingOff | suspended | ended |
+/// |---|---|---|---|---|---|---|---|---|---|
+/// | connectRequested | opened¹ | refused | refused | refused | refused | refused | refused | refused | opened¹ |
+/// | connectAborted | ended | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | · |
+/// | connectStarted | dialing | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | opener fails |
+/// | connectCancelled | · | ended² | ✗ | ended² | ended² | ·  | ended² | · | · |
+/// | dialSucceeded(t) | · | attaching | ✗ | · | · | · | · | · | · |
+/// | dialFailed(t) | · | failed attempt | failed attempt³ | · | · | · | · | · | · |
+/// | attached(t) | ✗ | ✗ | securing / greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ |
+/// | tlsEstablished | ✗ | ✗ | ✗ | greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ |
+/// | tlsTimedOut(t) | · | · | ✗ | failed attempt | · | · | · | · | · |
+/// | helloAccepted | ✗ | ✗ | ✗ | ✗ | connected | ✗ | ✗ | ✗ | ✗ |
+/// | helloRefused | ✗ | ✗ | ✗ | ✗ | failed attempt / ended(failed) | ✗ | ✗ | ✗ | ✗ |
+/// | helloTimedOut(t) | · | · | ✗ | · | failed attempt | · | · | · | · |
+/// | provedHealthy | ✗ | ✗ | ✗ | · | · | healthy | ✗ | ✗ | ✗ |
+/// | lost | · | · | ✗ | failed attempt | failed attempt | backingOff / ended | · | · | · |
+/// | backoffElapsed(t) | · | · | ✗ | · | · | · | dialing | · | · |
+/// | suspend | · | suspended | ✗ | suspended | suspended | suspended | suspended | · | · |
+/// | resume | · | · | ✗ | · | · | · | · | dialing | · |
+/// | reconnectNow | · | · | ✗ | · | · | · | dialing | dialing | · |
+/// | close | ended | ended | ✗ | ended | ended | ended | ended | ended | · |
+///
+/// `·` is an event answered with no action; `✗` is a `preconditionFailure` (attaching lasts
+/// one synchronous step of the actor, so nothing else can arrive in it). ¹ Only before the first
+/// `connect()`; after it, a second one is refused in every phase. ² Only while the caller of
+/// `connect()` still waits; otherwise `·`. ³ For the token being attached; `✗` for another.
+/// A *failed attempt* goes to backingOff, or ends
+/// (closed) for a first connect the policy does not retry or a disabled policy, or ends
+/// (failed) once the policy's attempts are spent.
+///
+/// **Stale events** get no action: a dial result, TLS or hello timeout, or backoff expiry
+/// whose token (``Token``, handed out with each dial and backoff) is not the current one (an
+/// attempt abandoned by `close()` or `suspend()`, a timer that fired as it was cancelled); a
+/// loss reported when no channel is attached (a channel that reports its end after it was
+/// dropped); a cancellation of `connect()` after it returned; and the user's calls that do
+/// nothing where they are (`suspend()` when idle, suspended or ended; `resume()` when not
+/// suspended; `reconnectNow()` while connecting or connected; `close()` when ended). A stale
+/// dial success leaves the dialed socket with the actor, which closes it.
+///
+/// **Illegal events** stop the process with a message naming the phase and the event: an
+/// event the actor only sends in one phase arriving in another. That is `connectStarted` or
+/// `connectAborted` other than after `connectRequested` (idle or ended); `attached` outside
+/// attaching with its token; `dialSucceeded` while attaching; `tlsEstablished` outside
+/// securing; `helloAccepted` and `helloRefused` outside greeting; `provedHealthy` when no
+/// channel is attached; and every event but `attached`, `dialFailed` and `connectRequested`
+/// while attaching.
+struct ConnectionStateMachine: Sendable {
+    /// What the machine needs to know of the configuration.
+    struct Settings: Sendable, Hashable {
+        /// The endpoint the connection was made for, as error messages name it.
+        var endpoint: Endpoint
+        /// How many endpoints there are to rotate through: 1 plus the alternates.
+        var endpointCount = 1
+        /// When and how often to reconnect.
+        var policy = ReconnectPolicy()
+        /// Whether a TLS handshake follows the TCP connect.
+        var secured = false
+        /// Whether a session hello follows the handshake.
+        var greets = false
+    }
+
+    /// Names one dial or one backoff, so that a result that arrives after it was abandoned
+    /// is recognised as stale.
+    struct Token: Hashable, Sendable, CustomStringConvertible {
+        let value: UInt64
+        var description: String { "#\(value)" }
+    }
+
+    /// Where the connection is.
+    enum Phase: Hashable, Sendable {
+        /// Made, not connecting (before `connect()`, or while it prepares TLS).
+        case idle
+        /// Resolving and opening TCP, by the connect task of the token.
+        case dialing(Token)
+        /// The dialed socket is being made into a channel (within one step of the actor).
+        case attaching(Token)
+        /// The TLS handshake runs on the channel.
+        case securing(Token)
+        /// The session hello was sent; the server's answer is awaited.
+        case greeting(Token)
+        /// Ready: requests flow. Healthy once a valid frame arrived after the handshakes.
+        case connected(healthy: Bool)
+        /// Waiting out the backoff of the token before the next attempt.
+        case backingOff(Token, ConnectionState)
+        /// Disconnected on purpose by `suspend()`.
+        case suspended
+        /// Closed or failed, for good.
+        case ended(ConnectionState)
+    }
+
+    /// What happened.
+    enum Event: Hashable, Sendable {
+        /// `connect()` was called.
+        case connectRequested
+        /// `connect()` cannot start (a profile without serials with a session, TLS files that
+        /// do not load): the connection ends with the error.
+        case connectAborted(TetherError)
+        /// `connect()` waits for the connection: start connecting.
+        case connectStarted
+        /// The task that called `connect()` was cancelled.
+        case connectCancelled
+        /// The connect task of the token opened a TCP connection.
+        case dialSucceeded(Token)
+        /// The connect task of the token failed, or its socket could not be made a channel.
+        case dialFailed(Token, TetherError)
+        /// The socket of the token is now the channel.
+        case attached(Token)
+        /// The TLS handshake on the channel finished.
+        case tlsEstablished
+        /// The TLS handshake timer of the token fired, with the error that says so.
+        case tlsTimedOut(Token, TetherError)
+        /// The server accepted the session hello.
+        case helloAccepted
+        /// The server refused the hello: for now (`retryable`, a failed attempt) or for good.
+        case helloRefused(TetherError, retryable: Bool)
+        /// The hello timer of the token fired, with the error that says so.
+        case helloTimedOut(Token, TetherError)
+        /// A valid frame arrived on the channel.
+        case provedHealthy
+        /// The channel broke: closed by the peer, a socket error, a protocol error, missed
+        /// heartbeats, a refusal frame, a write that failed.
+        case lost(TetherError)
+        /// The backoff of the token is over.
+        case backoffElapsed(Token)
+        /// `suspend()`, with the error for requests in flight.
+        case suspend(TetherError)
+        /// `resume()`.
+        case resume
+        /// `reconnectNow()`.
+        case reconnectNow
+        /// `close()`, with its reason.
+        case close(TetherError)
+    }
+
+    /// How the caller of `connect()` is answered when it does not get its connection.
+    enum OpenerFailure: Hashable, Sendable {
+        /// With `CancellationError`.
+        case cancelled
+        /// With the error of a call on a connection that has ended.
+        case notConnected
+        /// With this error.
+        case error(TetherError)
+    }
+
+    /// What the actor does, in order.
+    enum Action: Hashable, Sendable {
+        /// Throw from a second `connect()`.
+        case refuseConnect
+        /// Start the connect task of the token to endpoint `endpoint` (0 is the main one, then
+        /// the alternates), as attempt `attempt` (a reconnect attempt when above 0).
+        case dial(Token, endpoint: Int, attempt: Int)
+        /// The connect task ended: forget it.
+        case dialFinished
+        /// Cancel the connect task under way and forget it.
+        case abandonDial
+        /// Make the dialed socket the channel, then report `attached` or `dialFailed`.
+        case attach(Token)
+        /// Arm the TLS handshake timer of the token.
+        case startTLSTimer(Token)
+        /// Disarm the TLS handshake timer.
+        case stopTLSTimer
+        /// Send the session hello and arm its timer for the token.
+        case sendHello(Token)
+        /// Disarm the hello timer.
+        case stopHelloTimer
+        /// Start the heartbeats (the first goes out at once).
+        case startHeartbeats
+        /// Count one more connection established.
+        case countConnection
+        /// Write what waits for the connection.
+        case writeQueued
+        /// Resume the caller of `connect()`.
+        case resumeOpener
+        /// Fail the caller of `connect()`.
+        case failOpener(OpenerFailure)
+        /// Arm the backoff timer of the token.
+        case scheduleBackoff(Token, after: Duration)
+        /// Disarm the backoff timer.
+        case cancelBackoff
+        /// Drop the channel, flushing what is queued first when graceful.
+        case detach(graceful: Bool)
+        /// Fail the requests in flight, which were lost with the channel, with this reason.
+        case failInFlight(TetherError)
+        /// Fail every request and frame still waiting, for this reason.
+        case failWaiting(TetherError)
+        /// Publish the state on ``Connection/states``.
+        case publish(ConnectionState)
+        /// End every subscription.
+        case endStreams
+    }
+
+    let settings: Settings
+    private(set) var phase: Phase = .idle
+    /// The number of the attempt in progress or scheduled (0: made at once).
+    private(set) var attempt = 0
+    /// Counts failures to rotate through the endpoints; the next dial goes to this one
+    /// modulo their number.
+    private(set) var endpointIndex = 0
+    /// Whether `connect()` was called.
+    private(set) var opened = false
+    /// Whether the caller of `connect()` waits.
+    private(set) var openerWaiting = false
+    /// Whether a connection ever became ready.
+    private(set) var hasConnected = false
+    /// Counts the events that changed something: the actor stops carrying out the actions of
+    /// one event as soon as a later event (reported by one of those actions) has changed it.
+    private(set) var transitions: UInt64 = 0
+    private var lastToken: UInt64 = 0
+    private var random: BackoffRandom
+
+    /// A machine in ``Phase/idle``.
+    ///
+    /// - Parameters:
+    ///   - settings: What it needs of the configuration.
+    ///   - seed: Seeds the backoff jitter.
+    init(settings: Settings, seed: UInt64) {
+        self.settings = settings
+        self.random = BackoffRandom(seed: seed)
+    }
+
+    // MARK: Queries
+
+    /// The state published for the phase.
+    var state: ConnectionState {
+        switch phase {
+        case .idle: .idle
+        case .dialing, .attaching, .securing, .greeting: .connecting
+        case .connected: .connected
+        case .backingOff(_, let state), .ended(let state): state
+        case .suspended: .suspended
+        }
+    }
+
+    /// Whether a channel is attached but not ready: requests and frames wait meanwhile.
+    var isHandshaking: Bool {
+        switch phase {
+        case .attaching, .securing, .greeting: true
+        default: false
+        }
+    }
+
+    /// Whether the session hello awaits its answer.
+    var isGreeting: Bool {
+        if case .greeting = phase { return true }
+        return false
+    }
+
+    /// Whether the connection has proved a Tether peer answers on its channel.
+    var isHealthy: Bool {
+        if case .connected(healthy: true) = phase { return true }
+        return false
+    }
+
+    // MARK: Events
+
+    /// Applies `event` and returns what to do, in order.
+    ///
+    /// - Parameter event: What happened.
+    /// - Returns: The actions to carry out; none for a stale event.
+    mutating func handle(_ event: Event) -> [Action] {
+        let before = phase
+        let actions = transition(event)
+        if !actions.isEmpty || phase != before { transitions &+= 1 }
+        return actions
+    }
+
+    private mutating func transition(_ event: Event) -> [Action] {
+        if case .attaching(let token) = phase {
+            switch event {
+            case .attached(token):
+                if settings.secured {
+                    phase = .securing(token)
+                    return [.startTLSTimer(token)]
+                }
+                return secured(token)
+            case .dialFailed(token, let error):
+                return attemptFailed(error)
+            case .connectRequested:
+                return [.refuseConnect]
+            default:
+                illegal(event)
+            }
+        }
+        switch event {
+        case .connectRequested:
+            if opened { return [.refuseConnect] }
+            opened = true
+            return []
+        case .connectAborted(let reason):
+            switch phase {
+            case .idle where opened: return end(reason, failed: false)
+            case .ended where opened: return []
+            default: illegal(event)
+            }
+        case .connectStarted:
+            switch phase {
+            case .idle where opened:
+                openerWaiting = true
+                return startAttempt()
+            case .ended where opened:
+                return [.failOpener(.notConnected)]
+            default:
+                illegal(event)
+            }
+        case .connectCancelled:
+            guard openerWaiting else { return [] }
+            openerWaiting = false
+            let reason = TetherError(code: .connectFailed, message: "connecting to \(settings.endpoint) was cancelled")
+            return [.failOpener(.cancelled)] + release(graceful: false) + end(reason, failed: false)
+        case .dialSucceeded(let token):
+            guard case .dialing(token) = phase else { return [] }
+            phase = .attaching(token)
+            return [.dialFinished, .attach(token)]
+        case .dialFailed(let token, let error):
+            guard case .dialing(token) = phase else { return [] }
+            return [.dialFinished] + attemptFailed(error)
+        case .attached:
+            illegal(event)
+        case .tlsEstablished:
+            guard case .securing(let token) = phase else { illegal(event) }
+            return [.stopTLSTimer] + secured(token)
+        case .tlsTimedOut(let token, let reason):
+            guard case .securing(token) = phase else { return [] }
+            return [.detach(graceful: false)] + attemptFailed(reason)
+        case .helloAccepted:
+            guard case .greeting = phase else { illegal(event) }
+            return [.stopHelloTimer] + ready()
+        case .helloRefused(let reason, let retryable):
+            guard case .greeting = phase else { illegal(event) }
+            if retryable { return [.detach(graceful: false)] + attemptFailed(reason) }
+            return release(graceful: false) + end(reason, failed: true)
+        case .helloTimedOut(let token, let reason):
+            guard case .greeting(token) = phase else { return [] }
+            return [.detach(graceful: false)] + attemptFailed(reason)
+        case .provedHealthy:
+            switch phase {
+            case .connected(healthy: false):
+                phase = .connected(healthy: true)
+                attempt = 0
+                return []
+            case .connected(healthy: true), .securing, .greeting:
+                return []
+            default:
+                illegal(event)
+            }
+        case .lost(let reason):
+            switch phase {
+            case .securing, .greeting:
+                // Lost before the handshakes finished: a failed attempt, not a lost connection.
+                return [.detach(graceful: false)] + attemptFailed(reason)
+            case .connected(let healthy):
+                // A connection that never proved healthy (an HTTP server, a proxy whose
+                // backend is down, a server at its limit) counts as one more failed attempt,
+                // and the next attempt moves on to the next endpoint.
+                let next = healthy ? 1 : attempt + 1
+                if !healthy { endpointIndex += 1 }
+                return [.detach(graceful: false), .failInFlight(reason)] + scheduleReconnect(attempt: next, reason: reason)
+            default:
+                return []
+            }
+        case .backoffElapsed(let token):
+            guard case .backingOff(token, _) = phase else { return [] }
+            // The timer fired: nothing to cancel.
+            return startAttempt(cancellingBackoff: false)
+        case .suspend(let reason):
+            switch phase {
+            case .idle, .suspended, .ended:
+                return []
+            default:
+                let attached = isAttached
+                var actions = release(graceful: true)
+                if attached { actions.append(.failInFlight(reason)) }
+                if openerWaiting {
+                    openerWaiting = false
+                    actions.append(.failOpener(.error(TetherError(
+                        code: .notConnected,
+                        message: "connecting to \(settings.endpoint) was suspended by suspend()"
+                    ))))
+                }
+                phase = .suspended
+                return actions + [.publish(.suspended)]
+            }
+        case .resume:
+            guard case .suspended = phase else { return [] }
+            attempt = 0
+            return startAttempt()
+        case .reconnectNow:
+            switch phase {
+            case .backingOff, .suspended:
+                attempt = 0
+                return startAttempt()
+            default:
+                return []
+            }
+        case .close(let reason):
+            if case .ended = phase { return [] }
+            return release(graceful: true) + end(reason, failed: false)
+        }
+    }
+
+    // MARK: Steps
+
+    private var isAttached: Bool {
+        switch phase {
+        case .securing, .greeting, .connected: true
+        default: false
+        }
+    }
+
+    /// Dials the next endpoint as attempt ``attempt``, cancelling a backoff under way.
+    private mutating func startAttempt(cancellingBackoff: Bool = true) -> [Action] {
+        var actions: [Action] = []
+        if cancellingBackoff, case .backingOff = phase { actions.append(.cancelBackoff) }
+        let token = nextToken()
+        phase = .dialing(token)
+        actions.append(.publish(.connecting))
+        actions.append(.dial(token, endpoint: endpointIndex % max(1, settings.endpointCount), attempt: attempt))
+        return actions
+    }
+
+    /// The channel is up and, with TLS, secured: greet, or be ready.
+    private mutating func secured(_ token: Token) -> [Action] {
+        if settings.greets {
+            phase = .greeting(token)
+            return [.sendHello(token), .startHeartbeats]
+        }
+        return [.startHeartbeats] + ready()
+    }
+
+    /// The connection is up (and its session accepted): requests may go. The attempt count
+    /// stays: being connected proves only that something accepted.
+    private mutating func ready() -> [Action] {
+        hasConnected = true
+        phase = .connected(healthy: false)
+        var actions: [Action] = [.countConnection, .publish(.connected)]
+        if openerWaiting {
+            openerWaiting = false
+            actions.append(.resumeOpener)
+        }
+        actions.append(.writeQueued)
+        return actions
+    }
+
+    /// An attempt failed before it became ready: try the next endpoint by the policy, or
+    /// give up.
+    private mutating func attemptFailed(_ reason: TetherError) -> [Action] {
+        endpointIndex += 1
+        if !hasConnected && !settings.policy.appliesToFirstConnect {
+            return end(reason, failed: false)
+        }
+        return scheduleReconnect(attempt: attempt + 1, reason: reason)
+    }
+
+    /// Waits out the backoff before attempt `next`, or ends when the policy allows no more.
+    private mutating func scheduleReconnect(attempt next: Int, reason: TetherError) -> [Action] {
+        let policy = settings.policy
+        if !policy.isEnabled { return end(reason, failed: false) }
+        if let limit = policy.maximumAttempts, next > limit {
+            let tried = next - 1
+            return end(TetherError(
+                code: reason.code,
+                message: "gave up on \(settings.endpoint) after \(tried) reconnect attempt\(tried == 1 ? "" : "s"): \(reason.message)",
+                underlying: reason
+            ), failed: true)
+        }
+        attempt = next
+        let delay = policy.delay(forAttempt: next, using: &random)
+        let token = nextToken()
+        let state = ConnectionState.reconnecting(attempt: next, after: delay, reason: reason)
+        phase = .backingOff(token, state)
+        return [.publish(state), .scheduleBackoff(token, after: delay)]
+    }
+
+    /// Stops what the phase has under way: the dial, the backoff or the channel.
+    private func release(graceful: Bool) -> [Action] {
+        switch phase {
+        case .dialing: return [.abandonDial]
+        case .backingOff: return [.cancelBackoff]
+        case .securing, .greeting, .connected: return [.detach(graceful: graceful)]
+        case .idle, .attaching, .suspended, .ended: return []
+        }
+    }
+
+    /// Ends the connection for `reason` (nothing under way any more) and fails all that waits.
+    private mutating func end(_ reason: TetherError, failed: Bool) -> [Action] {
+        var actions: [Action] = [.failWaiting(reason)]
+        if openerWaiting {
+            openerWaiting = false
+            actions.append(.failOpener(.error(reason)))
+        }
+        let state: ConnectionState = failed ? .failed(reason) : .closed(reason)
+        phase = .ended(state)
+        actions.append(.publish(state))
+        actions.append(.endStreams)
+        return actions
+    }
+
+    private mutating func nextToken() -> Token {
+        lastToken &+= 1
+        return Token(value: lastToken)
+    }
+
+    private func illegal(_ event: Event) -> Never {
+        preconditionFailure("ConnectionStateMachine: \(event) is not valid in phase \(phase)")
+    }
+}
+
+/// SplitMix64: the jitter of the backoff delays, seeded once per connection.
+struct BackoffRandom: RandomNumberGenerator, Sendable, Hashable {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
