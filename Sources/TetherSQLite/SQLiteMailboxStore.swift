@@ -190,6 +190,10 @@ public final class SQLiteMailboxStore: MailboxStore {
     }
 }
 
+/// Every call runs on the store's thread: the server calls it from anywhere, event loops
+/// included, without a hop to the threads it keeps for stores that block.
+extension SQLiteMailboxStore: SelfThreadedMailboxStore {}
+
 extension SQLiteMailboxStore {
     /// Drops what is older than the age bound from every mailbox, and removes the mailboxes
     /// of clients idle for longer than it, in one transaction; see
