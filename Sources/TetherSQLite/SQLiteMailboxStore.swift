@@ -1,6 +1,6 @@
 public import Tether
 
-/// A ``MailboxStore`` in a SQLite database file: the durable store.
+/// A ``Tether/MailboxStore`` in a SQLite database file: the durable store.
 ///
 /// Every mailbox lives in one file, which the store creates on first use (with its `-wal`
 /// and `-shm` companions next to it). Reopening the file after a restart gives back every
@@ -16,27 +16,29 @@ public import Tether
 /// ``Durability/full`` it also survives the machine losing power. Either way a crash never
 /// leaves part of an append stored.
 ///
-/// **Checks.** Opening a file checks it before using it: a file that is not a SQLite database,
-/// is damaged (`PRAGMA quick_check`, which reads the whole file), or belongs to another
-/// application or to a newer schema is refused with ``TetherError/Code/storeFailed``
-/// rather than replaced or started empty. An empty (0-byte) file is initialised.
+/// **Checks.** Opening a file checks it before using it: a file that is not a SQLite
+/// database, is damaged (`PRAGMA quick_check`, which reads the whole file), or belongs to
+/// another application or to a newer schema is refused with
+/// ``Tether/TetherError/Code/storeFailed`` rather than replaced or started empty. An empty
+/// (0-byte) file is initialised.
 ///
 /// **Threads.** The store holds one connection and runs every call on a thread of its own,
 /// one call after another, in the order they came. An `async` method suspends its caller
 /// until its turn is done, and blocks no thread of the caller's: not an event loop's, not
 /// one of the Swift concurrency pool's, however long SQLite takes to read or write the
-/// file (with ``Durability/full``, to flush it to disk) or waits for a lock. So the store is
-/// safe to call from several tasks at once, and from anywhere. The thread ends when the
-/// store is released, once the calls queued before have run and the file is closed.
-/// Opening the file (``init(path:synchronous:)``), which checks the whole file, runs on the
+/// file (with ``Durability/full``, to flush it to disk) or waits for a lock. So the store
+/// is safe to call from several tasks at once, and from anywhere. The thread ends when the
+/// store is released, once the calls queued before have run and the file is closed. Opening
+/// the file (``init(path:synchronous:)``), which checks the whole file, runs on the
 /// caller's thread. Other processes may read the file meanwhile, for example with the
 /// `sqlite3` tool; a writer from elsewhere makes calls wait up to 5 seconds for its lock,
 /// then fail.
 ///
 /// **Bounds.** The number of mailboxes and the bytes stored, which
-/// ``MailboxLimits/maximumMailboxes`` and ``MailboxLimits/maximumStoredBytes`` bound, are
-/// counted when the file is opened and kept by this store as it writes; rows another
-/// program adds meanwhile are counted the next time the file is opened.
+/// ``Tether/MailboxLimits/maximumMailboxes`` and
+/// ``Tether/MailboxLimits/maximumStoredBytes`` bound, are counted when the file is opened
+/// and kept by this store as it writes; rows another program adds meanwhile are counted the
+/// next time the file is opened.
 ///
 /// **Versions.** A file written by an earlier version of this store (schema 1) is upgraded
 /// in place when it is opened: its clients count as active from then on.
@@ -50,10 +52,10 @@ public final class SQLiteMailboxStore: MailboxStore {
         /// The value of SQLite's `PRAGMA synchronous`.
         let synchronous: String
 
-        /// Write-ahead logging with `synchronous = NORMAL`: an append that returned survives
-        /// a crash or restart of the process, but the last appends before the machine loses
-        /// power or the kernel crashes may be lost (the file stays consistent). Appends cost
-        /// no flush to disk, only occasional checkpoints do.
+        /// Write-ahead logging with `synchronous = NORMAL`: an append that returned
+        /// survives a crash or restart of the process, but the last appends before the
+        /// machine loses power or the kernel crashes may be lost (the file stays
+        /// consistent). Appends cost no flush to disk, only occasional checkpoints do.
         public static let normal = Durability(synchronous: "NORMAL")
 
         /// Write-ahead logging with `synchronous = FULL`: an append that returned also
@@ -68,7 +70,7 @@ public final class SQLiteMailboxStore: MailboxStore {
     /// The database file's path, as given to ``init(path:synchronous:)``.
     public let path: String
 
-    /// The connection; used on ``thread`` only, apart from opening and tests.
+    /// The connection; used on `thread` only, apart from opening and tests.
     private let database: Lock<MailboxDatabase>
     /// Where every call runs.
     private let thread = DatabaseThread()
@@ -76,15 +78,16 @@ public final class SQLiteMailboxStore: MailboxStore {
     /// Opens the store in a database file, creating the file if there is none.
     ///
     /// Sets the file to write-ahead logging, creates the tables if they are absent, and
-    /// checks that the file is sound and holds Tether mailboxes (see the type's description).
+    /// checks that the file is sound and holds Tether mailboxes (see the type's
+    /// description).
     ///
     /// - Parameters:
     ///   - path: The database file. Its directory must exist.
     ///   - synchronous: How durable appends are; ``Durability/normal`` by default.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the file cannot be
-    ///   opened or created, is not a SQLite database, is damaged, or belongs to another
-    ///   application or to another version of this store's schema. The message names the
-    ///   file and what SQLite reported, for example
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the file cannot be opened or created, is not a SQLite database, is damaged, or
+    ///   belongs to another application or to another version of this store's schema. The
+    ///   message names the file and what SQLite reported, for example
     ///   `mailbox store /data/mail.sqlite is not a usable database: file is not a database`.
     public init(path: String, synchronous: Durability = .normal) throws(TetherError) {
         self.path = path
@@ -114,8 +117,9 @@ public final class SQLiteMailboxStore: MailboxStore {
     ///   - limits: The count and age bounds of each mailbox.
     ///   - now: The time to store with the messages and to judge their age by.
     /// - Returns: The sequence number given to each message, in the same order.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the messages
-    ///   could not be stored; then none of them is, and no sequence number was used.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the messages could not be stored; then none of them is, and no sequence number was
+    ///   used.
     public func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> [UInt64] {
         guard !messages.isEmpty else { return [] }
         return try await run { database throws(TetherError) -> [UInt64] in
@@ -131,8 +135,8 @@ public final class SQLiteMailboxStore: MailboxStore {
     ///   - limits: The count and age bounds of the mailbox.
     ///   - now: The time to judge ages by.
     /// - Returns: The client's sequence and what its mailbox holds.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
-    ///   be read or written; then nothing changed.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the store cannot be read or written; then nothing changed.
     public func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> MailboxSummary {
         try await run { database throws(TetherError) -> MailboxSummary in
             try database.openMailbox(for: clientID, limits: limits, now: now)
@@ -145,9 +149,10 @@ public final class SQLiteMailboxStore: MailboxStore {
     ///   - clientID: The client.
     ///   - sequence: Only messages with a higher sequence number are returned.
     ///   - limit: At most this many.
-    /// - Returns: The messages, in sequence order; none for a client the store does not know.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
-    ///   be read.
+    /// - Returns: The messages, in sequence order; none for a client the store does not
+    ///   know.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the store cannot be read.
     public func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws(TetherError) -> [MailboxMessage] {
         guard limit > 0 else { return [] }
         return try await run { database throws(TetherError) -> [MailboxMessage] in
@@ -158,13 +163,14 @@ public final class SQLiteMailboxStore: MailboxStore {
     /// Records that a client has every message up to `sequence`, and deletes them.
     ///
     /// A sequence above the client's last one counts as its last one; one at or below what
-    /// the client acknowledged before changes nothing, as does a client the store does not know.
+    /// the client acknowledged before changes nothing, as does a client the store does not
+    /// know.
     ///
     /// - Parameters:
     ///   - clientID: The client.
     ///   - sequence: The highest sequence number the client has; lower ones are implied.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
-    ///   be written; then nothing changed.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the store cannot be written; then nothing changed.
     public func acknowledge(_ clientID: String, through sequence: UInt64) async throws(TetherError) {
         try await run { database throws(TetherError) in
             try database.acknowledge(clientID, through: sequence)
@@ -175,8 +181,8 @@ public final class SQLiteMailboxStore: MailboxStore {
     /// mailbox or were sent a message.
     ///
     /// - Returns: The client ids.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
-    ///   be read.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the store cannot be read.
     public func clientIDs() async throws(TetherError) -> [String] {
         try await run { database throws(TetherError) -> [String] in
             try database.clientIDs()
@@ -184,18 +190,22 @@ public final class SQLiteMailboxStore: MailboxStore {
     }
 }
 
+/// Every call runs on the store's thread: the server calls it from anywhere, event loops
+/// included, without a hop to the threads it keeps for stores that block.
+extension SQLiteMailboxStore: SelfThreadedMailboxStore {}
+
 extension SQLiteMailboxStore {
     /// Drops what is older than the age bound from every mailbox, and removes the mailboxes
     /// of clients idle for longer than it, in one transaction; see
-    /// ``MailboxStore/removeExpired(limits:now:keeping:)``.
+    /// ``Tether/MailboxStore/removeExpired(limits:now:keeping:)``.
     ///
     /// - Parameters:
-    ///   - limits: The bounds; only ``MailboxLimits/maximumAge`` matters here.
+    ///   - limits: The bounds; only ``Tether/MailboxLimits/maximumAge`` matters here.
     ///   - now: The time to judge ages by.
     ///   - connected: The clients connected now, whose mailboxes stay.
     /// - Returns: The ids of the clients whose mailboxes were removed.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/storeFailed`` when the store cannot
-    ///   be read or written; then nothing changed.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the store cannot be read or written; then nothing changed.
     public func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws(TetherError) -> [String] {
         try await run { database throws(TetherError) -> [String] in
             try database.removeExpired(limits: limits, now: now, keeping: connected)

@@ -61,6 +61,8 @@ final class MailboxHub: Sendable {
     }
 
     let configuration: MailboxConfiguration
+    /// Whether the store works on threads of its own (``SelfThreadedMailboxStore``).
+    private let storeHasOwnThreads: Bool
     let state = Lock(State())
     private let offlineFeed: AsyncStream<(OfflineCallback, OfflinePush)>
     private let offlineSink: AsyncStream<(OfflineCallback, OfflinePush)>.Continuation
@@ -70,6 +72,7 @@ final class MailboxHub: Sendable {
 
     init(configuration: MailboxConfiguration) {
         self.configuration = configuration
+        storeHasOwnThreads = configuration.store is any SelfThreadedMailboxStore
         (offlineFeed, offlineSink) = AsyncStream.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, configuration.offlineCallbackBufferSize))
         )
@@ -82,9 +85,11 @@ final class MailboxHub: Sendable {
 
     /// Runs `call` with the store on the ``StoreExecutor``, whatever executor the caller
     /// prefers (a peer's task prefers its event loop), and returns to the caller's once it
-    /// is done: a store that blocks its thread never blocks a loop.
+    /// is done: a store that blocks its thread never blocks a loop. A store that works on
+    /// threads of its own, and so blocks no caller, is called directly.
     private func callStore<T: Sendable>(_ call: @Sendable (any MailboxStore) async throws -> T) async throws -> T {
         let store = store
+        if storeHasOwnThreads { return try await call(store) }
         return try await withTaskExecutorPreference(StoreExecutor.shared) {
             try await call(store)
         }

@@ -40,7 +40,8 @@
 /// any connection's heartbeats or requests: it holds up only the clients waiting for it, and,
 /// while four calls block at once, the store calls queued behind them. A store that blocks
 /// for long does better to run its work on threads of its own and suspend its callers, as
-/// ``TetherSQLite/SQLiteMailboxStore`` does.
+/// ``TetherSQLite/SQLiteMailboxStore`` does (the server calls that one directly: its work
+/// already runs on its own thread).
 public protocol MailboxStore: Sendable {
     /// Appends messages, each to its client's mailbox with the next sequence number of that
     /// client, then drops what `limits` no longer allow from the mailboxes it touched.

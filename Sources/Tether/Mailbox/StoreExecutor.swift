@@ -71,3 +71,8 @@ final class StoreExecutor: TaskExecutor, Sendable {
         }
     }
 }
+
+/// A store that does its work on threads of its own and only suspends its callers, never
+/// blocking their threads (the SQLite store): the server calls it directly from wherever it
+/// is, without the two thread hops of going through the ``StoreExecutor``.
+package protocol SelfThreadedMailboxStore: MailboxStore {}
