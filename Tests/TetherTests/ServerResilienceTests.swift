@@ -207,7 +207,7 @@ struct ServerResilienceTests {
             $0.idleTimeout = .milliseconds(200)
         }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
-            let loris = try RawSocket.connect(to: endpoint)
+            let loris = try RawSocket.connect(to: endpoint).sendingAtOnce()
             defer { loris.close() }
             _ = try await firstEvent(events, "the peer to connect") { $0.kind == .peerConnected }
             let start = clock.now
