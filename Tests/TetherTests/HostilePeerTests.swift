@@ -360,63 +360,46 @@ struct HostilePeerTests {
 
     @Test("a frame trickled byte by byte after a first frame is closed with frameTimeout, although the trickle keeps the peer from being idle")
     func trickledFrame() async throws {
-        let timeout: Duration = .milliseconds(300)
+        // The server on a manual clock, a byte of the second frame every 20 ms of its time:
+        // the close is checked at the frame's first byte plus the timeout, and 1 ns before.
         let frame = seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100))
-        let loris = Lock<RawSocket?>(nil)
-        let sent = Lock(0)
-        // What the checks on the peer's loop found: whether the peer had ended.
-        let openBeforeTimeout = Lock<Bool?>(nil)
-        let endedAfterTimeout = Lock<Bool?>(nil)
-        try await withServer(configure: {
-            $0.frameCompletionTimeout = timeout
-            // Longer than the frame timeout: the trickle keeps resetting it, and must not save
-            // the peer from the frame timeout.
-            $0.idleTimeout = .seconds(1)
-        }, handlers: { server in
-            // Runs on the peer's loop in the turn that read the first frame.
-            server.handle(type: 0x402) { _, peer in
-                // The trickle: one byte of the second frame every 20 ms, by loop timers, so
-                // its pace is the loop's and not the test task's.
-                func writeNext(_ index: Int) {
-                    guard !peer.hasEnded, index < frame.count, let socket = loris.withLock({ $0 }) else { return }
-                    let written = MonotonicTime.now()
-                    do { try socket.write([frame[index]]) } catch { return }
-                    sent.withLock { $0 += 1 }
-                    if index == 0 {
-                        // The frame's first byte is read at `written` or later, so the peer
-                        // must not end before a timer due just before that plus the timeout.
-                        _ = peer.loop.schedule(at: written &+ MonotonicTime.nanoseconds(of: timeout) &- 1) {
-                            openBeforeTimeout.withLock { $0 = !peer.hasEnded }
-                        }
-                    } else if index == 1 {
-                        // The first byte was read in a turn before this timer fired, so the
-                        // frame's time started before now.
-                        _ = peer.loop.schedule(at: justAfter(timeout, from: written)) {
-                            endedAfterTimeout.withLock { $0 = peer.hasEnded }
-                        }
-                    }
-                    _ = peer.loop.schedule(after: .milliseconds(20)) { writeNext(index + 1) }
+        try await withManualLoop { clock, group in
+            try await withServer(configure: {
+                $0.eventLoopGroup = group
+                $0.frameCompletionTimeout = .milliseconds(300)
+                // Longer than the frame timeout: the trickle keeps resetting it, and must not
+                // save the peer from the frame timeout.
+                $0.idleTimeout = .seconds(1)
+            }, handlers: echoHandlers) { server, endpoint in
+                let events = server.events
+                let socket = try RawSocket.connect(to: endpoint).sendingAtOnce()
+                defer { socket.close() }
+                try socket.write(seedBytes(type: 0x402, serial: 1))
+                #expect(try await socket.readFrame()?.serial == 1)
+                // The first byte of the frame goes at `start`, then one every 20 ms; the 15th
+                // would go at 300 ms, when the peer is closed.
+                let start = clock.now
+                var sent = 0
+                for step in 0..<15 {
+                    try socket.write([frame[sent]])
+                    sent += 1
+                    await clock.advance(by: .milliseconds(20) - (step == 14 ? .nanoseconds(1) : .zero))
                 }
-                _ = peer.loop.schedule(after: .milliseconds(20)) { writeNext(0) }
-                return Response()
+                #expect(server.peerCount == 1, "ended sooner than the timeout after the frame's first byte")
+                #expect(await server.metrics().frameTimeouts == 0)
+                await clock.advance(by: .nanoseconds(1))
+                #expect(clock.now == start + 300_000_000)
+                let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+                let reason = try #require(gone.first?.reason)
+                #expect(reason.code == .frameTimeout)
+                #expect(reason.message.hasSuffix("did not finish a frame within 300 ms of its first byte (15 bytes of it received)"))
+                #expect(try await socket.waitForClose())
+                #expect(sent < frame.count)
+                let metrics = await server.metrics()
+                #expect(metrics.frameTimeouts == 1)
+                #expect(metrics.idleTimeouts == 0)
+                #expect(metrics.framesIn == 1)
             }
-        }) { server, endpoint in
-            let events = server.events
-            let socket = try RawSocket.connect(to: endpoint)
-            loris.withLock { $0 = socket }
-            try socket.write(seedBytes(type: 0x402, serial: 1))
-            #expect(try await socket.readFrame()?.serial == 1)
-            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
-            let reason = try #require(gone.first?.reason)
-            #expect(reason.code == .frameTimeout)
-            _ = try await loopCheck(endedAfterTimeout, "the checks on the peer's loop")
-            #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the frame's first byte")
-            #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the frame's first byte")
-            #expect(sent.withLock { $0 } < frame.count)
-            let metrics = await server.metrics()
-            #expect(metrics.frameTimeouts == 1)
-            #expect(metrics.idleTimeouts == 0)
-            #expect(metrics.framesIn == 1)
         }
     }
 }

@@ -50,54 +50,33 @@ struct ServerResilienceTests {
 
     @Test("the idle timeout counts from the last byte received, not from the last check")
     func idleFromLastByte() async throws {
-        let timeout: Duration = .milliseconds(600)
-        let idle = MonotonicTime.nanoseconds(of: timeout)
-        let client = Lock<RawSocket?>(nil)
-        // What the checks on the peer's loop found: whether the peer had ended.
-        let openBeforeTimeout = Lock<Bool?>(nil)
-        let endedAfterTimeout = Lock<Bool?>(nil)
-        try await withServer(configure: {
-            $0.idleTimeout = timeout
-            $0.handshakeTimeout = nil
-        }, handlers: { server in
-            // Runs on the peer's loop in the turn that read the frame, before that turn's
-            // timers.
-            server.handle(type: 0x402) { request, peer in
-                if request.serial == 1 {
-                    // Early in the first period, by a loop timer (so before the first idle
-                    // check, which is due later), the client's second frame: the first check
-                    // then finds activity and must re-arm for the last read plus the timeout.
-                    _ = peer.loop.schedule(after: .milliseconds(150)) {
-                        let written = MonotonicTime.now()
-                        try? client.withLock { $0 }?.write(seedBytes(type: 0x402, serial: 2))
-                        // The peer reads that frame at `written` or later, so it must not
-                        // end before a timer due just before `written` plus the timeout.
-                        _ = peer.loop.schedule(at: written &+ idle &- 1) {
-                            openBeforeTimeout.withLock { $0 = !peer.hasEnded }
-                        }
-                    }
-                } else {
-                    // The last read was at this turn's start or before, so a timer due just
-                    // after now plus the timeout comes after the idle check that ends it.
-                    _ = peer.loop.schedule(at: justAfter(timeout, from: MonotonicTime.now())) {
-                        endedAfterTimeout.withLock { $0 = peer.hasEnded }
-                    }
-                }
-                return Response()
+        // The server on a manual clock: the close is checked at its instant and 1 ns before.
+        try await withManualLoop { clock, group in
+            try await withServer(configure: {
+                $0.eventLoopGroup = group
+                $0.idleTimeout = .milliseconds(600)
+                $0.handshakeTimeout = nil
+            }, handlers: echoHandlers) { server, endpoint in
+                let events = server.events
+                let socket = try RawSocket.connect(to: endpoint)
+                defer { socket.close() }
+                try socket.write(seedBytes(type: 0x402, serial: 1))
+                #expect(try await socket.readFrame()?.serial == 1)
+                // The peer started and read the first frame without the clock moving.
+                let start = clock.now
+                // Early in the first period, the second frame: the first check, at 600 ms,
+                // then finds activity and must re-arm for the last read plus the timeout.
+                await clock.advance(by: .milliseconds(150))
+                try socket.write(seedBytes(type: 0x402, serial: 2))
+                #expect(try await socket.readFrame()?.serial == 2)
+                await clock.advance(to: start + 750_000_000 - 1)
+                #expect(server.peerCount == 1, "ended sooner than the timeout after the last byte")
+                await clock.advance(by: .nanoseconds(1))
+                #expect(try await socket.waitForClose(), "not ended by the timeout after the last byte")
+                let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
+                #expect(gone.first?.reason?.code == .idleTimeout)
+                #expect(await server.metrics().idleTimeouts == 1)
             }
-        }) { server, endpoint in
-            let events = server.events
-            let socket = try RawSocket.connect(to: endpoint)
-            client.withLock { $0 = socket }
-            try socket.write(seedBytes(type: 0x402, serial: 1))
-            #expect(try await socket.readFrame()?.serial == 1)
-            #expect(try await socket.readFrame()?.serial == 2)
-            #expect(try await socket.waitForClose(timeout: eventBound))
-            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
-            #expect(gone.first?.reason?.code == .idleTimeout)
-            _ = try await loopCheck(endedAfterTimeout, "the checks on the peer's loop")
-            #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the last byte")
-            #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the last byte")
         }
     }
 
@@ -228,7 +207,7 @@ struct ServerResilienceTests {
             $0.idleTimeout = .milliseconds(200)
         }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
-            let loris = try RawSocket.connect(to: endpoint)
+            let loris = try RawSocket.connect(to: endpoint).sendingAtOnce()
             defer { loris.close() }
             _ = try await firstEvent(events, "the peer to connect") { $0.kind == .peerConnected }
             let start = clock.now

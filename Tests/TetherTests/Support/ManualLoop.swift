@@ -13,3 +13,14 @@ func withManualLoop<T: Sendable>(
     defer { group.shutdown() }
     return try await body(clock, group)
 }
+
+extension RawSocket {
+    /// Sets `TCP_NODELAY`, so each small write goes out at once instead of waiting for the
+    /// peer's acknowledgement of the one before, which the peer's kernel may delay by tens
+    /// of milliseconds of real time: a test that trickles bytes on a manual clock must not
+    /// depend on it.
+    func sendingAtOnce() throws -> RawSocket {
+        try Syscall.setOption(fd, level: SocketOptions.tcpLevel, name: SocketOptions.noDelay, value: 1)
+        return self
+    }
+}
