@@ -312,15 +312,15 @@ public actor Connection {
     private func runAttempt(generation: UInt64, endpoint: Endpoint) async {
         let outcome = await dial(endpoint)
         guard generation == self.generation, connectTask != nil, !state.isFinal else {
-            // Abandoned meanwhile (closed, suspended): the socket is nobody's.
-            if case .success(let connected) = outcome { Syscall.closeDescriptor(connected.fd) }
+            // Abandoned meanwhile (closed, suspended): the socket is nobody's, and dropping
+            // the outcome closes it.
             return
         }
         connectTask = nil
         switch outcome {
         case .success(let connected):
             do {
-                try attach(fd: connected.fd, address: connected.address, endpoint: endpoint)
+                try attach(socket: connected.socket.take(), address: connected.address, endpoint: endpoint)
             } catch {
                 attemptFailed(error)
             }
@@ -330,7 +330,7 @@ public actor Connection {
     }
 
     /// Resolves `endpoint` and tries each address until one accepts, within the connect timeout.
-    private func dial(_ endpoint: Endpoint) async -> Result<(fd: Int32, address: SocketAddress), TetherError> {
+    private func dial(_ endpoint: Endpoint) async -> Result<(socket: SocketBox, address: SocketAddress), TetherError> {
         let addresses: [SocketAddress]
         do {
             addresses = try await Resolver.resolve(endpoint)
@@ -348,8 +348,8 @@ public actor Connection {
             }
             let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
             switch await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self) {
-            case .success(let fd):
-                return .success((fd, address))
+            case .success(let socket):
+                return .success((socket, address))
             case .failure(let error) where error.code == .connectTimedOut:
                 // The attempt only knew the time left; report the timeout the caller configured.
                 failures.append(TetherError(
@@ -377,18 +377,13 @@ public actor Connection {
         return TetherError(code: code, message: "cannot connect to \(endpoint): \(details)")
     }
 
-    private func attach(fd: Int32, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
+    private func attach(socket: consuming Socket, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
         var security: (any TLSSession)?
         if let tls = configuration.tls {
-            do {
-                security = try tls.provider.makeSession(host: endpoint.host, remoteAddress: address)
-            } catch {
-                Syscall.closeDescriptor(fd)
-                throw error
-            }
+            security = try tls.provider.makeSession(host: endpoint.host, remoteAddress: address)
         }
         let channel = try SocketChannel(
-            fd: fd,
+            socket: socket,
             remoteAddress: address,
             loop: loop,
             noDelay: configuration.noDelay,

@@ -17,7 +17,8 @@ public actor Peer {
     private let handlers: HandlerTable
     /// The server's mailboxes, when it has them: sessions are accepted only then.
     let hub: MailboxHub?
-    private var pendingFD: Int32
+    /// The accepted socket, until ``run()`` attaches it.
+    private var pendingSocket: Socket?
     @exclusivity(unchecked) var channel: SocketChannel?
     private var codec: any FrameCodec
     /// For profiles without serials on the wire: keeps each type's responses in request order.
@@ -79,7 +80,7 @@ public actor Peer {
         loop.serialExecutor.asUnownedSerialExecutor()
     }
 
-    init(id: PeerID, fd: Int32, remoteAddress: SocketAddress, loop: EventLoop, server: Server) {
+    init(id: PeerID, socket: consuming Socket, remoteAddress: SocketAddress, loop: EventLoop, server: Server) {
         self.id = id
         self.remoteAddress = remoteAddress
         self.loop = loop
@@ -88,13 +89,9 @@ public actor Peer {
         self.handlers = server.handlers
         self.slots = server.handlerSlots
         self.hub = server.hub
-        self.pendingFD = fd
+        self.pendingSocket = .some(socket)
         self.codec = server.configuration.profile.makeCodec(server.configuration.limits.maximumPayloadLength)
         self.idleNanoseconds = server.configuration.idleTimeout.map { MonotonicTime.nanoseconds(of: $0) }
-    }
-
-    deinit {
-        if pendingFD >= 0 { Syscall.closeDescriptor(pendingFD) }
     }
 
     /// Whether the peer has ended; safe to read from any thread.
@@ -102,20 +99,14 @@ public actor Peer {
 
     /// Serves the peer until its connection closes or the task is cancelled.
     func run() async {
-        let fd = pendingFD
-        pendingFD = -1
+        guard let socket = pendingSocket.take() else { return }
         do throws(TetherError) {
             var security: (any TLSSession)?
             if let tls = configuration.tls {
-                do {
-                    security = try tls.provider.makeSession(host: nil, remoteAddress: remoteAddress)
-                } catch {
-                    Syscall.closeDescriptor(fd)
-                    throw error
-                }
+                security = try tls.provider.makeSession(host: nil, remoteAddress: remoteAddress)
             }
             let channel = try SocketChannel(
-                fd: fd,
+                socket: socket,
                 remoteAddress: remoteAddress,
                 loop: loop,
                 noDelay: configuration.noDelay,

@@ -32,6 +32,9 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
     let loop: EventLoop
     let remoteAddress: SocketAddress
     let localAddress: SocketAddress?
+    /// The socket, until the channel closes.
+    private var socket: Socket?
+    /// The socket's descriptor while open; -1 once closed.
     private(set) var fd: Int32
     /// Bytes received and not yet decoded. Empty and without storage between reads unless
     /// it holds part of a frame.
@@ -67,7 +70,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
 
     /// Takes ownership of a connected descriptor and registers it for reading.
     init(
-        fd: Int32,
+        socket: consuming Socket,
         remoteAddress: SocketAddress,
         loop: EventLoop,
         noDelay: Bool,
@@ -75,6 +78,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         tls: (any TLSSession)? = nil
     ) throws(TetherError) {
         loop.preconditionInLoop()
+        let fd = socket.descriptor
         self.fd = fd
         self.tls = tls
         self.loop = loop
@@ -87,10 +91,10 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         do {
             try loop.register(fd, interest: .read, handler: self)
         } catch {
-            Syscall.closeDescriptor(fd)
             self.fd = -1
             throw TetherError(code: .systemCall, message: "cannot watch the socket of \(remoteAddress): \(error)")
         }
+        self.socket = .some(socket)
         if let tls {
             do {
                 try tls.start(output: &sealed)
@@ -100,10 +104,6 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
             }
             scheduleFlush()
         }
-    }
-
-    deinit {
-        if fd >= 0 { Syscall.closeDescriptor(fd) }
     }
 
     // MARK: Reading
@@ -407,7 +407,7 @@ final class SocketChannel: IOHandler, Flushable, @unchecked Sendable {
         if let verdictTimer { loop.cancel(verdictTimer) }
         verdictTimer = nil
         loop.deregister(fd)
-        Syscall.closeDescriptor(fd)
+        socket.take()?.close()
         fd = -1
         delegate = nil
     }
