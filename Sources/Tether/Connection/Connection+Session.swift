@@ -34,7 +34,7 @@ extension Connection {
     // MARK: Hello
 
     /// Writes the session hello, first on a new connection, and arms its timeout.
-    func sendHello(on channel: SocketChannel) {
+    func sendHello(on channel: Channel) {
         guard let settings = configuration.session, var state = session else { return }
         awaitingHello = true
         if settings.acknowledgesAutomatically { _ = state.acknowledge() }

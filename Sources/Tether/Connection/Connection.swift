@@ -54,8 +54,10 @@ public actor Connection {
     /// ends exactly once.
     typealias Waiter = UnsafeContinuation<Response, any Error>
 
-    @exclusivity(unchecked) var channel: SocketChannel?
-    var codec: any FrameCodec
+    /// The framed channel of the current connection.
+    typealias Channel = FrameChannel<Connection>
+
+    @exclusivity(unchecked) var channel: Channel?
     @exclusivity(unchecked) var table: RequestTable<Waiter>
     /// For profiles without serials on the wire: which requests wait for an answer, in order.
     @exclusivity(unchecked) var inOrderReplies = InOrderReplies()
@@ -100,7 +102,6 @@ public actor Connection {
     var helloTimer: LoopTimer?
     /// Set from TCP connect until the TLS handshake finishes; requests and frames wait meanwhile.
     var awaitingTLS = false
-    var tlsTimer: LoopTimer?
     /// Whether a handshake (TLS, then the session hello) is under way on the socket.
     var handshaking: Bool { awaitingTLS || awaitingHello }
     var acknowledgeTimer: LoopTimer?
@@ -134,7 +135,6 @@ public actor Connection {
         self.configuration = configuration
         self.currentEndpoint = endpoint
         self.loop = configuration.eventLoopGroup.next()
-        self.codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         self.table = RequestTable(maximumSerial: configuration.profile.maximumSerial)
         let size = configuration.limits.subscriberBufferSize
         frameFeed = Broadcaster(bufferSize: size)
@@ -378,56 +378,43 @@ public actor Connection {
     }
 
     private func attach(socket: consuming Socket, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
-        var security: (any TLSSession)?
-        if let tls = configuration.tls {
-            security = try tls.provider.makeSession(host: endpoint.host, remoteAddress: address)
-        }
-        let channel = try SocketChannel(
-            socket: socket,
+        let channel = try Channel.overTCP(
+            socket,
             remoteAddress: address,
             loop: loop,
+            owner: self,
+            profile: configuration.profile,
+            role: .client,
+            limits: configuration.limits,
             noDelay: configuration.noDelay,
-            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
-            tls: security
+            drainTimeout: configuration.drainTimeout,
+            tls: configuration.tls,
+            serverName: endpoint.host
         )
-        channel.delegate = self
         self.channel = channel
         healthy = false
-        codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         remoteAddress = address
         localAddress = channel.localAddress
         currentEndpoint = endpoint
-        if let tls = configuration.tls, security != nil {
-            // Connected, but not ready: the TLS handshake goes first (``channelSecured(_:)``).
+        if channel.isSecured {
+            // Connected, but not ready: the TLS handshake goes first (``secured(_:)``); the
+            // channel bounds it by ``TLSConfiguration/handshakeTimeout``.
             awaitingTLS = true
-            let timeout = tls.handshakeTimeout
-            tlsTimer = loop.schedule(after: timeout) { [self] in
-                assumeIsolated { connection in
-                    connection.tlsTimer = nil
-                    guard connection.awaitingTLS, let channel = connection.channel else { return }
-                    // The last flight may have arrived after this turn's readiness check.
-                    channel.readPending()
-                    guard connection.awaitingTLS, connection.channel === channel, let security = channel.tls else { return }
-                    connection.connectionLost(security.handshakeTimeoutError(after: timeout))
-                }
-            }
             return
         }
         start(on: channel)
     }
 
     /// The TLS handshake on `channel` finished: go on as a plain connection would.
-    func secured(_ channel: SocketChannel) {
+    func secured(_ channel: Channel) {
         guard awaitingTLS, self.channel === channel else { return }
         awaitingTLS = false
-        if let tlsTimer { loop.cancel(tlsTimer) }
-        tlsTimer = nil
-        tlsDetails = channel.tls?.details
+        tlsDetails = channel.tlsDetails
         start(on: channel)
     }
 
     /// The socket is up (and secured): send the session hello, or be ready.
-    private func start(on channel: SocketChannel) {
+    private func start(on channel: Channel) {
         if configuration.session != nil {
             // Connected, but not ready: the session hello goes first, and the rest waits
             // for the server's answer (``sessionWelcomed(_:)``).
@@ -528,8 +515,6 @@ public actor Connection {
     private func detachChannel(graceful: Bool) {
         if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         heartbeatTimer = nil
-        if let tlsTimer { loop.cancel(tlsTimer) }
-        tlsTimer = nil
         awaitingTLS = false
         heartbeatMachine = nil
         inOrderReplies.removeAll()
@@ -537,11 +522,10 @@ public actor Connection {
         stopSession()
         guard let channel else { return }
         self.channel = nil
-        channel.delegate = nil
         channel.writableThreshold = nil
         earlierBytesIn += channel.bytesRead
         earlierBytesOut += channel.bytesWritten
-        if graceful { channel.closeAfterFlush(timeout: configuration.drainTimeout) } else { channel.close() }
+        if graceful { channel.closeAfterFlush() } else { channel.close() }
     }
 
     /// Stops a connect under way or waiting for its backoff.

@@ -23,7 +23,7 @@ extension Peer {
     /// after a handler finished, or after a batch whose immediate requests were answered.
     func readMoreIfBelowLimit() {
         guard let channel, channel.isReadingPaused, !isAtRequestLimit else { return }
-        decodeBuffered(from: channel)
+        channel.decodeBuffered(self)
     }
 
     /// Takes a place for a handler task: one handed to this peer, or a free one.
@@ -87,7 +87,7 @@ extension Peer {
     /// The time is kept from the first read that left part of a frame and is not moved by
     /// later bytes of the same frame, so a trickle cannot push the deadline back; a frame
     /// that completes clears it, and the check then finds nothing to do.
-    func trackPartialFrame(in channel: SocketChannel, afterDecoding decoded: Bool) {
+    func trackPartialFrame(in channel: Channel, afterDecoding decoded: Bool) {
         guard let timeout = configuration.frameCompletionTimeout else { return }
         guard channel.holdsPartialInput else {
             partialFrameSince = nil
@@ -117,7 +117,7 @@ extension Peer {
         }
         end(TetherError(
             code: .frameTimeout,
-            message: "peer \(channel.remoteAddress) did not finish a frame within \(describe(timeout)) of its first byte (\(channel.inbound.readableBytes) bytes of it received)"
+            message: "peer \(channel.remoteAddress) did not finish a frame within \(describe(timeout)) of its first byte (\(channel.bufferedInboundBytes) bytes of it received)"
         ), graceful: false)
     }
 }
