@@ -3,6 +3,11 @@
 /// Every requirement runs isolated to the owner, on the loop's thread: the channel enters
 /// the owner's isolation once per batch of bytes, then calls these synchronously.
 protocol FrameChannelOwner: Actor {
+    /// New bytes arrived: the owner enters its isolation (it runs on the channel's loop) and
+    /// calls ``FrameChannel/decodeRead(_:)``. A requirement of the concrete owner, rather
+    /// than code of the channel, so that the decode loop is specialized for the owner and
+    /// its per-frame calls are direct.
+    nonisolated func channelRead(_ channel: FrameChannel<Self>)
     /// Whether the owner takes another frame now; `false` leaves the rest in the buffer
     /// until ``FrameChannel/decodeBuffered(_:)`` is called again (a server peer at its limit
     /// of requests).
@@ -126,11 +131,14 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
 
     func transportRead() {
         guard isOpen, let owner else { return }
-        onLoop(loop, owner, self, Self.decodeRead)
+        owner.channelRead(self)
     }
 
-    private static func decodeRead(_ owner: isolated Owner, _ channel: FrameChannel) {
-        channel.decode(owner, afterRead: true)
+    /// Decodes and hands over the frames of the bytes just read.
+    ///
+    /// - Parameter owner: The owner, in its isolation.
+    func decodeRead(_ owner: isolated Owner) {
+        decode(owner, afterRead: true)
     }
 
     /// Decodes and hands over the frames waiting in the buffer, as long as the owner takes

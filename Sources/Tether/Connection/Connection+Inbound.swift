@@ -1,4 +1,8 @@
 extension Connection: FrameChannelOwner {
+    nonisolated func channelRead(_ channel: Channel) {
+        onLoop(loop, self, channel) { (connection: isolated Connection, channel: Channel) in channel.decodeRead(connection) }
+    }
+
     func channelAcceptsFrames(_ channel: Channel) -> Bool { true }
 
     func channel(_ channel: Channel, received frame: Frame) {

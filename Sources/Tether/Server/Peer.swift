@@ -347,6 +347,10 @@ public actor Peer {
 }
 
 extension Peer: FrameChannelOwner {
+    nonisolated func channelRead(_ channel: Channel) {
+        onLoop(loop, self, channel) { (peer: isolated Peer, channel: Channel) in channel.decodeRead(peer) }
+    }
+
     func channelSecured(_ channel: Channel) {
         guard self.channel === channel else { return }
         tlsDetails = channel.tlsDetails
