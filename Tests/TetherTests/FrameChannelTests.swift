@@ -1,4 +1,5 @@
 import Testing
+import TetherTLS
 @testable import Tether
 
 /// The framed channel over the in-memory transport pair: no sockets, one event loop.
@@ -223,6 +224,43 @@ struct FrameChannelTests {
             #expect(first.bytes == [4, 5])
             #expect(second.end?.code == .peerClosed)
             #expect(first.end?.code == .peerClosed)
+        }
+    }
+
+    @Test("TLS is a layer over any transport: a handshake, frames both ways and a close_notify over the in-memory pair")
+    func tlsOverMemory() async throws {
+        let certificates = try await TestCertificates.shared()
+        let serverTLS = TLSConfiguration.server(options: TLSServerOptions(certificate: certificates.server))
+        var clientOptions = TLSClientOptions()
+        clientOptions.trustRoots = .file(certificates.caCertificate)
+        clientOptions.serverName = "localhost"
+        let clientTLS = TLSConfiguration.client(options: clientOptions)
+        try serverTLS.provider.prepare()
+        try clientTLS.provider.prepare()
+        try await withLoop { loop in
+            let (a, b) = InMemoryTransport.makePair(on: loop, sealed: true)
+            let clientLayer = TLSTransport(over: a, session: try clientTLS.provider.makeSession(host: "localhost", remoteAddress: a.remoteAddress), loop: loop)
+            let serverLayer = TLSTransport(over: b, session: try serverTLS.provider.makeSession(host: nil, remoteAddress: b.remoteAddress), loop: loop)
+            let client = ChannelProbe(loop: loop)
+            let server = ChannelProbe(loop: loop)
+            try await server.attach(serverLayer, role: .server, tlsHandshakeTimeout: .seconds(30))
+            try await client.attach(clientLayer, tlsHandshakeTimeout: .seconds(30))
+            #expect(try await collect(1, from: client.events, "the client's handshake") == [.secured])
+            #expect(await client.tlsDetails != nil)
+
+            let requests = (1...3).map { Frame(type: 0x402, serial: UInt32($0), payload: Array(repeating: UInt8($0), count: 5000)) }
+            #expect(await client.write(requests).written == 3)
+            let received = try await collect(4, from: server.events, "the server's handshake and the requests")
+            #expect(received == [.secured] + requests.map(ChannelEvent.frame))
+            #expect(await server.write([Frame(type: 0x402, serial: 9, payload: [7])]).written == 1)
+            #expect(try await collect(1, from: client.events, "the reply") == [.frame(Frame(type: 0x402, serial: 9, payload: [7]))])
+
+            // Ciphertext crossed the pair: more bytes than the plaintext, counted below TLS.
+            #expect(await server.bytesRead > requests.reduce(0) { $0 + 12 + $1.payload.count })
+
+            await client.closeGracefully()
+            let end = try await collect(1, from: server.events, "the server's end")
+            #expect(end == [.closed(.peerClosed, "peer 127.0.0.1:1 closed the connection")])
         }
     }
 }

@@ -103,13 +103,8 @@ package final class TransportBuffers {
     /// Bytes handed to the transport and not yet sent: in `outbound` and in the layers
     /// below.
     package var pendingOutboundBytes: Int {
-        var pending = outbound.readableBytes
-        var next = below
-        while let buffers = next {
-            pending += buffers.outbound.readableBytes
-            next = buffers.below
-        }
-        return pending
+        guard let below else { return outbound.readableBytes }
+        return outbound.readableBytes + below.pendingOutboundBytes
     }
 
     /// Storage a drained buffer keeps; above it, the storage is released, so a burst of

@@ -36,7 +36,8 @@ actor ChannelProbe: FrameChannelOwner {
         _ transport: any ByteTransport,
         role: FrameChannel<ChannelProbe>.Role = .client,
         profile: Profile = .seed,
-        maximumOutboundBytes: Int = 1 << 20
+        maximumOutboundBytes: Int = 1 << 20,
+        tlsHandshakeTimeout: Duration? = nil
     ) throws(TetherError) {
         let channel = FrameChannel<ChannelProbe>(
             transport: transport,
@@ -47,7 +48,7 @@ actor ChannelProbe: FrameChannelOwner {
             maximumOutboundBytes: maximumOutboundBytes,
             drainTimeout: .seconds(5)
         )
-        try channel.start(owner: self, tlsHandshakeTimeout: nil)
+        try channel.start(owner: self, tlsHandshakeTimeout: tlsHandshakeTimeout)
         self.channel = channel
     }
 
@@ -80,6 +81,14 @@ actor ChannelProbe: FrameChannelOwner {
         ended = true
         channel?.close()
     }
+
+    /// Closes after flushing (with TLS, a close_notify goes last).
+    func closeGracefully() {
+        ended = true
+        channel?.closeAfterFlush()
+    }
+
+    var tlsDetails: TLSDetails? { channel?.tlsDetails }
 
     var pendingOutboundBytes: Int { channel?.pendingOutboundBytes ?? 0 }
     var bytesRead: Int { channel?.bytesRead ?? 0 }
