@@ -7,6 +7,7 @@ import Darwin
 #endif
 import Foundation
 import Synchronization
+import Tether
 
 /// The demo's "business" HTTP server on 127.0.0.1: answers `GET /weather` with a small JSON
 /// document and anything else with 404, one connection at a time, `Connection: close`.
@@ -18,6 +19,7 @@ final class DemoHTTPServer: Sendable {
     init() throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        let listening = Socket(adopting: fd)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -26,8 +28,9 @@ final class DemoHTTPServer: Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard bound == 0, listen(fd, 16) == 0 else {
-            close(fd)
-            throw POSIXError(.init(rawValue: errno) ?? .EIO)
+            let error = POSIXError(.init(rawValue: errno) ?? .EIO)
+            listening.close()
+            throw error
         }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {
@@ -35,15 +38,18 @@ final class DemoHTTPServer: Sendable {
         }
         port = Int(UInt16(bigEndian: address.sin_port))
         // The accept loop owns the listening socket and closes it when it leaves.
+        let box = SocketBox(listening)
         Thread { [self] in
-            defer { close(fd) }
+            let listening = box.take()
+            let fd = listening.descriptor
             while !stopping.load(ordering: .acquiring) {
                 var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
                 guard poll(&descriptor, 1, 20) > 0 else { continue }
-                let client = accept(fd, nil, nil)
-                guard client >= 0 else { continue }
-                DemoHTTPServer.serve(client)
-                close(client)
+                let accepted = accept(fd, nil, nil)
+                guard accepted >= 0 else { continue }
+                let client = Socket(adopting: accepted)
+                DemoHTTPServer.serve(client.descriptor)
+                client.close()
             }
         }.start()
     }

@@ -472,11 +472,12 @@ final class SequenceFile: Sendable {
             if errno == ENOENT { return 0 }
             throw failure("cannot read the state file \(path)")
         }
-        defer { close(fd) }
+        // Closed when it goes out of scope, on every way out.
+        let file = Socket(adopting: fd)
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 256)
         while bytes.count <= 64 {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let count = buffer.withUnsafeMutableBytes { read(file.descriptor, $0.baseAddress, $0.count) }
             if count < 0 {
                 if errno == EINTR { continue }
                 throw failure("cannot read the state file \(path)")
@@ -500,23 +501,21 @@ final class SequenceFile: Sendable {
         let temporary = path + ".tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         guard fd >= 0 else { throw failure("cannot write the state file \(temporary)") }
+        // Closed on every way out, by the owner's end of life.
+        let file = Socket(adopting: fd)
         var bytes = Array("\(sequence)\n".utf8)[...]
         while !bytes.isEmpty {
-            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            let written = bytes.withUnsafeBytes { write(file.descriptor, $0.baseAddress, $0.count) }
             if written < 0 {
                 if errno == EINTR { continue }
-                let error = failure("cannot write the state file \(temporary)")
-                close(fd)
-                throw error
+                throw failure("cannot write the state file \(temporary)")
             }
             bytes = bytes.dropFirst(written)
         }
-        if fsync(fd) != 0 {
-            let error = failure("cannot write the state file \(temporary)")
-            close(fd)
-            throw error
+        if fsync(file.descriptor) != 0 {
+            throw failure("cannot write the state file \(temporary)")
         }
-        close(fd)
+        file.close()
         guard rename(temporary, path) == 0 else { throw failure("cannot replace the state file \(path)") }
     }
 

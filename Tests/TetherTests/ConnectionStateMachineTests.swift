@@ -187,7 +187,7 @@ struct ConnectionStateMachineTests {
         var tls = Self.make(tls: true)
         Self.dialing(&tls)
         _ = tls.handle(.dialSucceeded(Self.token(1)))
-        #expect(tls.handle(.attached(Self.token(1))) == [.startTLSTimer(Self.token(1))])
+        #expect(tls.handle(.attached(Self.token(1))) == [])
         #expect(tls.phase == .securing(Self.token(1)) && tls.isHandshaking && tls.state == .connecting)
 
         var session = Self.make(session: true)
@@ -206,11 +206,11 @@ struct ConnectionStateMachineTests {
     @Test("TLS established: the timer stops, then the hello or ready")
     func tlsEstablished() {
         var plain = Self.securing.machine()
-        #expect(plain.handle(.tlsEstablished) == [.stopTLSTimer, .startHeartbeats, .countConnection, .publish(.connected), .resumeOpener, .writeQueued])
+        #expect(plain.handle(.tlsEstablished) == [.startHeartbeats, .countConnection, .publish(.connected), .resumeOpener, .writeQueued])
         #expect(plain.phase == .connected(healthy: false))
         var session = Self.make(tls: true, session: true)
         Self.attached(&session)
-        #expect(session.handle(.tlsEstablished) == [.stopTLSTimer, .sendHello(Self.token(1)), .startHeartbeats])
+        #expect(session.handle(.tlsEstablished) == [.sendHello(Self.token(1)), .startHeartbeats])
         #expect(session.phase == .greeting(Self.token(1)))
     }
 
@@ -222,17 +222,13 @@ struct ConnectionStateMachineTests {
             .publish(.reconnecting(attempt: 1, after: Self.delay(1), reason: timeout)),
             .scheduleBackoff(Self.token(2), after: Self.delay(1)),
         ]
+        // The channel bounds the TLS handshake and reports its timeout as a loss.
         var tls = Self.securing.machine()
-        #expect(tls.handle(.tlsTimedOut(Self.token(9), timeout)) == [])
         #expect(tls.handle(.helloTimedOut(Self.token(1), timeout)) == [])
-        #expect(tls.handle(.tlsTimedOut(Self.token(1), timeout)) == failedAttempt)
+        #expect(tls.handle(.lost(timeout)) == failedAttempt)
         var hello = Self.greeting.machine()
         #expect(hello.handle(.helloTimedOut(Self.token(9), timeout)) == [])
         #expect(hello.handle(.helloTimedOut(Self.token(1), timeout)) == failedAttempt)
-        // The TLS timer read the last flight, which finished the handshake and sent the hello.
-        var raced = Self.securedGreeting.machine()
-        #expect(raced.handle(.tlsTimedOut(Self.token(1), timeout)) == [])
-        #expect(raced.phase == .greeting(Self.token(1)))
         // The hello timer read the welcome.
         var welcomed = Self.greeting.machine()
         _ = welcomed.handle(.helloAccepted)
@@ -368,7 +364,7 @@ struct ConnectionStateMachineTests {
         let transitions = machine.transitions
         let old = Self.token(99)
         let events: [Machine.Event] = [
-            .dialSucceeded(old), .dialFailed(old, Self.refused), .tlsTimedOut(old, Self.refused),
+            .dialSucceeded(old), .dialFailed(old, Self.refused),
             .helloTimedOut(old, Self.refused), .backoffElapsed(old),
         ]
         for event in events {
@@ -610,7 +606,7 @@ struct ConnectionStateMachineTests {
         let before = machine.phase
         let events: [Machine.Event] = [
             .connectCancelled, .dialSucceeded(Self.token(1)), .dialFailed(Self.token(1), Self.refused),
-            .tlsTimedOut(Self.token(1), Self.refused), .helloTimedOut(Self.token(1), Self.refused),
+            .helloTimedOut(Self.token(1), Self.refused),
             .lost(Self.peerClosed), .backoffElapsed(Self.token(2)), .suspend(Self.suspended), .resume, .reconnectNow,
             .close(Self.closedByUser),
         ]

@@ -23,7 +23,7 @@ struct TransportTests {
     func noDelay() async throws {
         try await withServer(handlers: echoHandlers) { server, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
-            let fd = try #require(await connection.channel?.fd)
+            let fd = try #require(await (connection.channel?.transport as? TCPTransport)?.descriptor)
             #expect(try Syscall.getOption(fd, level: SocketOptions.tcpLevel, name: SocketOptions.noDelay) != 0)
             await connection.close()
         }

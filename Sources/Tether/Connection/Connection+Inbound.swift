@@ -1,80 +1,37 @@
-extension Connection: ChannelDelegate {
-    nonisolated func channelRead(_ channel: SocketChannel) {
-        onLoop(loop, self, channel, Connection.decodeFrames)
+extension Connection: FrameChannelOwner {
+    nonisolated func channelRead(_ channel: Channel) {
+        onLoop(loop, self, channel) { (connection: isolated Connection, channel: Channel) in channel.decodeRead(connection) }
     }
 
-    nonisolated func channelClosed(_ channel: SocketChannel, error: TetherError) {
-        assumeIsolated { $0.channelEnded(channel, error: error) }
-    }
+    func channelAcceptsFrames(_ channel: Channel) -> Bool { true }
 
-    nonisolated func channelSecured(_ channel: SocketChannel) {
-        assumeIsolated { $0.secured(channel) }
-    }
-
-    nonisolated func channelWritable(_ channel: SocketChannel) {
-        onLoop(loop, self, channel, Connection.pumpIfCurrent)
-    }
-
-    private static func pumpIfCurrent(_ connection: isolated Connection, _ channel: SocketChannel) {
-        if connection.channel === channel { connection.pump() }
-    }
-
-    private static func decodeFrames(_ connection: isolated Connection, _ channel: SocketChannel) {
-        connection.decodeFrames(from: channel)
-    }
-
-    private func decodeFrames(from channel: SocketChannel) {
-        do {
-            while self.channel === channel, let frame = try codec.decode(&channel.inbound) {
-                if !lifecycle.isHealthy, let refusal = ConnectionRefusal(frame) {
-                    // The server will not serve this connection (at its connection limit).
-                    connectionLost(refusal.error(from: channel.remoteAddress.description))
-                    return
-                }
-                dispatch(frame)
-                // Valid, after the handshakes (with a session, the hello's acceptance is the
-                // first such frame): a Tether peer answers on this socket.
-                if !lifecycle.isHealthy, self.channel === channel, !handshaking { handle(.provedHealthy) }
-            }
-            if session != nil, self.channel === channel { acknowledgeIfDue() }
-        } catch {
-            connectionLost(undecodable(error, on: channel))
+    func channel(_ channel: Channel, received frame: Frame) {
+        if !lifecycle.isHealthy, let refusal = ConnectionRefusal(frame) {
+            // The server will not serve this connection (at its connection limit).
+            connectionLost(refusal.error(from: channel.remoteAddress.description))
+            return
         }
+        dispatch(frame)
+        // Valid, after the handshakes (with a session, the hello's acceptance is the first
+        // such frame): a Tether peer answers on this socket.
+        if !lifecycle.isHealthy, self.channel === channel, !handshaking { handle(.provedHealthy) }
     }
 
-    /// A decode failure on `channel`, named for what the bytes really are when they are
-    /// HTTP or TLS.
-    private func undecodable(_ error: TetherError, on channel: SocketChannel, underlying: TetherError? = nil) -> TetherError {
-        .decoding(error, bytes: channel.inbound.readableBytesView, peer: channel.remoteAddress, underlying: underlying) { foreign in
-            foreign.clientExplanation(peer: channel.remoteAddress.description, profile: configuration.profile.name, secured: channel.tls != nil)
-        }
+    func channelDecoded(_ channel: Channel, decoded: Bool, afterRead: Bool) {
+        if session != nil, self.channel === channel { acknowledgeIfDue() }
     }
 
-    private func channelEnded(_ channel: SocketChannel, error: TetherError) {
+    func channel(_ channel: Channel, closed error: TetherError) {
         guard self.channel === channel else { return }
-        var reason = error
-        if error.code == .peerClosed {
-            do {
-                while self.channel === channel, let frame = try codec.decodeLast(&channel.inbound) {
-                    dispatch(frame)
-                }
-            } catch let truncated {
-                reason = undecodable(truncated, on: channel, underlying: error)
-            }
-        } else if let foreign = ForeignProtocol.recognize(channel.inbound.readableBytesView) {
-            // Reset after an answer in another protocol (a TLS alert, an HTTP error page).
-            let explanation = foreign.clientExplanation(
-                peer: channel.remoteAddress.description,
-                profile: configuration.profile.name,
-                secured: channel.tls != nil
-            )
-            reason = TetherError(code: .protocolError, message: explanation, underlying: error)
-        }
-        connectionLost(reason)
+        connectionLost(error)
     }
 
-    private func protocolFailure(_ error: TetherError, from channel: SocketChannel) {
-        connectionLost(TetherError(code: error.code, message: "\(error.message) from \(channel.remoteAddress)", underlying: error))
+    func channelSecured(_ channel: Channel) {
+        secured(channel)
+    }
+
+    func channelWritable(_ channel: Channel) {
+        if self.channel === channel { pump() }
     }
 
     private func dispatch(_ frame: Frame) {
@@ -107,10 +64,9 @@ extension Connection: ChannelDelegate {
             heartbeatAcked(frame)
         default:
             if let channel {
-                protocolFailure(
-                    TetherError(code: .protocolError, message: "frame type \(hex(frame.type)) is not valid in the \(configuration.profile.name) profile"),
-                    from: channel
-                )
+                connectionLost(channel.fromPeer(
+                    TetherError(code: .protocolError, message: "frame type \(hex(frame.type)) is not valid in the \(configuration.profile.name) profile")
+                ))
             }
         }
     }

@@ -242,8 +242,8 @@ extension Connection {
         if self.channel === channel { awaitDrainIfNeeded() }
     }
 
-    func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
-        try channel.write(frame, with: codec)
+    func write(_ frame: Frame, on channel: Channel) throws(TetherError) {
+        try channel.write(frame)
         counters.framesOut += 1
     }
 

@@ -35,7 +35,7 @@ extension Connection {
 
     /// Writes the session hello, first on the new connection of attempt `token`, and arms
     /// its timeout.
-    func sendHello(on channel: SocketChannel, token: ConnectionStateMachine.Token) {
+    func sendHello(on channel: Channel, token: ConnectionStateMachine.Token) {
         guard let settings = configuration.session, var state = session else { return }
         if settings.acknowledgesAutomatically { _ = state.acknowledge() }
         session = state

@@ -54,8 +54,10 @@ public actor Connection {
     /// ends exactly once.
     typealias Waiter = UnsafeContinuation<Response, any Error>
 
-    @exclusivity(unchecked) var channel: SocketChannel?
-    var codec: any FrameCodec
+    /// The framed channel of the current connection.
+    typealias Channel = FrameChannel<Connection>
+
+    @exclusivity(unchecked) var channel: Channel?
     @exclusivity(unchecked) var table: RequestTable<Waiter>
     /// For profiles without serials on the wire: which requests wait for an answer, in order.
     @exclusivity(unchecked) var inOrderReplies = InOrderReplies()
@@ -80,14 +82,13 @@ public actor Connection {
     /// The connect in progress; at most one at any time.
     var connectTask: Task<Void, Never>?
     /// The socket the connect task opened, until it becomes the channel.
-    var dialedSocket: (fd: Int32, address: SocketAddress, endpoint: Endpoint)?
+    var dialedSocket: (socket: SocketBox, address: SocketAddress, endpoint: Endpoint)?
     var backoffTimer: LoopTimer?
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
     /// Where the session stands, with ``ConnectionConfiguration/session``.
     var session: ClientSessionState?
     var helloTimer: LoopTimer?
-    var tlsTimer: LoopTimer?
     /// Whether a handshake (TLS, then the session hello) is under way on the socket.
     var handshaking: Bool { lifecycle.isHandshaking }
     var acknowledgeTimer: LoopTimer?
@@ -121,7 +122,6 @@ public actor Connection {
         self.configuration = configuration
         self.currentEndpoint = endpoint
         self.loop = configuration.eventLoopGroup.next()
-        self.codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         self.table = RequestTable(maximumSerial: configuration.profile.maximumSerial)
         self.lifecycle = ConnectionStateMachine(
             settings: .init(
@@ -293,13 +293,11 @@ public actor Connection {
     private func runAttempt(_ token: ConnectionStateMachine.Token, endpoint: Endpoint) async {
         switch await dial(endpoint) {
         case .success(let connected):
-            dialedSocket = (connected.fd, connected.address, endpoint)
+            dialedSocket = (connected.socket, connected.address, endpoint)
             handle(.dialSucceeded(token))
-            if let abandoned = dialedSocket {
-                // Abandoned meanwhile (closed, suspended): the socket is nobody's.
-                dialedSocket = nil
-                Syscall.closeDescriptor(abandoned.fd)
-            }
+            // Abandoned meanwhile (closed, suspended) when still here: the socket is nobody's,
+            // and dropping it closes it.
+            dialedSocket = nil
         case .failure(let error):
             handle(.dialFailed(token, error))
         }
@@ -310,7 +308,7 @@ public actor Connection {
         guard let connected = dialedSocket else { preconditionFailure("no dialed socket to attach for attempt \(token)") }
         dialedSocket = nil
         do {
-            try attach(fd: connected.fd, address: connected.address, endpoint: connected.endpoint)
+            try attach(socket: connected.socket.take(), address: connected.address, endpoint: connected.endpoint)
         } catch {
             handle(.dialFailed(token, error))
             return
@@ -319,7 +317,7 @@ public actor Connection {
     }
 
     /// Resolves `endpoint` and tries each address until one accepts, within the connect timeout.
-    private func dial(_ endpoint: Endpoint) async -> Result<(fd: Int32, address: SocketAddress), TetherError> {
+    private func dial(_ endpoint: Endpoint) async -> Result<(socket: SocketBox, address: SocketAddress), TetherError> {
         let addresses: [SocketAddress]
         do {
             addresses = try await Resolver.resolve(endpoint)
@@ -337,8 +335,8 @@ public actor Connection {
             }
             let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
             switch await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self) {
-            case .success(let fd):
-                return .success((fd, address))
+            case .success(let socket):
+                return .success((socket, address))
             case .failure(let error) where error.code == .connectTimedOut:
                 // The attempt only knew the time left; report the timeout the caller configured.
                 failures.append(TetherError(
@@ -366,58 +364,35 @@ public actor Connection {
         return TetherError(code: code, message: "cannot connect to \(endpoint): \(details)")
     }
 
-    private func attach(fd: Int32, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
-        var security: (any TLSSession)?
-        if let tls = configuration.tls {
-            do {
-                security = try tls.provider.makeSession(host: endpoint.host, remoteAddress: address)
-            } catch {
-                Syscall.closeDescriptor(fd)
-                throw error
-            }
-        }
-        let channel = try SocketChannel(
-            fd: fd,
+    private func attach(socket: consuming Socket, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
+        let channel = try Channel.overTCP(
+            socket,
             remoteAddress: address,
             loop: loop,
+            owner: self,
+            profile: configuration.profile,
+            role: .client,
+            limits: configuration.limits,
             noDelay: configuration.noDelay,
-            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
-            tls: security
+            drainTimeout: configuration.drainTimeout,
+            tls: configuration.tls,
+            serverName: endpoint.host
         )
-        channel.delegate = self
         self.channel = channel
-        codec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         remoteAddress = address
         localAddress = channel.localAddress
         currentEndpoint = endpoint
     }
 
-    /// Connected, but not ready: the TLS handshake of attempt `token` goes first
-    /// (``secured(_:)``), within its timeout.
-    private func startTLSTimer(_ token: ConnectionStateMachine.Token) {
-        guard let tls = configuration.tls else { return }
-        let timeout = tls.handshakeTimeout
-        tlsTimer = loop.schedule(after: timeout) { [self] in
-            assumeIsolated { connection in
-                connection.tlsTimer = nil
-                guard let channel = connection.channel else { return }
-                // The last flight may have arrived after this turn's readiness check.
-                channel.readPending()
-                guard connection.channel === channel, let security = channel.tls else { return }
-                connection.handle(.tlsTimedOut(token, security.handshakeTimeoutError(after: timeout)))
-            }
-        }
-    }
-
     /// The TLS handshake on `channel` finished: go on as a plain connection would.
-    func secured(_ channel: SocketChannel) {
+    func secured(_ channel: Channel) {
         guard self.channel === channel else { return }
-        tlsDetails = channel.tls?.details
+        tlsDetails = channel.tlsDetails
         handle(.tlsEstablished)
     }
 
     /// The socket is up (and secured): send the session hello for attempt `token`.
-    private func start(on channel: SocketChannel, token: ConnectionStateMachine.Token) {
+    private func start(on channel: Channel, token: ConnectionStateMachine.Token) {
         // Connected, but not ready: the session hello goes first, and the rest waits for the
         // server's answer (``helloAnswered(_:)``).
         sendHello(on: channel, token: token)
@@ -435,19 +410,16 @@ public actor Connection {
     private func detachChannel(graceful: Bool) {
         if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         heartbeatTimer = nil
-        if let tlsTimer { loop.cancel(tlsTimer) }
-        tlsTimer = nil
         heartbeatMachine = nil
         inOrderReplies.removeAll()
         if graceful { acknowledgeNow() }
         stopSession()
         guard let channel else { return }
         self.channel = nil
-        channel.delegate = nil
         channel.writableThreshold = nil
         earlierBytesIn += channel.bytesRead
         earlierBytesOut += channel.bytesWritten
-        if graceful { channel.closeAfterFlush(timeout: configuration.drainTimeout) } else { channel.close() }
+        if graceful { channel.closeAfterFlush() } else { channel.close() }
     }
 
     private func failInFlight(_ reason: TetherError) {
@@ -614,11 +586,6 @@ public actor Connection {
             connectTask = nil
         case .attach(let token):
             attachDialed(token)
-        case .startTLSTimer(let token):
-            startTLSTimer(token)
-        case .stopTLSTimer:
-            if let tlsTimer { loop.cancel(tlsTimer) }
-            tlsTimer = nil
         case .sendHello(let token):
             if let channel { start(on: channel, token: token) }
         case .stopHelloTimer:

@@ -25,7 +25,6 @@
 /// | dialFailed(t) | · | failed attempt | failed attempt³ | · | · | · | · | · | · |
 /// | attached(t) | ✗ | ✗ | securing / greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ |
 /// | tlsEstablished | ✗ | ✗ | ✗ | greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ |
-/// | tlsTimedOut(t) | · | · | ✗ | failed attempt | · | · | · | · | · |
 /// | helloAccepted | ✗ | ✗ | ✗ | ✗ | connected | ✗ | ✗ | ✗ | ✗ |
 /// | helloRefused | ✗ | ✗ | ✗ | ✗ | failed attempt / ended(failed) | ✗ | ✗ | ✗ | ✗ |
 /// | helloTimedOut(t) | · | · | ✗ | · | failed attempt | · | · | · | · |
@@ -124,8 +123,6 @@ struct ConnectionStateMachine: Sendable {
         case attached(Token)
         /// The TLS handshake on the channel finished.
         case tlsEstablished
-        /// The TLS handshake timer of the token fired, with the error that says so.
-        case tlsTimedOut(Token, TetherError)
         /// The server accepted the session hello.
         case helloAccepted
         /// The server refused the hello: for now (`retryable`, a failed attempt) or for good.
@@ -172,10 +169,6 @@ struct ConnectionStateMachine: Sendable {
         case abandonDial
         /// Make the dialed socket the channel, then report `attached` or `dialFailed`.
         case attach(Token)
-        /// Arm the TLS handshake timer of the token.
-        case startTLSTimer(Token)
-        /// Disarm the TLS handshake timer.
-        case stopTLSTimer
         /// Send the session hello and arm its timer for the token.
         case sendHello(Token)
         /// Disarm the hello timer.
@@ -286,8 +279,10 @@ struct ConnectionStateMachine: Sendable {
             switch event {
             case .attached(token):
                 if settings.secured {
+                    // The channel bounds the handshake by its timeout, and reports a handshake
+                    // that runs out as the channel's loss.
                     phase = .securing(token)
-                    return [.startTLSTimer(token)]
+                    return []
                 }
                 return secured(token)
             case .dialFailed(token, let error):
@@ -335,10 +330,7 @@ struct ConnectionStateMachine: Sendable {
             illegal(event)
         case .tlsEstablished:
             guard case .securing(let token) = phase else { illegal(event) }
-            return [.stopTLSTimer] + secured(token)
-        case .tlsTimedOut(let token, let reason):
-            guard case .securing(token) = phase else { return [] }
-            return [.detach(graceful: false)] + attemptFailed(reason)
+            return secured(token)
         case .helloAccepted:
             guard case .greeting = phase else { illegal(event) }
             return [.stopHelloTimer] + ready()

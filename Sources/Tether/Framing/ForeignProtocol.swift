@@ -144,30 +144,3 @@ extension TetherError {
         return TetherError(code: error.code, message: "\(error.message) from \(peer)", underlying: underlying ?? error)
     }
 }
-
-extension ForeignProtocol {
-    /// The error a server ends a peer with when its bytes do not decode: named for HTTP or
-    /// TLS when they are that. An HTTP request also gets an HTTP `400` answer that says what
-    /// the port speaks, written to `channel` for the caller to flush before closing.
-    ///
-    /// - Parameters:
-    ///   - error: What the codec threw.
-    ///   - channel: The peer's socket, its inbound bytes from the failing frame on.
-    ///   - profile: The server's profile.
-    ///   - underlying: The cause to keep when the bytes are not recognised; `error` if `nil`.
-    /// - Returns: The error, and whether an answer waits to be flushed.
-    static func serverFailure(
-        _ error: TetherError,
-        on channel: SocketChannel,
-        profile: Profile,
-        underlying: TetherError? = nil
-    ) -> (error: TetherError, answered: Bool) {
-        let bytes = channel.inbound.readableBytesView
-        let reason = TetherError.decoding(error, bytes: bytes, peer: channel.remoteAddress, underlying: underlying) { foreign in
-            foreign.serverExplanation(peer: channel.remoteAddress.description, profile: profile.name, secured: channel.tls != nil)
-        }
-        guard case .httpRequest = recognize(bytes) else { return (reason, false) }
-        channel.outbound.writeBytes(httpAnswer(profile: profile.name))
-        return (reason, true)
-    }
-}

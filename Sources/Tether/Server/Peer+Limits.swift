@@ -23,7 +23,7 @@ extension Peer {
     /// after a handler finished, or after a batch whose immediate requests were answered.
     func readMoreIfBelowLimit() {
         guard let channel, channel.isReadingPaused, !isAtRequestLimit else { return }
-        decodeBuffered(from: channel)
+        channel.decodeBuffered(self)
     }
 
     /// Takes a place for a handler task: one handed to this peer, or a free one.
@@ -88,7 +88,7 @@ extension Peer {
     /// later bytes of the same frame, so a trickle cannot push the deadline back; a frame
     /// that completes clears it, and the check then finds nothing to do. `readAt` is when
     /// the bytes came in: the loop's wake, or now for bytes held while reading was paused.
-    func trackPartialFrame(in channel: SocketChannel, afterDecoding decoded: Bool, readAt: UInt64) {
+    func trackPartialFrame(in channel: Channel, afterDecoding decoded: Bool, readAt: UInt64) {
         guard let timeout = configuration.frameCompletionTimeout else { return }
         guard channel.holdsPartialInput else {
             partialFrameSince = nil
@@ -118,7 +118,7 @@ extension Peer {
         }
         end(TetherError(
             code: .frameTimeout,
-            message: "peer \(channel.remoteAddress) did not finish a frame within \(describe(timeout)) of its first byte (\(channel.inbound.readableBytes) bytes of it received)"
+            message: "peer \(channel.remoteAddress) did not finish a frame within \(describe(timeout)) of its first byte (\(channel.bufferedInboundBytes) bytes of it received)"
         ), graceful: false)
     }
 }

@@ -154,7 +154,7 @@ extension Peer {
     }
 
     /// Waits until the outbound buffer is down to half the high-water mark, or the peer ends.
-    private func outboundDrained(_ channel: SocketChannel) async {
+    private func outboundDrained(_ channel: Channel) async {
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             guard self.channel === channel, closeReason == nil, writableWaiter == nil else {
                 continuation.resume()

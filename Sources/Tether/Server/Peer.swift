@@ -17,9 +17,12 @@ public actor Peer {
     private let handlers: HandlerTable
     /// The server's mailboxes, when it has them: sessions are accepted only then.
     let hub: MailboxHub?
-    private var pendingFD: Int32
-    @exclusivity(unchecked) var channel: SocketChannel?
-    private var codec: any FrameCodec
+    /// The accepted socket, until ``run()`` attaches it.
+    private var pendingSocket: Socket?
+    /// The framed channel of this peer.
+    typealias Channel = FrameChannel<Peer>
+
+    @exclusivity(unchecked) var channel: Channel?
     /// For profiles without serials on the wire: keeps each type's responses in request order.
     @exclusivity(unchecked) private var sequencer = ResponseSequencer()
     var closeReason: TetherError?
@@ -68,8 +71,6 @@ public actor Peer {
     private var idleTimer: LoopTimer?
     /// Set from the start until the first complete frame.
     private var handshakeTimer: LoopTimer?
-    /// Set from the start until the TLS handshake finishes, with ``ServerConfiguration/tls``.
-    private var tlsTimer: LoopTimer?
     /// What the TLS handshake settled, once it has: version, cipher, ALPN and the client's
     /// certificate, when it sent one. `nil` without ``ServerConfiguration/tls``.
     public private(set) var tlsDetails: TLSDetails?
@@ -79,7 +80,7 @@ public actor Peer {
         loop.serialExecutor.asUnownedSerialExecutor()
     }
 
-    init(id: PeerID, fd: Int32, remoteAddress: SocketAddress, loop: EventLoop, server: Server) {
+    init(id: PeerID, socket: consuming Socket, remoteAddress: SocketAddress, loop: EventLoop, server: Server) {
         self.id = id
         self.remoteAddress = remoteAddress
         self.loop = loop
@@ -88,13 +89,8 @@ public actor Peer {
         self.handlers = server.handlers
         self.slots = server.handlerSlots
         self.hub = server.hub
-        self.pendingFD = fd
-        self.codec = server.configuration.profile.makeCodec(server.configuration.limits.maximumPayloadLength)
+        self.pendingSocket = .some(socket)
         self.idleNanoseconds = server.configuration.idleTimeout.map { MonotonicTime.nanoseconds(of: $0) }
-    }
-
-    deinit {
-        if pendingFD >= 0 { Syscall.closeDescriptor(pendingFD) }
     }
 
     /// Whether the peer has ended; safe to read from any thread.
@@ -102,28 +98,21 @@ public actor Peer {
 
     /// Serves the peer until its connection closes or the task is cancelled.
     func run() async {
-        let fd = pendingFD
-        pendingFD = -1
+        guard let socket = pendingSocket.take() else { return }
         do throws(TetherError) {
-            var security: (any TLSSession)?
-            if let tls = configuration.tls {
-                do {
-                    security = try tls.provider.makeSession(host: nil, remoteAddress: remoteAddress)
-                } catch {
-                    Syscall.closeDescriptor(fd)
-                    throw error
-                }
-            }
-            let channel = try SocketChannel(
-                fd: fd,
+            channel = try Channel.overTCP(
+                socket,
                 remoteAddress: remoteAddress,
                 loop: loop,
+                owner: self,
+                profile: configuration.profile,
+                role: .server,
+                limits: configuration.limits,
                 noDelay: configuration.noDelay,
-                maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
-                tls: security
+                drainTimeout: configuration.drainTimeout,
+                tls: configuration.tls,
+                serverName: nil
             )
-            channel.delegate = self
-            self.channel = channel
         } catch {
             end(error, graceful: false)
             server?.peerDisconnected(self, reason: error, metrics: counts)
@@ -317,8 +306,8 @@ public actor Peer {
         end(TetherError(code: .connectionClosed, message: "server shut down"), graceful: true)
     }
 
-    func write(_ frame: Frame, on channel: SocketChannel) throws(TetherError) {
-        try channel.write(frame, with: codec)
+    func write(_ frame: Frame, on channel: Channel) throws(TetherError) {
+        try channel.write(frame)
         counts.framesOut += 1
     }
 
@@ -341,10 +330,6 @@ public actor Peer {
             loop.cancel(handshakeTimer)
             self.handshakeTimer = nil
         }
-        if let tlsTimer {
-            loop.cancel(tlsTimer)
-            self.tlsTimer = nil
-        }
         if let frameTimer {
             loop.cancel(frameTimer)
             self.frameTimer = nil
@@ -353,85 +338,51 @@ public actor Peer {
         counts.bytesIn = channel.bytesRead
         counts.bytesOut = channel.bytesWritten
         self.channel = nil
-        channel.delegate = nil
         if graceful {
-            channel.closeAfterFlush(timeout: configuration.drainTimeout)
+            channel.closeAfterFlush()
         } else {
             channel.close()
         }
     }
 }
 
-extension Peer: ChannelDelegate {
-    nonisolated func channelSecured(_ channel: SocketChannel) {
-        assumeIsolated { peer in
-            guard peer.channel === channel else { return }
-            if let timer = peer.tlsTimer {
-                peer.loop.cancel(timer)
-                peer.tlsTimer = nil
-            }
-            peer.tlsDetails = channel.tls?.details
-            peer.server?.peerSecured(peer, details: peer.tlsDetails)
-        }
+extension Peer: FrameChannelOwner {
+    nonisolated func channelRead(_ channel: Channel) {
+        onLoop(loop, self, channel) { (peer: isolated Peer, channel: Channel) in channel.decodeRead(peer) }
     }
 
-    nonisolated func channelWritable(_ channel: SocketChannel) {
-        assumeIsolated { peer in
-            guard peer.channel === channel, let waiter = peer.writableWaiter else { return }
-            peer.writableWaiter = nil
-            waiter.resume()
-        }
-    }
-
-    nonisolated func channelRead(_ channel: SocketChannel) {
-        onLoop(loop, self, channel, Peer.decodeFrames)
-    }
-
-    nonisolated func channelClosed(_ channel: SocketChannel, error: TetherError) {
-        assumeIsolated { $0.channelEnded(channel, error: error) }
-    }
-
-    /// The socket closed by itself. On a clean end of stream the codec decides what the
-    /// remaining bytes are: a last frame to handle, or a truncated one.
-    private func channelEnded(_ channel: SocketChannel, error: TetherError) {
+    func channelSecured(_ channel: Channel) {
         guard self.channel === channel else { return }
-        var reason = error
-        if error.code == .peerClosed {
-            do {
-                while self.channel === channel, let frame = try codec.decodeLast(&channel.inbound) {
-                    dispatch(frame, on: channel)
-                }
-            } catch let truncated {
-                reason = ForeignProtocol.serverFailure(truncated, on: channel, profile: configuration.profile, underlying: error).error
-            }
-        }
-        end(reason, graceful: false)
+        tlsDetails = channel.tlsDetails
+        server?.peerSecured(self, details: tlsDetails)
     }
 
-    private static func decodeFrames(_ peer: isolated Peer, _ channel: SocketChannel) {
-        peer.decodeFrames(from: channel)
+    func channelWritable(_ channel: Channel) {
+        guard self.channel === channel, let waiter = writableWaiter else { return }
+        writableWaiter = nil
+        waiter.resume()
     }
 
-    private func decodeFrames(from channel: SocketChannel) {
-        if idleNanoseconds != nil { lastRead = loop.lastWake }
-        decodeBuffered(from: channel)
+    /// Frames are taken while the peer is below ``ServerConfiguration/maximumRequestsPerPeer``;
+    /// at the limit the rest waits, and the socket is not read until handlers finish.
+    func channelAcceptsFrames(_ channel: Channel) -> Bool {
+        !isAtRequestLimit
     }
 
-    /// Decodes and dispatches the frames in `channel.inbound`, as long as the peer is below
-    /// ``ServerConfiguration/maximumRequestsPerPeer``; at the limit the rest waits, and the
-    /// socket is not read until handlers finish.
-    func decodeBuffered(from channel: SocketChannel) {
-        var decoded = false
-        do {
-            while self.channel === channel, !isAtRequestLimit, let frame = try codec.decode(&channel.inbound) {
-                decoded = true
-                dispatch(frame, on: channel)
-            }
-        } catch {
-            fail(error, on: channel)
-            return
-        }
+    func channel(_ channel: Channel, received frame: Frame) {
+        dispatch(frame, on: channel)
+    }
+
+    /// The channel ended by itself: the peer closed, its bytes did not decode (the channel
+    /// flushed the answer to an HTTP request first), or its TLS handshake timed out.
+    func channel(_ channel: Channel, closed error: TetherError) {
         guard self.channel === channel else { return }
+        end(error, graceful: false)
+    }
+
+    func channelDecoded(_ channel: Channel, decoded: Bool, afterRead: Bool) {
+        guard self.channel === channel else { return }
+        if afterRead, idleNanoseconds != nil { lastRead = loop.lastWake }
         if let handshakeTimer, counts.framesIn > 0 {
             loop.cancel(handshakeTimer)
             self.handshakeTimer = nil
@@ -455,12 +406,13 @@ extension Peer: ChannelDelegate {
         trackPartialFrame(in: channel, afterDecoding: decoded, readAt: readAt)
     }
 
-    private func fail(_ error: TetherError, on channel: SocketChannel) {
-        let (reason, answered) = ForeignProtocol.serverFailure(error, on: channel, profile: configuration.profile)
+    /// Ends the peer for a frame it must not send, named for what its bytes are.
+    private func fail(_ error: TetherError, on channel: Channel) {
+        let (reason, answered) = channel.undecodable(error)
         end(reason, graceful: answered)
     }
 
-    private func dispatch(_ frame: Frame, on channel: SocketChannel) {
+    private func dispatch(_ frame: Frame, on channel: Channel) {
         counts.framesIn += 1
         let kind = configuration.profile.classify(frame.type)
         switch kind {
@@ -506,8 +458,6 @@ extension Peer: TimerTarget {
         assumeIsolated { peer in
             if tag == Self.idleTag {
                 peer.idleCheck()
-            } else if tag == Self.tlsTag {
-                peer.tlsExpired()
             } else if tag == Self.frameTag {
                 peer.frameExpired()
             } else {
@@ -518,7 +468,6 @@ extension Peer: TimerTarget {
 
     private static let idleTag: UInt64 = 1
     private static let handshakeTag: UInt64 = 2
-    private static let tlsTag: UInt64 = 3
     static let frameTag: UInt64 = 4
 
     /// Arms the idle check and the handshake timeout, as the socket is attached.
@@ -531,18 +480,6 @@ extension Peer: TimerTarget {
         if let timeout = configuration.handshakeTimeout {
             handshakeTimer = loop.schedule(at: now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.handshakeTag, detail: 0)
         }
-        if let tls = configuration.tls {
-            tlsTimer = loop.schedule(at: now &+ MonotonicTime.nanoseconds(of: tls.handshakeTimeout), target: self, tag: Self.tlsTag, detail: 0)
-        }
-    }
-
-    private func tlsExpired() {
-        tlsTimer = nil
-        guard let channel, let security = channel.tls else { return }
-        // The last flight may have arrived after this turn's readiness check.
-        channel.readPending()
-        guard self.channel === channel, !security.isEstablished, let timeout = configuration.tls?.handshakeTimeout else { return }
-        end(security.handshakeTimeoutError(after: timeout), graceful: false)
     }
 
     /// Reads do not touch the timer: they only record their time. When the timer fires, a

@@ -220,11 +220,12 @@ public final class Server: Sendable {
         }
         let group = configuration.eventLoopGroup
         let acceptLoop = group.next()
-        let (accepted, acceptor) = AsyncStream<(Int32, SocketAddress)>.makeStream()
+        let (accepted, acceptor) = AsyncStream<(SocketBox, SocketAddress)>.makeStream()
         let listener: Listener
         do throws(TetherError) {
-            listener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: acceptLoop) { fd, peer in
-                if case .terminated = acceptor.yield((fd, peer)) { Syscall.closeDescriptor(fd) }
+            listener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: acceptLoop) { socket, peer in
+                // Once the stream has ended, the box is dropped and closes the socket.
+                acceptor.yield((SocketBox(socket), peer))
             }
             try await acceptLoop.submit { () throws(TetherError) in try listener.start() }
         } catch {
@@ -250,8 +251,8 @@ public final class Server: Sendable {
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
                 if let hub { tasks.addTask { await hub.run(timersOn: acceptLoop) } }
-                for await (fd, remote) in accepted {
-                    guard let peer = admit(fd: fd, remote: remote, loop: group.next()) else { continue }
+                for await (socket, remote) in accepted {
+                    guard let peer = admit(socket.take(), remote: remote, loop: group.next()) else { continue }
                     tasks.addImmediateTask(executorPreference: peer.loop.taskExecutor) { await peer.run() }
                 }
                 for peer in peers { await peer.shutdown() }
@@ -294,7 +295,7 @@ public final class Server: Sendable {
         eventFeed.finish()
     }
 
-    private func admit(fd: Int32, remote: SocketAddress, loop: EventLoop) -> Peer? {
+    private func admit(_ socket: consuming Socket, remote: SocketAddress, loop: EventLoop) -> Peer? {
         let id = state.withLock { state -> PeerID? in
             guard state.admitted < configuration.maximumConnections else {
                 state.metrics.rejectedConnections += 1
@@ -307,21 +308,22 @@ public final class Server: Sendable {
         }
         guard let id else {
             let reason = TetherError(code: .tooManyConnections, message: "the server is at its limit of \(configuration.maximumConnections) connections")
-            refuse(fd, reason: reason)
+            refuse(socket, reason: reason)
             eventFeed.publish(ServerEvent(kind: .peerRejected, address: remote, reason: reason))
             return nil
         }
-        return Peer(id: id, fd: fd, remoteAddress: remote, loop: loop, server: self)
+        return Peer(id: id, socket: socket, remoteAddress: remote, loop: loop, server: self)
     }
 
     /// Tells a connection the server will not serve why, when the wire allows it (no TLS, a
     /// profile with serials: ``ConnectionRefusal``), then closes it. One small write into an
     /// empty socket buffer: it never blocks, and if it does not fit it is dropped.
-    private func refuse(_ fd: Int32, reason: TetherError) {
+    private func refuse(_ socket: consuming Socket, reason: TetherError) {
         if configuration.tls == nil, let bytes = ConnectionRefusal(tooManyConnections: reason.message).bytes(in: configuration.profile) {
+            let fd = socket.descriptor
             _ = bytes.withUnsafeBytes { try? Syscall.sendBytes(fd, $0.baseAddress!, $0.count) }
         }
-        Syscall.closeDescriptor(fd)
+        socket.close()
     }
 
     func peerConnected(_ peer: Peer) {

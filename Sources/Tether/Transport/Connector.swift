@@ -5,44 +5,47 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
 
     private let loop: EventLoop
     private let address: SocketAddress
-    private var fd: Int32
+    /// The socket being connected, until the attempt ends.
+    private var socket: Socket?
+    private let fd: Int32
     private var timer: LoopTimer?
-    private var continuation: CheckedContinuation<Result<Int32, TetherError>, Never>?
+    private var continuation: CheckedContinuation<Result<SocketBox, TetherError>, Never>?
     private let timeout: Duration
 
-    private init(loop: EventLoop, address: SocketAddress, fd: Int32, timeout: Duration) {
+    private init(loop: EventLoop, address: SocketAddress, socket: consuming Socket, timeout: Duration) {
         self.loop = loop
         self.address = address
-        self.fd = fd
+        self.fd = socket.descriptor
+        self.socket = .some(socket)
         self.timeout = timeout
     }
 
     /// Opens a socket and connects it to `address` within `timeout`.
     ///
-    /// Must be called on `loop`'s executor. Returns the connected descriptor, which the
-    /// caller then owns, or an error that names the address.
+    /// Must be called on `loop`'s executor. Returns the connected socket, which the caller
+    /// then owns, or an error that names the address.
     static func connect(
         to address: SocketAddress,
         timeout: Duration,
         on loop: EventLoop,
         isolation: isolated any Actor
-    ) async -> Result<Int32, TetherError> {
+    ) async -> Result<SocketBox, TetherError> {
         loop.preconditionInLoop()
-        let fd: Int32
+        let socket: Socket
         do {
-            fd = try Syscall.makeSocket(family: address.family, type: SocketOptions.streamType)
+            socket = try Socket(family: address.family, type: SocketOptions.streamType)
         } catch {
             return .failure(TetherError(code: .systemCall, message: "cannot open a socket for \(address): \(error)", underlying: error))
         }
         let connected: Bool
         do {
-            connected = try Syscall.startConnect(fd, address)
+            connected = try Syscall.startConnect(socket.descriptor, address)
         } catch {
-            Syscall.closeDescriptor(fd)
+            // The socket goes out of scope here, which closes it.
             return .failure(Self.error(error, address: address))
         }
-        if connected { return .success(fd) }
-        let attempt = ConnectAttempt(loop: loop, address: address, fd: fd, timeout: timeout)
+        if connected { return .success(SocketBox(socket)) }
+        let attempt = ConnectAttempt(loop: loop, address: address, socket: socket, timeout: timeout)
         return await withTaskCancellationHandler {
             // Capturing `isolation` keeps this closure on the caller's actor, i.e. the loop.
             _ = isolation
@@ -50,21 +53,21 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
                 attempt.start(continuation)
             }
         } onCancel: {
-            loop.execute { attempt.finish(.failure(TetherError(code: .connectFailed, message: "connecting to \(address) was cancelled", underlying: CancellationError()))) }
+            loop.execute { attempt.finish(TetherError(code: .connectFailed, message: "connecting to \(address) was cancelled", underlying: CancellationError())) }
         }
     }
 
-    private func start(_ continuation: CheckedContinuation<Result<Int32, TetherError>, Never>) {
+    private func start(_ continuation: CheckedContinuation<Result<SocketBox, TetherError>, Never>) {
         self.continuation = continuation
         do {
             try loop.register(fd, interest: .write, handler: self)
         } catch {
-            finish(.failure(TetherError(code: .systemCall, message: "cannot watch the socket for \(address): \(error)")))
+            finish(TetherError(code: .systemCall, message: "cannot watch the socket for \(address): \(error)"))
             return
         }
         timer = loop.schedule(after: timeout) { [self] in
             timer = nil
-            finish(.failure(TetherError(code: .connectTimedOut, message: "connecting to \(address) timed out after \(describe(timeout))")))
+            finish(TetherError(code: .connectTimedOut, message: "connecting to \(address) timed out after \(describe(timeout))"))
         }
     }
 
@@ -75,24 +78,27 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
             // A stale readiness event (the descriptor number reused within one epoll batch)
             // must not pass for a finished connect: only a socket with a peer is connected.
             guard (try? Syscall.peerAddress(fd)) != nil else { return }
-            finish(.success(fd))
+            finish(nil)
         } else {
-            finish(.failure(Self.error(Errno(rawValue: status), address: address)))
+            finish(Self.error(Errno(rawValue: status), address: address))
         }
     }
 
-    /// Ends the attempt exactly once; later calls do nothing.
-    private func finish(_ result: Result<Int32, TetherError>) {
+    /// Ends the attempt exactly once, connected when `failure` is `nil`; later calls do
+    /// nothing. A failed attempt closes its socket; a connected one hands it over.
+    private func finish(_ failure: TetherError?) {
         guard let continuation else { return }
         self.continuation = nil
         if let timer { loop.cancel(timer) }
         timer = nil
         loop.deregister(fd)
-        if case .failure = result {
-            Syscall.closeDescriptor(fd)
+        guard let socket = socket.take() else { return }
+        if let failure {
+            socket.close()
+            continuation.resume(returning: .failure(failure))
+        } else {
+            continuation.resume(returning: .success(SocketBox(socket)))
         }
-        fd = -1
-        continuation.resume(returning: result)
     }
 
     static func error(_ errno: Errno, address: SocketAddress) -> TetherError {

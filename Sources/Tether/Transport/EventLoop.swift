@@ -18,7 +18,7 @@ protocol Flushable: AnyObject {
 /// (or the next timer, or a wake-up), handle I/O, fire due timers, run queued jobs, then
 /// flush every connection that wrote during the turn with one system call each.
 ///
-/// State touched on every request (here, in ``SocketChannel``, ``Connection`` and
+/// State touched on every request (here, in ``FrameChannel``, ``Connection`` and
 /// ``Peer``) is marked `@exclusivity(unchecked)`: it is only ever used on the loop's thread
 /// (or inside its actor), never through overlapping `inout` accesses, and the run-time
 /// exclusivity checks on it cost about a tenth of a request's processor time.

@@ -4,19 +4,23 @@ final class Listener: IOHandler, @unchecked Sendable {
 
     let loop: EventLoop
     let address: SocketAddress
-    private var fd: Int32
-    private let onAccept: (Int32, SocketAddress) -> Void
+    /// The listening socket, until ``close()``.
+    private var socket: Socket?
+    private let fd: Int32
+    private let onAccept: (consuming Socket, SocketAddress) -> Void
 
     /// Opens, binds and listens (any thread); call ``start()`` on the loop to accept.
-    init(binding address: SocketAddress, backlog: Int32, loop: EventLoop, onAccept: @escaping (Int32, SocketAddress) -> Void) throws(TetherError) {
+    /// `onAccept` owns each accepted socket from then on.
+    init(binding address: SocketAddress, backlog: Int32, loop: EventLoop, onAccept: @escaping (consuming Socket, SocketAddress) -> Void) throws(TetherError) {
         self.loop = loop
         self.onAccept = onAccept
-        let fd: Int32
+        let socket: Socket
         do {
-            fd = try Syscall.makeSocket(family: address.family, type: SocketOptions.streamType)
+            socket = try Socket(family: address.family, type: SocketOptions.streamType)
         } catch {
             throw TetherError(code: .bindFailed, message: "cannot open a socket to listen on \(address): \(error)", underlying: error)
         }
+        let fd = socket.descriptor
         do {
             try Syscall.setOption(fd, level: SocketOptions.socketLevel, name: SocketOptions.reuseAddress, value: 1)
             if address.isIPv6 {
@@ -26,14 +30,10 @@ final class Listener: IOHandler, @unchecked Sendable {
             try Syscall.startListening(fd, backlog: backlog)
             self.address = try Syscall.localAddress(fd)
         } catch {
-            Syscall.closeDescriptor(fd)
             throw TetherError(code: .bindFailed, message: "cannot listen on \(address): \(error)", underlying: error)
         }
         self.fd = fd
-    }
-
-    deinit {
-        if fd >= 0 { Syscall.closeDescriptor(fd) }
+        self.socket = .some(socket)
     }
 
     func start() throws(TetherError) {
@@ -47,7 +47,7 @@ final class Listener: IOHandler, @unchecked Sendable {
     func handleReadiness(_ event: ReadinessEvent) {
         // Accept everything pending, bounded so one busy listener cannot starve the loop.
         for _ in 0..<256 {
-            guard fd >= 0 else { return }
+            guard socket != nil else { return }
             let result: IOResult<Int32>
             do {
                 result = try Syscall.acceptConnection(fd)
@@ -55,19 +55,18 @@ final class Listener: IOHandler, @unchecked Sendable {
                 // ECONNABORTED, EMFILE and friends: skip this round; the loop tries again.
                 return
             }
-            guard case .processed(let client) = result else { return }
-            guard let peer = try? Syscall.peerAddress(client) else {
-                Syscall.closeDescriptor(client)
-                continue
-            }
+            guard case .processed(let descriptor) = result else { return }
+            let client = Socket(adopting: descriptor)
+            // A client that is already gone is dropped, which closes its socket.
+            guard let peer = try? Syscall.peerAddress(descriptor) else { continue }
             onAccept(client, peer)
         }
     }
 
+    /// Stops listening and closes the socket. Idempotent.
     func close() {
-        guard fd >= 0 else { return }
+        guard let socket = socket.take() else { return }
         loop.deregister(fd)
-        Syscall.closeDescriptor(fd)
-        fd = -1
+        socket.close()
     }
 }

@@ -1,0 +1,37 @@
+// How a framed channel explains bytes it cannot use: the peer's address always, and what
+// the bytes are when they belong to HTTP or TLS.
+
+extension FrameChannel {
+    /// The error for a decode failure, with the inbound bytes from the failing frame on:
+    /// the codec's error with the peer's address, or, for bytes of HTTP or TLS, a
+    /// ``TetherError/Code/protocolError`` that says what they are. A server also answers an
+    /// HTTP request with a `400` that says what the port speaks, written to the outbound
+    /// buffer for a graceful close to flush.
+    ///
+    /// - Parameters:
+    ///   - error: What the codec (or the owner, for a frame it cannot use) threw.
+    ///   - underlying: The cause to keep when the bytes are not recognised; `error` if `nil`.
+    /// - Returns: The error, and whether an answer waits to be flushed.
+    func undecodable(_ error: TetherError, underlying: TetherError? = nil) -> (error: TetherError, answered: Bool) {
+        let bytes = buffers.inbound.readableBytesView
+        let peer = remoteAddress.description
+        let secured = isSecured
+        let reason = TetherError.decoding(error, bytes: bytes, peer: remoteAddress, underlying: underlying) { [role, profileName] foreign in
+            switch role {
+            case .client: foreign.clientExplanation(peer: peer, profile: profileName, secured: secured)
+            case .server: foreign.serverExplanation(peer: peer, profile: profileName, secured: secured)
+            }
+        }
+        guard role == .server, isOpen, case .httpRequest = ForeignProtocol.recognize(bytes) else { return (reason, false) }
+        buffers.outbound.writeBytes(ForeignProtocol.httpAnswer(profile: profileName))
+        return (reason, true)
+    }
+
+    /// `error` as a protocol failure of the peer: its message ends with the peer's address.
+    ///
+    /// - Parameter error: What the peer did wrong.
+    /// - Returns: The error to end the connection with.
+    func fromPeer(_ error: TetherError) -> TetherError {
+        TetherError(code: error.code, message: "\(error.message) from \(remoteAddress)", underlying: error)
+    }
+}

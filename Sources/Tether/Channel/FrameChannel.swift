@@ -1,0 +1,335 @@
+/// What a ``FrameChannel`` tells the actor that owns it: a ``Connection`` or a ``Peer``.
+///
+/// Every requirement runs isolated to the owner, on the loop's thread: the channel enters
+/// the owner's isolation once per batch of bytes, then calls these synchronously.
+protocol FrameChannelOwner: Actor {
+    /// New bytes arrived: the owner enters its isolation (it runs on the channel's loop) and
+    /// calls ``FrameChannel/decodeRead(_:)``. A requirement of the concrete owner, rather
+    /// than code of the channel, so that the decode loop is specialized for the owner and
+    /// its per-frame calls are direct.
+    nonisolated func channelRead(_ channel: FrameChannel<Self>)
+    /// Whether the owner takes another frame now; `false` leaves the rest in the buffer
+    /// until ``FrameChannel/decodeBuffered(_:)`` is called again (a server peer at its limit
+    /// of requests).
+    func channelAcceptsFrames(_ channel: FrameChannel<Self>) -> Bool
+    /// A frame arrived.
+    func channel(_ channel: FrameChannel<Self>, received frame: Frame)
+    /// A batch of bytes has been decoded as far as it goes; `decoded` says whether it gave
+    /// a frame, `afterRead` whether new bytes started it. Not called once the channel closed.
+    func channelDecoded(_ channel: FrameChannel<Self>, decoded: Bool, afterRead: Bool)
+    /// The channel ended by itself, for `error`: the peer closed, the transport failed, the
+    /// bytes did not decode, the TLS handshake timed out. Called once, and last.
+    func channel(_ channel: FrameChannel<Self>, closed error: TetherError)
+    /// The pending bytes fell to the ``FrameChannel/writableThreshold``.
+    func channelWritable(_ channel: FrameChannel<Self>)
+    /// The TLS handshake finished.
+    func channelSecured(_ channel: FrameChannel<Self>)
+}
+
+/// Frames over a byte transport: the one framed channel of a client ``Connection`` and of a
+/// server ``Peer``.
+///
+/// It owns the codec, and frames are encoded and decoded here only, above the transport
+/// seam (``ByteTransport``). It decodes every complete frame of each batch of bytes the
+/// transport delivers, and at the end of the stream decodes what is left as the last frames
+/// (``FrameCodec/decodeLast(_:)``) or says where it was cut short. A failure to decode ends
+/// the channel with an error that names the peer's address, or, for bytes of HTTP or TLS,
+/// says what they are (a server answers an HTTP request with a `400` first). It writes with a
+/// bound on the bytes waiting to be written, arranges one flush per loop turn, counts bytes,
+/// ends a TLS handshake that takes too long, and closes exactly once: after ``close()`` or
+/// after it reported the end to its owner, it calls nothing more.
+///
+/// Generic over its owner so that the per-frame calls are direct; the transport is reached
+/// once per batch. Loop thread only.
+final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unchecked Sendable {
+    // @unchecked Sendable: every member is touched only on `loop`'s thread; Sendable so the
+    // owner's isolated code can hold it.
+
+    /// Which end of the connection the channel is, for how it explains bytes it cannot read.
+    enum Role {
+        case client
+        case server
+    }
+
+    let loop: EventLoop
+    let transport: any ByteTransport
+    /// The transport's buffers, reached directly on the per-frame path.
+    let buffers: TransportBuffers
+    let remoteAddress: SocketAddress
+    let localAddress: SocketAddress?
+    @exclusivity(unchecked) private var codec: any FrameCodec
+    let role: Role
+    let profileName: String
+    let maximumOutboundBytes: Int
+    private let drainTimeout: Duration
+    /// Hears frames and events until the channel closes.
+    private var owner: Owner?
+    /// Open until ``close()``, ``closeAfterFlush()`` or the end reported to the owner.
+    @exclusivity(unchecked) private(set) var isOpen = true
+    private(set) var isReadingPaused = false
+    private var handshakeTimer: LoopTimer?
+
+    /// A channel over `transport`; ``start(owner:tlsHandshakeTimeout:)`` begins it.
+    ///
+    /// - Parameters:
+    ///   - transport: The byte transport, not started yet; the channel owns it.
+    ///   - loop: The loop that drives the transport; the caller is on its thread.
+    ///   - codec: Encodes and decodes the frames.
+    ///   - role: Client or server.
+    ///   - profileName: The profile's name, for errors.
+    ///   - maximumOutboundBytes: The bound on bytes waiting to be written.
+    ///   - drainTimeout: How long a graceful close waits for the peer to take what is pending.
+    init(
+        transport: any ByteTransport,
+        loop: EventLoop,
+        codec: any FrameCodec,
+        role: Role,
+        profileName: String,
+        maximumOutboundBytes: Int,
+        drainTimeout: Duration
+    ) {
+        self.transport = transport
+        self.buffers = transport.buffers
+        self.loop = loop
+        self.remoteAddress = transport.remoteAddress
+        self.localAddress = transport.localAddress
+        self.codec = codec
+        self.role = role
+        self.profileName = profileName
+        self.maximumOutboundBytes = maximumOutboundBytes
+        self.drainTimeout = drainTimeout
+        transport.handler = self
+    }
+
+    /// Starts the transport and, with TLS, the timer that ends a handshake not finished
+    /// within `tlsHandshakeTimeout`.
+    ///
+    /// - Parameters:
+    ///   - owner: Hears frames and events from now on.
+    ///   - tlsHandshakeTimeout: The bound on the TLS handshake, when the transport has TLS.
+    /// - Throws: ``TetherError`` when the transport cannot start; the channel is closed then.
+    func start(owner: Owner, tlsHandshakeTimeout: Duration?) throws(TetherError) {
+        self.owner = owner
+        do {
+            try transport.start()
+        } catch {
+            close()
+            throw error
+        }
+        guard let security = transport.security, let timeout = tlsHandshakeTimeout else { return }
+        handshakeTimer = loop.schedule(after: timeout) { [self] in
+            handshakeTimer = nil
+            guard isOpen, !security.isEstablished else { return }
+            // The last flight may have arrived after this turn's readiness check.
+            transport.readPending()
+            guard isOpen, !security.isEstablished else { return }
+            fail(security.handshakeTimeoutError(after: timeout), graceful: false)
+        }
+    }
+
+    // MARK: Reading
+
+    func transportRead() {
+        guard isOpen, let owner else { return }
+        owner.channelRead(self)
+    }
+
+    /// Decodes and hands over the frames of the bytes just read.
+    ///
+    /// - Parameter owner: The owner, in its isolation.
+    func decodeRead(_ owner: isolated Owner) {
+        decode(owner, afterRead: true)
+    }
+
+    /// Decodes and hands over the frames waiting in the buffer, as long as the owner takes
+    /// them: for an owner that stopped taking frames and takes them again.
+    ///
+    /// - Parameter owner: The owner, in its isolation.
+    func decodeBuffered(_ owner: isolated Owner) {
+        decode(owner, afterRead: false)
+    }
+
+    private func decode(_ owner: isolated Owner, afterRead: Bool) {
+        var decoded = false
+        do {
+            while isOpen, owner.channelAcceptsFrames(self), let frame = try codec.decode(&buffers.inbound) {
+                decoded = true
+                owner.channel(self, received: frame)
+            }
+        } catch {
+            let (reason, answered) = undecodable(error)
+            end(owner, reason, graceful: answered)
+            return
+        }
+        if isOpen { owner.channelDecoded(self, decoded: decoded, afterRead: afterRead) }
+    }
+
+    func transportClosed(_ error: TetherError) {
+        guard isOpen, let owner else { return }
+        onLoop(loop, owner, (self, error), Self.transportEnded)
+    }
+
+    private static func transportEnded(_ owner: isolated Owner, _ event: (channel: FrameChannel, error: TetherError)) {
+        event.channel.transportEnded(owner, event.error)
+    }
+
+    /// The transport closed by itself. On a clean end of stream the codec decides what the
+    /// remaining bytes are: last frames to hand over, or a truncated one.
+    private func transportEnded(_ owner: isolated Owner, _ error: TetherError) {
+        var reason = error
+        if error.code == .peerClosed {
+            do {
+                while isOpen, let frame = try codec.decodeLast(&buffers.inbound) {
+                    owner.channel(self, received: frame)
+                }
+            } catch let truncated {
+                reason = undecodable(truncated, underlying: error).error
+            }
+        } else if role == .client, let foreign = ForeignProtocol.recognize(buffers.inbound.readableBytesView) {
+            // Reset after an answer in another protocol (a TLS alert, an HTTP error page).
+            let explanation = foreign.clientExplanation(peer: remoteAddress.description, profile: profileName, secured: transport.security != nil)
+            reason = TetherError(code: .protocolError, message: explanation, underlying: error)
+        }
+        end(owner, reason, graceful: false)
+    }
+
+    /// Reads what has arrived, outside the loop's readiness events: for a timer about to
+    /// declare the peer silent. Frames it completes are handed over before it returns.
+    func readPending() {
+        transport.readPending()
+    }
+
+    /// Stops reading: what the peer sends waits in the transport below. Bytes already
+    /// received stay in the buffer.
+    func pauseReading() {
+        guard !isReadingPaused, isOpen else { return }
+        isReadingPaused = true
+        transport.pauseReading()
+    }
+
+    /// Reads again after ``pauseReading()``.
+    func resumeReading() {
+        guard isReadingPaused, isOpen else { return }
+        isReadingPaused = false
+        transport.resumeReading()
+    }
+
+    /// Whether part of a frame has been received and not the rest: bytes that do not make a
+    /// whole frame, or, with TLS, part of a record.
+    var holdsPartialInput: Bool {
+        !buffers.inbound.isEmpty || transport.holdsPartialInput
+    }
+
+    /// Bytes received and not decoded yet.
+    var bufferedInboundBytes: Int { buffers.inbound.readableBytes }
+
+    // MARK: Writing
+
+    /// Encodes `frame` and arranges a flush at the end of this loop turn.
+    ///
+    /// - Parameter frame: The frame.
+    /// - Throws: ``TetherError`` when the channel is closed
+    ///   (``TetherError/Code/notConnected``), the bytes waiting to be written are over
+    ///   the limit (``TetherError/Code/outboundBufferFull``), or the codec cannot encode
+    ///   the frame.
+    func write(_ frame: Frame) throws(TetherError) {
+        guard isOpen else {
+            throw TetherError(code: .notConnected, message: "the connection with \(remoteAddress) is closed")
+        }
+        let pending = buffers.pendingOutboundBytes
+        if pending + frame.payload.count > maximumOutboundBytes && pending > 0 {
+            throw TetherError(
+                code: .outboundBufferFull,
+                message: "\(pending) bytes are waiting to be written to \(remoteAddress), over the \(describeBytes(maximumOutboundBytes)) limit"
+            )
+        }
+        try codec.encode(frame, into: &buffers.outbound)
+        if !buffers.flushScheduled { transport.scheduleFlush() }
+    }
+
+    /// Bytes encoded and not yet written.
+    var pendingOutboundBytes: Int { buffers.pendingOutboundBytes }
+
+    /// When set, the owner hears ``FrameChannelOwner/channelWritable(_:)`` once the bytes
+    /// waiting to be written fall to this many or fewer; cleared first.
+    var writableThreshold: Int? {
+        get { transport.writableThreshold }
+        set { transport.writableThreshold = newValue }
+    }
+
+    func transportWritable() {
+        guard isOpen, let owner else { return }
+        onLoop(loop, owner, self, Self.writable)
+    }
+
+    private static func writable(_ owner: isolated Owner, _ channel: FrameChannel) {
+        owner.channelWritable(channel)
+    }
+
+    // MARK: Security
+
+    func transportSecured() {
+        if let handshakeTimer { loop.cancel(handshakeTimer) }
+        handshakeTimer = nil
+        guard isOpen, let owner else { return }
+        onLoop(loop, owner, self, Self.secured)
+    }
+
+    private static func secured(_ owner: isolated Owner, _ channel: FrameChannel) {
+        owner.channelSecured(channel)
+    }
+
+    /// Whether the channel runs over TLS.
+    var isSecured: Bool { transport.security != nil }
+
+    /// What the TLS handshake settled, once it has.
+    var tlsDetails: TLSDetails? { transport.security?.details }
+
+    // MARK: Counting
+
+    /// Bytes received from and sent to the peer, where they cross the wire.
+    var bytesRead: Int { transport.bytesRead }
+    /// See ``bytesRead``.
+    var bytesWritten: Int { transport.bytesWritten }
+
+    // MARK: Closing
+
+    /// Closes at once; pending bytes are dropped. Calls the owner no more. Idempotent.
+    func close() {
+        guard markClosed() else { return }
+        transport.close()
+    }
+
+    /// Writes what is pending (with TLS, then a close_notify), then closes; closes anyway
+    /// after the drain timeout. Calls the owner no more. Idempotent.
+    func closeAfterFlush() {
+        guard markClosed() else { return }
+        transport.closeAfterFlush(timeout: drainTimeout)
+    }
+
+    private func markClosed() -> Bool {
+        guard isOpen else { return false }
+        isOpen = false
+        owner = nil
+        if let handshakeTimer { loop.cancel(handshakeTimer) }
+        handshakeTimer = nil
+        return true
+    }
+
+    /// Closes and tells the owner why; the owner hears nothing after this.
+    private func end(_ owner: isolated Owner, _ reason: TetherError, graceful: Bool) {
+        guard isOpen else { return }
+        if graceful { closeAfterFlush() } else { close() }
+        owner.channel(self, closed: reason)
+    }
+
+    /// Ends the channel for `reason` from outside the owner's isolation (a timer).
+    private func fail(_ reason: TetherError, graceful: Bool) {
+        guard isOpen, let owner else { return }
+        onLoop(loop, owner, (self, reason), Self.failed)
+    }
+
+    private static func failed(_ owner: isolated Owner, _ event: (channel: FrameChannel, error: TetherError)) {
+        event.channel.end(owner, event.error, graceful: false)
+    }
+}

@@ -1,0 +1,139 @@
+/// A byte stream between this process and one peer, driven by an event loop: what the
+/// framed channel (``FrameChannel``) runs over.
+///
+/// A transport moves bytes and nothing else: it knows no frames. Received bytes are
+/// appended to ``buffers``' `inbound` and announced with
+/// ``ByteTransportHandler/transportRead()``; bytes appended to `outbound` by the layer above
+/// go out after ``scheduleFlush()`` (at the end of the loop turn) or ``flush()`` (now).
+/// The end of the stream and errors are reported once, with
+/// ``ByteTransportHandler/transportClosed(_:)``, after which the transport is closed and
+/// calls nothing more; closing it from above (``close()``, ``closeAfterFlush(timeout:)``)
+/// reports nothing.
+///
+/// Implementations: ``TCPTransport`` (a nonblocking POSIX socket), ``TLSTransport`` (TLS
+/// as a layer over any transport) and ``InMemoryTransport`` (a connected pair on one loop,
+/// for tests). Every member is used on the loop's thread only.
+package protocol ByteTransport: AnyObject {
+    /// The bytes in both directions, shared with the layer above.
+    var buffers: TransportBuffers { get }
+    /// Hears what happens; cleared when the transport closes.
+    var handler: (any ByteTransportHandler)? { get set }
+    /// The peer's address.
+    var remoteAddress: SocketAddress { get }
+    /// This end's address, when it has one.
+    var localAddress: SocketAddress? { get }
+    /// Whether the transport is open: it reads, writes and reports.
+    var isOpen: Bool { get }
+    /// Bytes received from and sent to the peer so far, counted where they cross the wire.
+    var bytesRead: Int { get }
+    /// See ``bytesRead``.
+    var bytesWritten: Int { get }
+    /// When set, the handler hears ``ByteTransportHandler/transportWritable()`` once the
+    /// bytes waiting to be written (``TransportBuffers/pendingOutboundBytes``) fall to this
+    /// many or fewer; it is cleared first.
+    var writableThreshold: Int? { get set }
+    /// The TLS session of a secured transport; `nil` for one without TLS.
+    var security: (any TLSSession)? { get }
+    /// Whether part of a unit below the buffers has been received and not the rest (a TLS
+    /// record); the layer above adds what its own buffer holds.
+    var holdsPartialInput: Bool { get }
+
+    /// Begins: starts watching for bytes and, with TLS, sends the client's first flight.
+    ///
+    /// - Throws: ``TetherError`` when the transport cannot start; it is closed then.
+    func start() throws(TetherError)
+    /// Writes what `outbound` holds at the end of the current loop turn.
+    func scheduleFlush()
+    /// Writes what `outbound` holds now, as far as the peer takes it.
+    func flush()
+    /// Reads what has arrived now, outside the loop's readiness events (for a timer about
+    /// to declare the peer silent). Does nothing while reading is paused.
+    func readPending()
+    /// Stops reading: what the peer sends waits below until ``resumeReading()``.
+    func pauseReading()
+    /// Reads again after ``pauseReading()``.
+    func resumeReading()
+    /// Closes at once; pending outbound bytes are dropped. Reports nothing. Idempotent.
+    func close()
+    /// Writes what is pending, then closes; closes anyway after `timeout`. Reports nothing.
+    ///
+    /// - Parameter timeout: How long the peer has to take the pending bytes.
+    func closeAfterFlush(timeout: Duration)
+}
+
+/// Hears what happens on a ``ByteTransport``, on the loop's thread.
+package protocol ByteTransportHandler: AnyObject {
+    /// New bytes are in the transport's `inbound` buffer.
+    func transportRead()
+    /// The transport closed by itself: the peer closed (``TetherError/Code/peerClosed``) or
+    /// it failed. Bytes already received were announced first. Called once, last.
+    ///
+    /// - Parameter error: Why.
+    func transportClosed(_ error: TetherError)
+    /// The pending bytes fell to the ``ByteTransport/writableThreshold``.
+    func transportWritable()
+    /// The TLS handshake finished: ``ByteTransport/security`` holds its details.
+    func transportSecured()
+}
+
+/// The two buffers between a transport and the layer above it, in one object that both
+/// hold, so the per-frame path (decode from `inbound`, encode into `outbound`) reaches them
+/// directly rather than through the transport protocol.
+package final class TransportBuffers {
+    /// Bytes received and not yet consumed by the layer above. Without storage between
+    /// reads unless it holds part of a unit: the transport lends it the loop's shared read
+    /// buffer while it reads.
+    @exclusivity(unchecked) package var inbound = FrameBuffer()
+    /// Bytes to send, appended by the layer above and taken by the transport as it writes.
+    @exclusivity(unchecked) package var outbound = FrameBuffer(capacity: 0)
+    /// Set while a flush is scheduled for the end of the loop turn.
+    @exclusivity(unchecked) package var flushScheduled = false
+    /// The buffers of the transport below, for a layer (TLS) that keeps bytes there.
+    package var below: TransportBuffers?
+    /// Whether this is the ciphertext of a TLS layer, which borrows the loop's other buffer.
+    let sealed: Bool
+
+    /// Empty buffers.
+    ///
+    /// - Parameter sealed: Whether they carry a TLS layer's ciphertext.
+    init(sealed: Bool = false) {
+        self.sealed = sealed
+    }
+
+    /// Bytes handed to the transport and not yet sent: in `outbound` and in the layers
+    /// below.
+    package var pendingOutboundBytes: Int {
+        guard let below else { return outbound.readableBytes }
+        return outbound.readableBytes + below.pendingOutboundBytes
+    }
+
+    /// Storage a drained buffer keeps; above it, the storage is released, so a burst of
+    /// large frames does not pin memory for the life of the connection, while a connection
+    /// that keeps sending large frames does not reallocate for each one.
+    static let idleBufferLimit = 16 << 20
+
+    /// Before a read: an `inbound` that holds nothing of its own borrows the loop's shared
+    /// buffer. Returns whether it did, for ``settleInbound(borrowed:on:)``.
+    func borrowInbound(from loop: EventLoop) -> Bool {
+        guard inbound.capacity == 0 else { return false }
+        if sealed { swap(&inbound, &loop.sealedReadBuffer) } else { swap(&inbound, &loop.readBuffer) }
+        return true
+    }
+
+    /// After a read: the loop's buffer goes back if everything was consumed. A buffer that
+    /// holds part of a unit stays here, which then keeps a buffer of its own (up to
+    /// ``idleBufferLimit``), so a stream of large frames does not regrow one per frame.
+    func settleInbound(borrowed: Bool, on loop: EventLoop) {
+        guard inbound.isEmpty else { return }
+        if borrowed {
+            if sealed { swap(&inbound, &loop.sealedReadBuffer) } else { swap(&inbound, &loop.readBuffer) }
+            if sealed {
+                loop.sealedReadBuffer.shrinkIfIdle(keeping: Self.idleBufferLimit)
+            } else {
+                loop.readBuffer.shrinkIfIdle(keeping: Self.idleBufferLimit)
+            }
+        } else {
+            inbound.shrinkIfIdle(keeping: Self.idleBufferLimit)
+        }
+    }
+}

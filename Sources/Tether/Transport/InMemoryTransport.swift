@@ -1,0 +1,253 @@
+/// One end of a connected pair of in-memory byte transports on one event loop: a
+/// ``ByteTransport`` without sockets, for tests of everything above the transport seam.
+///
+/// It behaves as a TCP socket does, as seen from above:
+/// - Bytes flushed by one end at the end of a loop turn are in the other's receive queue
+///   then, and are read (announced to its handler) in the next turn, up to 64 KiB a read.
+/// - Each receive queue is bounded (``capacity``): a writer whose peer does not read keeps
+///   the rest in its outbound buffer, as a socket whose kernel buffers are full does, and
+///   writes on once the reader has taken bytes.
+/// - ``close()`` drops what this end had not written yet; the peer reads what had arrived,
+///   then the end of the stream (``TetherError/Code/peerClosed``). ``shutdownOutput()``
+///   sends the end of the stream once the pending bytes are written, and keeps reading.
+/// - Writing to a peer that has closed fails with ``TetherError/Code/connectionReset``.
+/// - While reading is paused, received bytes wait in the queue; once the peer's end of
+///   stream is queued behind them, they are read and the end reported even then, as a
+///   socket's hang-up is.
+/// - The end of the stream and errors are reported once; nothing is reported after a
+///   close from above.
+///
+/// Loop thread only; make a pair with ``makePair(on:capacity:sealed:)``.
+package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Sendable {
+    // @unchecked Sendable: every member is touched only on `loop`'s thread; Sendable so
+    // jobs queued on the loop can capture it.
+
+    let loop: EventLoop
+    package let buffers: TransportBuffers
+    package var handler: (any ByteTransportHandler)?
+    package let remoteAddress: SocketAddress
+    package let localAddress: SocketAddress?
+    /// The bound on bytes received and not yet read, per direction.
+    package let capacity: Int
+    /// The other end; the pair refer to each other weakly, and whoever uses them keeps them.
+    private weak var peer: InMemoryTransport?
+    package private(set) var bytesRead = 0
+    package private(set) var bytesWritten = 0
+    package var writableThreshold: Int?
+    package private(set) var isOpen = true
+    private var started = false
+    private(set) var isReadingPaused = false
+    /// Bytes the peer wrote that this end has not read yet: the kernel's receive buffer.
+    private var received = FrameBuffer()
+    /// Set once the peer's end of stream is queued behind ``received``.
+    private var endOfStream = false
+    /// Set while a read is queued on the loop.
+    private var readScheduled = false
+    /// Set while the outbound buffer waits for room in the peer's queue.
+    private var blocked = false
+    /// Set by ``shutdownOutput()``: the end of the stream goes after the pending bytes.
+    private var outputShutdown = false
+    private var outputEnded = false
+    private var closeWhenFlushed = false
+    private var drainTimer: LoopTimer?
+
+    private init(loop: EventLoop, local: SocketAddress, remote: SocketAddress, capacity: Int, sealed: Bool) {
+        self.loop = loop
+        self.localAddress = local
+        self.remoteAddress = remote
+        self.capacity = capacity
+        self.buffers = TransportBuffers(sealed: sealed)
+    }
+
+    /// A connected pair: what one end writes, the other reads.
+    ///
+    /// - Parameters:
+    ///   - loop: The loop both ends run on.
+    ///   - capacity: The bound on bytes received and not yet read, per direction; 256 KiB
+    ///     by default, in the range of a socket's buffers.
+    ///   - sealed: Whether the ends will carry TLS (``TLSTransport`` over them).
+    /// - Returns: The two ends; their addresses are `127.0.0.1` ports 1 and 2.
+    static func makePair(on loop: EventLoop, capacity: Int = 256 << 10, sealed: Bool = false) -> (InMemoryTransport, InMemoryTransport) {
+        let first = SocketAddress(ipAddress: "127.0.0.1", port: 1)!
+        let second = SocketAddress(ipAddress: "127.0.0.1", port: 2)!
+        let a = InMemoryTransport(loop: loop, local: first, remote: second, capacity: max(1, capacity), sealed: sealed)
+        let b = InMemoryTransport(loop: loop, local: second, remote: first, capacity: max(1, capacity), sealed: sealed)
+        a.peer = b
+        b.peer = a
+        return (a, b)
+    }
+
+    package var security: (any TLSSession)? { nil }
+    package var holdsPartialInput: Bool { false }
+
+    package func start() throws(TetherError) {
+        loop.preconditionInLoop()
+        guard isOpen, !started else { return }
+        started = true
+        scheduleRead()
+    }
+
+    // MARK: Reading
+
+    private func scheduleRead() {
+        guard !readScheduled, started, isOpen, !received.isEmpty || endOfStream else { return }
+        guard !isReadingPaused || endOfStream else { return }
+        readScheduled = true
+        loop.execute { [self] in
+            readScheduled = false
+            readNow()
+        }
+    }
+
+    package func readPending() {
+        if isOpen && started && !isReadingPaused { readNow() }
+    }
+
+    package func pauseReading() {
+        guard isOpen else { return }
+        isReadingPaused = true
+    }
+
+    package func resumeReading() {
+        guard isReadingPaused, isOpen else { return }
+        isReadingPaused = false
+        scheduleRead()
+    }
+
+    /// Moves up to 64 KiB from the receive queue into the inbound buffer and announces it;
+    /// reports the end of the stream once the queue is drained.
+    private func readNow() {
+        guard isOpen, started else { return }
+        if !isReadingPaused || endOfStream, !received.isEmpty {
+            let count = min(received.readableBytes, 64 << 10)
+            let borrowed = buffers.borrowInbound(from: loop)
+            received.withReadableBytes { bytes in
+                buffers.inbound.writeBytes(UnsafeRawBufferPointer(rebasing: bytes[..<count]))
+            }
+            received.moveReaderIndex(forwardBy: count)
+            if received.isEmpty { received.clear() }
+            bytesRead += count
+            handler?.transportRead()
+            buffers.settleInbound(borrowed: borrowed, on: loop)
+            // Room in the queue: a writer that waited for it goes on.
+            if let peer, peer.blocked { peer.loop.execute { [peer] in peer.flush() } }
+        }
+        guard isOpen else { return }
+        if endOfStream && received.isEmpty {
+            fail(TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+            return
+        }
+        scheduleRead()
+    }
+
+    /// The peer wrote `bytes`, or ended its stream: queue them for reading.
+    private func receive(_ bytes: inout FrameBuffer, limit: Int) -> Int {
+        let count = min(bytes.readableBytes, limit)
+        guard count > 0 else { return 0 }
+        bytes.withReadableBytes { all in
+            received.writeBytes(UnsafeRawBufferPointer(rebasing: all[..<count]))
+        }
+        bytes.moveReaderIndex(forwardBy: count)
+        scheduleRead()
+        return count
+    }
+
+    private func receiveEndOfStream() {
+        guard isOpen, !endOfStream else { return }
+        endOfStream = true
+        scheduleRead()
+    }
+
+    // MARK: Writing
+
+    package func scheduleFlush() {
+        guard !buffers.flushScheduled, isOpen else { return }
+        buffers.flushScheduled = true
+        loop.flushAfterTurn(self)
+    }
+
+    func flushAfterTurn() {
+        buffers.flushScheduled = false
+        flush()
+    }
+
+    package func flush() {
+        guard isOpen, !outputEnded else { return }
+        guard let peer, peer.isOpen else {
+            if buffers.outbound.readableBytes > 0 {
+                fail(TetherError(code: .connectionReset, message: "connection with \(remoteAddress) was reset while writing to it"))
+            }
+            return
+        }
+        let room = max(0, peer.capacity - peer.received.readableBytes)
+        bytesWritten += peer.receive(&buffers.outbound, limit: room)
+        blocked = buffers.outbound.readableBytes > 0
+        if blocked {
+            notifyIfWritable()
+            return
+        }
+        buffers.outbound.clear()
+        buffers.outbound.shrinkIfIdle(keeping: TransportBuffers.idleBufferLimit)
+        if outputShutdown {
+            outputEnded = true
+            peer.receiveEndOfStream()
+        }
+        if closeWhenFlushed {
+            close()
+            return
+        }
+        notifyIfWritable()
+    }
+
+    private func notifyIfWritable() {
+        guard let threshold = writableThreshold, buffers.outbound.readableBytes <= threshold, isOpen else { return }
+        writableThreshold = nil
+        handler?.transportWritable()
+    }
+
+    /// Half-closes: the peer reads the end of the stream after the bytes pending now, and
+    /// this end keeps reading (`shutdown(SHUT_WR)`).
+    package func shutdownOutput() {
+        guard isOpen, !outputShutdown else { return }
+        outputShutdown = true
+        flush()
+    }
+
+    // MARK: Closing
+
+    package func close() {
+        guard isOpen else { return }
+        isOpen = false
+        handler = nil
+        if let drainTimer { loop.cancel(drainTimer) }
+        drainTimer = nil
+        received.clear()
+        buffers.outbound.clear()
+        if !outputEnded {
+            outputEnded = true
+            peer?.receiveEndOfStream()
+        }
+    }
+
+    package func closeAfterFlush(timeout: Duration) {
+        guard isOpen else { return }
+        handler = nil
+        if buffers.outbound.readableBytes == 0 {
+            close()
+            return
+        }
+        closeWhenFlushed = true
+        flush()
+        guard isOpen else { return }
+        drainTimer = loop.schedule(after: timeout) { [self] in
+            drainTimer = nil
+            close()
+        }
+    }
+
+    private func fail(_ error: TetherError) {
+        let handler = self.handler
+        close()
+        handler?.transportClosed(error)
+    }
+}

@@ -1,0 +1,262 @@
+/// A connected, nonblocking TCP socket registered with an event loop: the POSIX
+/// ``ByteTransport``.
+///
+/// Reads go into the loop's shared read buffer, lent to the inbound buffer for the read; the
+/// transport keeps a buffer of its own only while the layer above leaves part of a unit in
+/// it. A readiness event reads at most four times 16 KiB (or more, as the buffer grows),
+/// so one busy peer cannot starve the loop. Writes gathered in `outbound` during a loop
+/// turn go out once at its end, in one `send`; partial writes keep the rest and wait for
+/// writability. Loop thread only.
+final class TCPTransport: ByteTransport, IOHandler, Flushable, @unchecked Sendable {
+    // @unchecked Sendable: every member is touched only on `loop`'s thread; the type is
+    // Sendable only so it can be captured by closures that `loop.execute` runs there.
+
+    let loop: EventLoop
+    let remoteAddress: SocketAddress
+    let localAddress: SocketAddress?
+    let buffers: TransportBuffers
+    var handler: (any ByteTransportHandler)?
+    /// The socket, until the transport closes.
+    private var socket: Socket?
+    /// The socket's descriptor, for the loop's registrations; stale once closed.
+    let descriptor: Int32
+    @exclusivity(unchecked) private(set) var bytesRead = 0
+    @exclusivity(unchecked) private(set) var bytesWritten = 0
+    var writableThreshold: Int?
+    private var wantsWrite = false
+    private(set) var isReadingPaused = false
+    private var closeWhenFlushed = false
+    private var drainTimer: LoopTimer?
+    private var registered = false
+
+    /// Takes ownership of a connected socket; ``start()`` registers it for reading.
+    ///
+    /// - Parameters:
+    ///   - socket: The connected socket, which the transport closes.
+    ///   - remoteAddress: The peer's address.
+    ///   - loop: The loop that drives it; the caller is on its thread.
+    ///   - noDelay: Whether to set `TCP_NODELAY`.
+    ///   - buffers: The buffers to read into and write from.
+    init(socket: consuming Socket, remoteAddress: SocketAddress, loop: EventLoop, noDelay: Bool, buffers: TransportBuffers = TransportBuffers()) {
+        loop.preconditionInLoop()
+        let fd = socket.descriptor
+        self.descriptor = fd
+        self.loop = loop
+        self.remoteAddress = remoteAddress
+        self.localAddress = try? Syscall.localAddress(fd)
+        self.buffers = buffers
+        if noDelay {
+            try? Syscall.setOption(fd, level: SocketOptions.tcpLevel, name: SocketOptions.noDelay, value: 1)
+        }
+        self.socket = .some(socket)
+    }
+
+    var isOpen: Bool { socket != nil }
+    var security: (any TLSSession)? { nil }
+    var holdsPartialInput: Bool { false }
+
+    func start() throws(TetherError) {
+        guard isOpen else { return }
+        do {
+            try loop.register(descriptor, interest: .read, handler: self)
+            registered = true
+        } catch {
+            close()
+            throw TetherError(code: .systemCall, message: "cannot watch the socket of \(remoteAddress): \(error)")
+        }
+    }
+
+    // MARK: Reading
+
+    func handleReadiness(_ event: ReadinessEvent) {
+        if event.writable && wantsWrite { flushNow() }
+        // A hang-up is reported even while reading is paused, and would be again at every
+        // turn: the read finds the end of the stream and closes.
+        if event.readable && isOpen && (!isReadingPaused || event.hangup) { readNow() }
+    }
+
+    func readPending() {
+        if isOpen && !isReadingPaused { readNow() }
+    }
+
+    func pauseReading() {
+        guard !isReadingPaused, isOpen else { return }
+        isReadingPaused = true
+        try? loop.reregister(descriptor, interest: interest)
+    }
+
+    func resumeReading() {
+        guard isReadingPaused, isOpen else { return }
+        isReadingPaused = false
+        try? loop.reregister(descriptor, interest: interest)
+    }
+
+    /// What the socket is watched for now.
+    private var interest: Interest {
+        var interest: Interest = isReadingPaused ? [] : .read
+        if wantsWrite { interest.insert(.write) }
+        return interest
+    }
+
+    private func readNow() {
+        let buffers = self.buffers
+        let borrowed = buffers.borrowInbound(from: loop)
+        let outcome = readSocket(into: &buffers.inbound)
+        if outcome.count > 0 { handler?.transportRead() }
+        buffers.settleInbound(borrowed: borrowed, on: loop)
+        if let closeError = outcome.error, isOpen { fail(closeError) }
+    }
+
+    /// Reads what the socket holds now into `buffer`, up to four times 16 KiB or more;
+    /// returns the byte count and the error that ends the transport, if any (end of stream
+    /// included).
+    private func readSocket(into buffer: inout FrameBuffer) -> (count: Int, error: TetherError?) {
+        var total = 0
+        let fd = descriptor
+        for _ in 0..<4 {
+            var full = false
+            var endOfStream = false
+            do {
+                let count = try buffer.withWritableSpace(minimum: 16 << 10) { (space) throws(Errno) -> Int in
+                    switch try Syscall.readBytes(fd, space.baseAddress!, space.count) {
+                    case .processed(let count):
+                        full = count == space.count
+                        endOfStream = count == 0
+                        return count
+                    case .wouldBlock:
+                        return 0
+                    }
+                }
+                if endOfStream {
+                    return (total, TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+                }
+                if count == 0 { break }
+                total += count
+                bytesRead += count
+                if !full { break }
+            } catch {
+                return (total, socketError(error, doing: "reading from"))
+            }
+        }
+        return (total, nil)
+    }
+
+    private func socketError(_ error: Errno, doing action: String) -> TetherError {
+        switch error {
+        case .connectionReset, .brokenPipe:
+            TetherError(code: .connectionReset, message: "connection with \(remoteAddress) was reset while \(action) it", underlying: error)
+        default:
+            TetherError(code: .connectionReset, message: "\(action) \(remoteAddress) failed: \(error)", underlying: error)
+        }
+    }
+
+    // MARK: Writing
+
+    func scheduleFlush() {
+        guard !buffers.flushScheduled, isOpen else { return }
+        buffers.flushScheduled = true
+        loop.flushAfterTurn(self)
+    }
+
+    func flushAfterTurn() {
+        buffers.flushScheduled = false
+        if !wantsWrite { flushNow() }
+    }
+
+    func flush() {
+        if !wantsWrite { flushNow() }
+    }
+
+    private func flushNow() {
+        guard isOpen else { return }
+        let outcome = Self.send(&buffers.outbound, to: descriptor)
+        bytesWritten += outcome.written
+        if let error = outcome.error {
+            fail(socketError(error, doing: "writing to"))
+            return
+        }
+        if outcome.blocked {
+            setWriteInterest(true)
+            notifyIfWritable()
+            return
+        }
+        buffers.outbound.shrinkIfIdle(keeping: TransportBuffers.idleBufferLimit)
+        setWriteInterest(false)
+        if closeWhenFlushed {
+            close()
+            return
+        }
+        notifyIfWritable()
+    }
+
+    /// Writes `buffer` to `fd` until it is empty or the socket would block.
+    static func send(_ buffer: inout FrameBuffer, to fd: Int32) -> (written: Int, error: Errno?, blocked: Bool) {
+        var written = 0
+        while buffer.readableBytes > 0 {
+            let result: IOResult<Int>
+            do {
+                result = try buffer.withReadableBytes { (bytes) throws(Errno) -> IOResult<Int> in
+                    try Syscall.sendBytes(fd, bytes.baseAddress!, bytes.count)
+                }
+            } catch {
+                return (written, error, false)
+            }
+            switch result {
+            case .processed(let count):
+                buffer.moveReaderIndex(forwardBy: count)
+                written += count
+            case .wouldBlock:
+                return (written, nil, true)
+            }
+        }
+        return (written, nil, false)
+    }
+
+    private func notifyIfWritable() {
+        guard let threshold = writableThreshold, buffers.outbound.readableBytes <= threshold, isOpen else { return }
+        writableThreshold = nil
+        handler?.transportWritable()
+    }
+
+    private func setWriteInterest(_ enabled: Bool) {
+        guard enabled != wantsWrite, isOpen else { return }
+        wantsWrite = enabled
+        try? loop.reregister(descriptor, interest: interest)
+    }
+
+    // MARK: Closing
+
+    func close() {
+        guard let socket = socket.take() else { return }
+        if let drainTimer { loop.cancel(drainTimer) }
+        drainTimer = nil
+        if registered { loop.deregister(descriptor) }
+        socket.close()
+        handler = nil
+    }
+
+    func closeAfterFlush(timeout: Duration) {
+        guard isOpen else { return }
+        handler = nil
+        if buffers.outbound.readableBytes == 0 {
+            close()
+            return
+        }
+        // Written now rather than at the end of the turn: by the time the caller's close()
+        // returns, what the socket could take is with the kernel, which delivers it even if
+        // the process exits next.
+        closeWhenFlushed = true
+        if !wantsWrite { flushNow() }
+        guard isOpen else { return }
+        drainTimer = loop.schedule(after: timeout) { [self] in
+            drainTimer = nil
+            close()
+        }
+    }
+
+    private func fail(_ error: TetherError) {
+        let handler = self.handler
+        close()
+        handler?.transportClosed(error)
+    }
+}
