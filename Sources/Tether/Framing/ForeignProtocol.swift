@@ -118,29 +118,3 @@ enum ForeignProtocol: Equatable {
         return Array((head + body).utf8)
     }
 }
-
-extension TetherError {
-    /// The error of a decode failure on a connection's socket: the codec's error with the
-    /// peer's address, or, when the offending bytes belong to HTTP or TLS, a
-    /// ``TetherError/Code/protocolError`` that says so, with the codec's error underneath.
-    ///
-    /// - Parameters:
-    ///   - error: What the codec threw.
-    ///   - bytes: The bytes from where the failing frame starts.
-    ///   - peer: The peer's address.
-    ///   - underlying: The cause to keep when the bytes are not recognised; `error` if `nil`.
-    ///   - explain: The sentence for a recognised protocol.
-    /// - Returns: The error to end the connection with.
-    static func decoding(
-        _ error: TetherError,
-        bytes: ArraySlice<UInt8>,
-        peer: SocketAddress,
-        underlying: TetherError? = nil,
-        explain: (ForeignProtocol) -> String
-    ) -> TetherError {
-        if let foreign = ForeignProtocol.recognize(bytes) {
-            return TetherError(code: .protocolError, message: explain(foreign), underlying: error)
-        }
-        return TetherError(code: error.code, message: "\(error.message) from \(peer)", underlying: underlying ?? error)
-    }
-}
