@@ -20,6 +20,8 @@ private func connectToRawServer(
 extension Connection {
     /// Whether a reconnect waits for its backoff timer.
     var waitsForBackoff: Bool { backoffTimer != nil }
+    /// The last sequence the session has acknowledged to the server.
+    var acknowledgedThrough: UInt64? { session?.lastAcknowledged }
 }
 
 /// Heartbeat events of a connection, collected from before it connects.
@@ -236,6 +238,33 @@ struct ManualTimeTests {
                 }
                 #expect(try await server.clientIDs() == [])
                 #expect(await server.metrics().mailboxesRemoved == 1)
+            }
+        }
+    }
+
+    @Test("a session acknowledges the pushes it got exactly at its acknowledgement delay, when too few came to acknowledge by count")
+    func acknowledgementDelay() async throws {
+        try await withManualLoop { clock, group in
+            let store = InMemoryMailboxStore()
+            try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("ruth") {
+                    $0.eventLoopGroup = group
+                    $0.session?.acknowledgeEvery = 100
+                    $0.session?.acknowledgeDelay = .seconds(2)
+                })
+                let notifications = connection.notifications
+                try await awaitClient("ruth", on: server)
+                for number in 1...3 {
+                    try await server.push(Frame(type: 0x10, payload: Array("\(number)".utf8)), toClient: "ruth")
+                }
+                // Read without the clock moving: the timer was set as the first arrived.
+                #expect(try await collect(3, from: notifications, "ruth's pushes").map(\.serial) == [1, 2, 3])
+                await clock.advance(by: .seconds(2) - .nanoseconds(1))
+                #expect(await connection.acknowledgedThrough == 0)
+                await clock.advance(by: .nanoseconds(1))
+                #expect(await connection.acknowledgedThrough == 3)
+                try await awaitAcknowledged(3, by: "ruth", in: store)
+                await connection.close()
             }
         }
     }
