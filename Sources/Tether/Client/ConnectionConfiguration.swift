@@ -1,39 +1,3 @@
-/// Bounds on what one connection may hold. Every bound has a default and can be changed,
-/// and each one that is hit shows in ``ConnectionMetrics``.
-public struct Limits: Sendable, Hashable {
-    /// The largest frame payload accepted or sent. Default 16 MiB.
-    public var maximumPayloadLength: Int = 16 << 20
-    /// How many requests may be written and waiting for their response at once. Further
-    /// requests wait in the queue until a response frees a place. Default 4,096.
-    public var maximumInFlightRequests: Int = 4_096
-    /// How many requests and frames may wait to be written: for a connection (while
-    /// reconnecting), for a place in flight, or for the outbound buffer to drain. Beyond it,
-    /// ``Connection/request(_:timeout:)`` fails at once with
-    /// ``TetherError/Code/tooManyPendingRequests``. Default 4,096.
-    public var maximumQueuedRequests: Int = 4_096
-    /// Outbound bytes above which ``Connection/request(_:timeout:)`` and
-    /// ``Connection/send(_:)`` wait (backpressure) until the peer has read enough for the
-    /// buffer to fall to half of it. Default 1 MiB.
-    public var outboundHighWaterMark: Int = 1 << 20
-    /// How many bytes may wait to be written before writes fail with
-    /// ``TetherError/Code/outboundBufferFull``: the hard limit behind the high-water mark,
-    /// and the only one for a server's pushes to a peer that does not read. Default 64 MiB.
-    public var maximumOutboundBytes: Int = 64 << 20
-    /// How many elements each subscriber of ``Connection/frames``, ``Connection/notifications``
-    /// and ``Connection/heartbeats`` may have waiting. When a slow subscriber's buffer is
-    /// full the oldest element is dropped for that subscriber and counted in
-    /// ``ConnectionMetrics/droppedElements``. Default 4,096.
-    ///
-    /// With a ``ConnectionConfiguration/session`` the subscribers of
-    /// ``Connection/notifications`` are not bounded by it: a push delivered there has been
-    /// acknowledged to the server, so dropping it would lose it. A subscriber that stops
-    /// consuming then holds every push that arrives for it.
-    public var subscriberBufferSize: Int = 4_096
-
-    /// The defaults.
-    public init() {}
-}
-
 /// When and how often a connection that broke reconnects: exponential backoff with jitter.
 ///
 /// After the connection is lost, attempt 1 starts after ``initialDelay``; each failed

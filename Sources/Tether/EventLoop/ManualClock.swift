@@ -93,21 +93,6 @@ package final class ManualClock: Sendable {
         }
     }
 
-    /// A clock for mailbox times (``MailboxConfiguration/clock``) that moves with this one.
-    ///
-    /// - Parameter start: The mailbox time that the clock's current time maps to.
-    /// - Returns: A closure that reads `start` plus the time this clock has moved since,
-    ///   to the millisecond.
-    package func mailboxClock(
-        startingAt start: MailboxTime = MailboxTime(millisecondsSince1970: 1_700_000_000_000)
-    ) -> @Sendable () -> MailboxTime {
-        let origin = now
-        return { [self] in
-            let elapsed = Int64(clamping: (now &- origin) / 1_000_000)
-            return MailboxTime(millisecondsSince1970: start.millisecondsSince1970 &+ elapsed)
-        }
-    }
-
     // MARK: Loops
 
     /// Starts driving `loop`; called by the loop as it starts.
