@@ -134,7 +134,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         }
         guard isOpen else { return }
         if endOfStream && received.isEmpty {
-            fail(TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+            closeReporting(TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
             return
         }
         scheduleRead()
@@ -161,9 +161,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     // MARK: Writing
 
     package func scheduleFlush() {
-        guard !buffers.flushScheduled, isOpen else { return }
-        buffers.flushScheduled = true
-        loop.flushAfterTurn(self)
+        if isOpen { buffers.scheduleFlush(of: self, on: loop) }
     }
 
     func flushAfterTurn() {
@@ -175,7 +173,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         guard isOpen, !outputEnded else { return }
         guard let peer, peer.isOpen else {
             if buffers.outbound.readableBytes > 0 {
-                fail(TetherError(code: .connectionReset, message: "connection with \(remoteAddress) was reset while writing to it"))
+                closeReporting(TetherError(code: .connectionReset, message: "connection with \(remoteAddress) was reset while writing to it"))
             }
             return
         }
@@ -245,9 +243,4 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         }
     }
 
-    private func fail(_ error: TetherError) {
-        let handler = self.handler
-        close()
-        handler?.transportClosed(error)
-    }
 }
