@@ -247,6 +247,29 @@ struct FrameChannelTests {
         }
     }
 
+    @Test("an end that closes with bytes it has not read resets the connection: the peer gets connectionReset, not an end of stream")
+    func closeWithUnreadBytesResets() async throws {
+        try await withLoop { loop in
+            let (a, b) = InMemoryTransport.makePair(on: loop)
+            let (first, _) = try await loop.submit { () throws(TetherError) in
+                let sinks = (ByteSink(a), ByteSink(b))
+                try a.start()
+                try b.start()
+                return sinks
+            }
+            try await loop.submit {
+                b.pauseReading()
+                a.buffers.outbound.writeBytes([1, 2, 3])
+                a.flush()
+                b.close()
+            }
+            _ = try await collect(1, from: first.endings, "the end at a")
+            #expect(first.end?.code == .connectionReset)
+            #expect(first.end?.message == "connection with 127.0.0.1:2 was reset while reading from it")
+            #expect(first.bytes.isEmpty)
+        }
+    }
+
     @Test("TLS is a layer over any transport: a handshake, frames both ways and a close_notify over the in-memory pair")
     func tlsOverMemory() async throws {
         let certificates = try await TestCertificates.shared()
