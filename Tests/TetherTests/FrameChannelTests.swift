@@ -183,6 +183,26 @@ struct FrameChannelTests {
         }
     }
 
+    @Test("a graceful close delivers every frame written before it, then the end of the stream")
+    func gracefulClose() async throws {
+        try await withLoop { loop in
+            let (client, server) = try await connectedProbes(on: loop, capacity: 4096)
+            let frames = (1...20).map { Frame(type: 0x20, serial: UInt32($0), payload: Array(repeating: UInt8($0), count: 1000)) }
+            // Written and closed in one turn: 20 KB against a 4 KiB queue, so most of it is
+            // still waiting here when the close is asked for.
+            try await loop.submit {
+                client.assumeIsolated { probe in
+                    _ = probe.write(frames)
+                    probe.closeGracefully()
+                }
+            }
+            let events = try await collect(21, from: server.events, "twenty frames and the end")
+            #expect(Array(events.prefix(20)) == frames.map(ChannelEvent.frame))
+            #expect(events.last == .closed(.peerClosed, "peer 127.0.0.1:1 closed the connection"))
+            #expect(await client.lateEvents == 0)
+        }
+    }
+
     @Test("at the end of the stream, frames still in the buffer are decoded and delivered before the end")
     func endOfStreamDeliversBuffered() async throws {
         try await withLoop { loop in
@@ -224,6 +244,29 @@ struct FrameChannelTests {
             #expect(first.bytes == [4, 5])
             #expect(second.end?.code == .peerClosed)
             #expect(first.end?.code == .peerClosed)
+        }
+    }
+
+    @Test("an end that closes with bytes it has not read resets the connection: the peer gets connectionReset, not an end of stream")
+    func closeWithUnreadBytesResets() async throws {
+        try await withLoop { loop in
+            let (a, b) = InMemoryTransport.makePair(on: loop)
+            let (first, _) = try await loop.submit { () throws(TetherError) in
+                let sinks = (ByteSink(a), ByteSink(b))
+                try a.start()
+                try b.start()
+                return sinks
+            }
+            try await loop.submit {
+                b.pauseReading()
+                a.buffers.outbound.writeBytes([1, 2, 3])
+                a.flush()
+                b.close()
+            }
+            _ = try await collect(1, from: first.endings, "the end at a")
+            #expect(first.end?.code == .connectionReset)
+            #expect(first.end?.message == "connection with 127.0.0.1:2 was reset while reading from it")
+            #expect(first.bytes.isEmpty)
         }
     }
 

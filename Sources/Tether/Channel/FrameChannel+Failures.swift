@@ -22,7 +22,7 @@ extension FrameChannel {
             case .server: foreign.serverExplanation(peer: peer, profile: profileName, secured: secured)
             }
         }
-        guard role == .server, isOpen, case .httpRequest = ForeignProtocol.recognize(bytes) else { return (reason, false) }
+        guard role == .server, transport.isOpen, case .httpRequest = ForeignProtocol.recognize(bytes) else { return (reason, false) }
         buffers.outbound.writeBytes(ForeignProtocol.httpAnswer(profile: profileName))
         return (reason, true)
     }

@@ -61,6 +61,17 @@ package protocol ByteTransport: AnyObject {
     func closeAfterFlush(timeout: Duration)
 }
 
+extension ByteTransport {
+    /// Closes, then tells the handler why: the one report of the end of a transport.
+    ///
+    /// - Parameter error: Why the transport ended.
+    func closeReporting(_ error: TetherError) {
+        let handler = self.handler
+        close()
+        handler?.transportClosed(error)
+    }
+}
+
 /// Hears what happens on a ``ByteTransport``, on the loop's thread.
 package protocol ByteTransportHandler: AnyObject {
     /// New bytes are in the transport's `inbound` buffer.
@@ -105,6 +116,14 @@ package final class TransportBuffers {
     package var pendingOutboundBytes: Int {
         guard let below else { return outbound.readableBytes }
         return outbound.readableBytes + below.pendingOutboundBytes
+    }
+
+    /// Queues `target` to flush at the end of the loop turn, unless it already is: one
+    /// flush per turn, however many writes the turn made.
+    func scheduleFlush(of target: any Flushable, on loop: EventLoop) {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        loop.flushAfterTurn(target)
     }
 
     /// Storage a drained buffer keeps; above it, the storage is released, so a burst of

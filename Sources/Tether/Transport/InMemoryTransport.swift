@@ -8,8 +8,10 @@
 ///   the rest in its outbound buffer, as a socket whose kernel buffers are full does, and
 ///   writes on once the reader has taken bytes.
 /// - ``close()`` drops what this end had not written yet; the peer reads what had arrived,
-///   then the end of the stream (``TetherError/Code/peerClosed``). ``shutdownOutput()``
-///   sends the end of the stream once the pending bytes are written, and keeps reading.
+///   then the end of the stream (``TetherError/Code/peerClosed``), or, when this end closed
+///   with bytes it had not read, a reset (``TetherError/Code/connectionReset``), as a
+///   socket closed with unread data sends one. ``shutdownOutput()`` sends the end of the
+///   stream once the pending bytes are written, and keeps reading.
 /// - Writing to a peer that has closed fails with ``TetherError/Code/connectionReset``.
 /// - While reading is paused, received bytes wait in the queue; once the peer's end of
 ///   stream is queued behind them, they are read and the end reported even then, as a
@@ -41,6 +43,8 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     private var received = FrameBuffer()
     /// Set once the peer's end of stream is queued behind ``received``.
     private var endOfStream = false
+    /// Set when that end is a reset rather than an orderly end of stream.
+    private var reset = false
     /// Set while a read is queued on the loop.
     private var readScheduled = false
     /// Set while the outbound buffer waits for room in the peer's queue.
@@ -134,7 +138,11 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         }
         guard isOpen else { return }
         if endOfStream && received.isEmpty {
-            fail(TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+            if reset {
+                closeReporting(TetherError(code: .connectionReset, message: "connection with \(remoteAddress) was reset while reading from it"))
+            } else {
+                closeReporting(TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+            }
             return
         }
         scheduleRead()
@@ -152,18 +160,17 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         return count
     }
 
-    private func receiveEndOfStream() {
-        guard isOpen, !endOfStream else { return }
+    private func receiveEndOfStream(reset: Bool = false) {
+        guard isOpen, !endOfStream || (reset && !self.reset) else { return }
         endOfStream = true
+        self.reset = reset
         scheduleRead()
     }
 
     // MARK: Writing
 
     package func scheduleFlush() {
-        guard !buffers.flushScheduled, isOpen else { return }
-        buffers.flushScheduled = true
-        loop.flushAfterTurn(self)
+        if isOpen { buffers.scheduleFlush(of: self, on: loop) }
     }
 
     func flushAfterTurn() {
@@ -175,7 +182,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         guard isOpen, !outputEnded else { return }
         guard let peer, peer.isOpen else {
             if buffers.outbound.readableBytes > 0 {
-                fail(TetherError(code: .connectionReset, message: "connection with \(remoteAddress) was reset while writing to it"))
+                closeReporting(TetherError(code: .connectionReset, message: "connection with \(remoteAddress) was reset while writing to it"))
             }
             return
         }
@@ -221,9 +228,14 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         handler = nil
         if let drainTimer { loop.cancel(drainTimer) }
         drainTimer = nil
+        // Bytes the peer sent that this end never read: the kernel would answer with a reset.
+        let unread = !received.isEmpty
         received.clear()
         buffers.outbound.clear()
-        if !outputEnded {
+        if unread {
+            outputEnded = true
+            peer?.receiveEndOfStream(reset: true)
+        } else if !outputEnded {
             outputEnded = true
             peer?.receiveEndOfStream()
         }
@@ -245,9 +257,4 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         }
     }
 
-    private func fail(_ error: TetherError) {
-        let handler = self.handler
-        close()
-        handler?.transportClosed(error)
-    }
 }

@@ -104,7 +104,7 @@ final class TCPTransport: ByteTransport, IOHandler, Flushable, @unchecked Sendab
         let outcome = readSocket(into: &buffers.inbound)
         if outcome.count > 0 { handler?.transportRead() }
         buffers.settleInbound(borrowed: borrowed, on: loop)
-        if let closeError = outcome.error, isOpen { fail(closeError) }
+        if let closeError = outcome.error, isOpen { closeReporting(closeError) }
     }
 
     /// Reads what the socket holds now into `buffer`, up to four times 16 KiB or more;
@@ -153,9 +153,7 @@ final class TCPTransport: ByteTransport, IOHandler, Flushable, @unchecked Sendab
     // MARK: Writing
 
     func scheduleFlush() {
-        guard !buffers.flushScheduled, isOpen else { return }
-        buffers.flushScheduled = true
-        loop.flushAfterTurn(self)
+        if isOpen { buffers.scheduleFlush(of: self, on: loop) }
     }
 
     func flushAfterTurn() {
@@ -172,7 +170,7 @@ final class TCPTransport: ByteTransport, IOHandler, Flushable, @unchecked Sendab
         let outcome = Self.send(&buffers.outbound, to: descriptor)
         bytesWritten += outcome.written
         if let error = outcome.error {
-            fail(socketError(error, doing: "writing to"))
+            closeReporting(socketError(error, doing: "writing to"))
             return
         }
         if outcome.blocked {
@@ -254,9 +252,4 @@ final class TCPTransport: ByteTransport, IOHandler, Flushable, @unchecked Sendab
         }
     }
 
-    private func fail(_ error: TetherError) {
-        let handler = self.handler
-        close()
-        handler?.transportClosed(error)
-    }
 }

@@ -112,7 +112,7 @@ final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unche
         }
         buffers.settleInbound(borrowed: borrowed, on: loop)
         if isOpen, peerSentCloseNotify {
-            fail(TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+            closeReporting(TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
         }
     }
 
@@ -128,9 +128,7 @@ final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unche
     func transportClosed(_ error: TetherError) {
         var reason = error
         if error.code == .peerClosed && !peerSentCloseNotify { reason = session.endOfStreamError() }
-        let handler = self.handler
-        close()
-        handler?.transportClosed(reason)
+        closeReporting(reason)
     }
 
     func transportSecured() {}
@@ -138,9 +136,7 @@ final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unche
     // MARK: Writing
 
     func scheduleFlush() {
-        guard !buffers.flushScheduled, isOpen else { return }
-        buffers.flushScheduled = true
-        loop.flushAfterTurn(self)
+        if isOpen { buffers.scheduleFlush(of: self, on: loop) }
     }
 
     func flushAfterTurn() {
@@ -155,7 +151,7 @@ final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unche
             do {
                 try session.send(&buffers.outbound, output: &base.buffers.outbound)
             } catch {
-                fail(error)
+                closeReporting(error)
                 return
             }
             buffers.outbound.shrinkIfIdle(keeping: TransportBuffers.idleBufferLimit)
@@ -220,9 +216,4 @@ final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unche
         handler?.transportClosed(error)
     }
 
-    private func fail(_ error: TetherError) {
-        let handler = self.handler
-        close()
-        handler?.transportClosed(error)
-    }
 }
