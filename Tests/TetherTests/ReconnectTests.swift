@@ -123,29 +123,53 @@ struct ReconnectTests {
 
     @Test("close() during the reconnect backoff ends everything at once, with no further attempt")
     func closeDuringBackoff() async throws {
-        let (listener, endpoint) = try RawSocket.listen()
-        let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .seconds(1)))
-        let watcher = StateWatcher(connection)
-        let peer = try await listener.accept()
-        // From the loss to close() everything runs on the connection's loop, in the turns
-        // right after the loss: a busy machine delays the test's tasks, not the order of
-        // events on the loop, so close() comes while the 1 s backoff is still pending.
-        let observed = try await bounded("the loss, a queued request and close()") {
-            await connection.closeDuringBackoff(afterClosing: peer, queueing: Request(type: 0x402))
+        // On a manual clock the 1 s backoff cannot end in real time, however busy the
+        // machine: close() comes 1 ns before its deadline, then time moves far past it.
+        try await withManualLoop { clock, group in
+            let (listener, endpoint) = try RawSocket.listen()
+            defer { listener.close() }
+            async let accepted = listener.accept()
+            let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .seconds(1)) { $0.eventLoopGroup = group })
+            let watcher = StateWatcher(connection)
+            let peer = try await accepted
+            let deadline = clock.now &+ 1_000_000_000
+            peer.close()
+            let lost = try await watcher.next(.reconnecting)
+            #expect(lost.reason?.code == .peerClosed)
+            #expect(lost.attempt == 1)
+            #expect(lost.delay == .seconds(1))
+            let queued = Task { try await connection.request(Request(type: 0x402), timeout: .seconds(10)) }
+            try await until("the request to queue", connection) { $0.queuedRequests == 1 }
+            await clock.advance(to: deadline &- 1)
+            let pending = await connection.backoff
+            #expect(pending?.deadline == deadline, "the backoff is not pending 1 ns before its deadline")
+            #expect(pending?.connecting == false)
+            #expect(await connection.metrics.reconnectAttempts == 0)
+
+            await connection.close()
+            // At once: when close() returns the request has failed and the backoff is gone,
+            // with the clock still 1 ns before the deadline.
+            let atClose = await connection.metrics
+            #expect(atClose.queuedRequests == 0)
+            #expect(atClose.requestsFailed == 1)
+            #expect(await connection.currentState.phase == .closed)
+            #expect(await connection.backoff == nil)
+            let error = await #expect(throws: TetherError.self) { try await bounded("the queued request to fail") { try await queued.value } }
+            #expect(error?.code == .connectionClosed)
+            let closed = try await watcher.next(.closed)
+            #expect(closed.reason?.code == .connectionClosed)
+            #expect(await watcher.phases == [.connected, .reconnecting, .closed])
+
+            // Past the backoff's deadline, and far past any later one: no attempt, ever.
+            await clock.advance(to: deadline)
+            await clock.advance(by: .seconds(600))
+            #expect(await connection.currentState.phase == .closed)
+            #expect(await connection.metrics.reconnectAttempts == 0)
+            #expect(await connection.metrics.connects == 1)
+            #expect(await connection.backoff == nil)
+            // Nothing knocks on the listener either.
+            await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(300)) }
         }
-        let seen = try #require(observed)
-        #expect(seen.backoffPendingAtClose, "the backoff ended before close()")
-        let closed = try await watcher.next(.closed)
-        #expect(closed.reason?.code == .connectionClosed)
-        let error = #expect(throws: TetherError.self) { try seen.queued.get() }
-        #expect(error?.code == .connectionClosed)
-        // Checked on the loop once the backoff's own timer would have fired.
-        #expect(seen.afterBackoff.phase == .closed)
-        #expect(seen.afterBackoff.reconnectAttempts == 0)
-        #expect(!seen.afterBackoff.connecting)
-        #expect(await connection.metrics.reconnectAttempts == 0)
-        // Nothing knocks on the listener either.
-        await #expect(throws: TimedOut.self) { _ = try await listener.accept(timeout: .milliseconds(300)) }
     }
 
     @Test("when every allowed attempt fails the connection ends failed, with the last error and each step observable")
@@ -405,46 +429,12 @@ struct ReconnectTests {
     }
 }
 
-/// What ``Connection/closeDuringBackoff(afterClosing:queueing:)`` saw on the loop.
-private struct BackoffClose: Sendable {
-    /// Whether, when close() was called, the backoff timer had not fired and no attempt had begun.
-    var backoffPendingAtClose: Bool
-    /// How the request queued during the backoff ended.
-    var queued: Result<Response, any Error>
-    /// The connection just after the backoff's deadline.
-    var afterBackoff: (phase: ConnectionState.Phase, reconnectAttempts: Int, connecting: Bool)
-}
-
 extension Connection {
-    /// Closes `peer` and, on the loop: waits for the loss, queues `request` once the backoff
-    /// is pending, calls close() as soon as the request is queued, and looks at the connection
-    /// again after the callbacks of every timer due by the backoff's deadline.
-    ///
-    /// - Returns: What it saw; `nil` when cancelled first or the loss set no backoff.
-    fileprivate func closeDuringBackoff(afterClosing peer: RawSocket, queueing request: Request) async -> BackoffClose? {
-        peer.close()
-        while state.phase != .reconnecting {
-            if Task.isCancelled { return nil }
-            await Task.yield()
-        }
-        guard let backoff = backoffTimer else { return nil }
-        let deadline = backoff.deadline
-        let queued = Task { try await self.request(request, timeout: .seconds(10)) }
-        while table.queuedCount == 0 {
-            if Task.isCancelled { return nil }
-            await Task.yield()
-        }
-        let pending = backoffTimer === backoff && connectTask == nil && counters.reconnectAttempts == 0
-        close()
-        let outcome = await queued.result
-        let after = await valueAfterTimers(dueBefore: deadline &+ 1) {
-            ($0.state.phase, $0.counters.reconnectAttempts, $0.connectTask != nil)
-        }
-        return BackoffClose(
-            backoffPendingAtClose: pending,
-            queued: outcome,
-            afterBackoff: (after.0, after.1, after.2)
-        )
+    /// The deadline of the reconnect backoff's timer, on the loop's clock, and whether a
+    /// connect attempt is under way; `nil` when no backoff is pending.
+    fileprivate var backoff: (deadline: UInt64, connecting: Bool)? {
+        guard let backoffTimer else { return nil }
+        return (backoffTimer.deadline, connectTask != nil)
     }
 }
 

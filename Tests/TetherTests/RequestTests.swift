@@ -218,7 +218,7 @@ struct RequestTests {
             let notifications = connection.notifications
             let pending = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 5000])) }
             try await bounded("the request to be pending") {
-                while await connection.pendingRequestCount == 0 { await Task.yield() }
+                while await connection.pendingRequestCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
             }
             await connection.close()
             await connection.close()

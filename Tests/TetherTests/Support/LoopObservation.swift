@@ -21,19 +21,18 @@ extension Connection {
         return copy.allocate()
     }
 
-    /// Sends `request` from inside the connection's isolation once `ready` holds, and
-    /// reports on the loop when it was made and when its caller learned how it ended.
+    /// Sends `request` from inside the connection's isolation, and reports on the loop when
+    /// it was made and when its caller learned how it ended.
     ///
-    /// `ready` is checked on the loop, yielding between checks; with it, requests made from
-    /// several tasks go in a set order. `made` runs on the loop just before the request is
-    /// made, so a time read there is at most the start of the request's timeout, and the key
-    /// it gets is the request's as long as no other request is made meanwhile. `ended` runs
-    /// on the loop once the caller has been resumed.
+    /// `made` runs on the loop just before the request is made, so a time read there is at
+    /// most the start of the request's timeout, and the key it gets is the request's as long
+    /// as no other request is made meanwhile. `ended` runs on the loop once the caller has
+    /// been resumed. To order it after something else, await that event before calling
+    /// this: spinning on `Task.yield()` here would keep the loop busy, and race real time.
     ///
     /// - Parameters:
     ///   - request: The request.
     ///   - timeout: Its timeout; `nil` uses the configured one.
-    ///   - ready: What must hold before the request is made.
     ///   - made: Called on the loop just before the request is made, with the serial and id
     ///     it gets.
     ///   - ended: Called on the loop with the outcome.
@@ -41,11 +40,9 @@ extension Connection {
     func observedRequest(
         _ request: Request,
         timeout: Duration? = nil,
-        when ready: @Sendable (isolated Connection) -> Bool = { _ in true },
         made: @Sendable (isolated Connection, RequestKey) -> Void = { _, _ in },
         ended: @Sendable (isolated Connection, Result<Response, any Error>) -> Void
     ) async -> Result<Response, any Error> {
-        while !ready(self) { await Task.yield() }
         made(self, nextRequestKey())
         let outcome: Result<Response, any Error>
         do {
