@@ -65,6 +65,9 @@ scratch=.build-fuzz
 # --- build -------------------------------------------------------------------------------
 echo "==> building tether-fuzz (release, libFuzzer + ASan) into $scratch" >&2
 build_start=$SECONDS
+# SwiftPM keeps the source list of a path dependency in the build description: drop it, so
+# files added to, moved within or removed from the SDK are seen.
+rm -f "$scratch/release.yaml"
 swift build -c release --package-path Fuzz --product tether-fuzz \
     --sanitize=fuzzer --sanitize=address -Xswiftc -sanitize=fuzzer,address \
     --scratch-path "$scratch"
