@@ -29,9 +29,7 @@ struct ProfileEndToEndTests {
 
     /// Waits until the server has the client as a peer.
     func awaitPeer(_ server: Server) async throws {
-        try await bounded("the server to see the peer") {
-            while server.peerCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
-        }
+        try await until("the server to see the peer") { server.peerCount > 0 }
     }
 
     /// Sends concurrent requests whose answers finish in another order than they were asked;

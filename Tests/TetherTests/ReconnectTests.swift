@@ -15,8 +15,14 @@ func reconnecting(
 
 /// Waits, within the bound, until `condition` holds for the connection.
 func until(_ what: String, _ connection: Connection, _ condition: @escaping @Sendable (ConnectionMetrics) -> Bool) async throws {
+    try await until(what) { condition(await connection.metrics) }
+}
+
+/// Waits, within the bound, until `condition` holds, looking every millisecond: for state
+/// that announces no event of its own (a server's peer count, a connection's metrics).
+func until(_ what: String, _ condition: @escaping @Sendable () async -> Bool) async throws {
     try await bounded(what) {
-        while !condition(await connection.metrics) {
+        while !(await condition()) {
             try await Task.sleep(for: .milliseconds(1))
         }
     }

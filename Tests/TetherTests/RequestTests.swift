@@ -217,9 +217,7 @@ struct RequestTests {
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let notifications = connection.notifications
             let pending = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 5000])) }
-            try await bounded("the request to be pending") {
-                while await connection.pendingRequestCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
-            }
+            try await until("the request to be pending") { await connection.pendingRequestCount > 0 }
             await connection.close()
             await connection.close()
             let error = await #expect(throws: TetherError.self) { try await pending.value }

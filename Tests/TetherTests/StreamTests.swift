@@ -10,9 +10,7 @@ struct StreamTests {
             let first = connection.notifications
             let second = connection.notifications
             let onlyThree = connection.notifications(ofType: 0x3)
-            try await bounded("the server to see the peer") {
-                while server.peerCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
-            }
+            try await until("the server to see the peer") { server.peerCount > 0 }
             for index in 0..<100 {
                 await server.broadcast(Frame(type: index % 2 == 0 ? 0x2 : 0x3, serial: UInt32(index), payload: Array("\(index)".utf8)))
             }
