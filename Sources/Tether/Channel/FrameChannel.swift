@@ -55,8 +55,10 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     let transport: any ByteTransport
     /// The transport's buffers, reached directly on the per-frame path.
     let buffers: TransportBuffers
-    let remoteAddress: SocketAddress
-    let localAddress: SocketAddress?
+    /// The peer's address: the transport's, not copied, so an idle connection keeps it once.
+    var remoteAddress: SocketAddress { transport.remoteAddress }
+    /// This end's address, when it has one.
+    var localAddress: SocketAddress? { transport.localAddress }
     @exclusivity(unchecked) private var codec: any FrameCodec
     let role: Role
     let profileName: String
@@ -91,8 +93,6 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         self.transport = transport
         self.buffers = transport.buffers
         self.loop = loop
-        self.remoteAddress = transport.remoteAddress
-        self.localAddress = transport.localAddress
         self.codec = codec
         self.role = role
         self.profileName = profileName
