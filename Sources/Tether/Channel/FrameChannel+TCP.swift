@@ -39,7 +39,7 @@ extension FrameChannel {
             remoteAddress: remoteAddress,
             loop: loop,
             noDelay: noDelay,
-            buffers: TransportBuffers(sealed: session != nil)
+            sealed: session != nil
         )
         let transport: any ByteTransport = session.map { TLSTransport(over: tcp, session: $0, loop: loop) } ?? tcp
         let channel = FrameChannel(

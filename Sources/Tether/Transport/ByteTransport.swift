@@ -90,17 +90,20 @@ package protocol ByteTransportHandler: AnyObject {
 /// The two buffers between a transport and the layer above it, in one object that both
 /// hold, so the per-frame path (decode from `inbound`, encode into `outbound`) reaches them
 /// directly rather than through the transport protocol.
-package final class TransportBuffers {
+///
+/// A transport may be its own buffers (``TCPTransport`` is): an idle connection then keeps
+/// one object fewer. Every member is final, so reaching them never goes through a table.
+package class TransportBuffers {
     /// Bytes received and not yet consumed by the layer above. Without storage between
     /// reads unless it holds part of a unit: the transport lends it the loop's shared read
     /// buffer while it reads.
-    @exclusivity(unchecked) package var inbound = FrameBuffer()
+    @exclusivity(unchecked) package final var inbound = FrameBuffer()
     /// Bytes to send, appended by the layer above and taken by the transport as it writes.
-    @exclusivity(unchecked) package var outbound = FrameBuffer(capacity: 0)
+    @exclusivity(unchecked) package final var outbound = FrameBuffer(capacity: 0)
     /// Set while a flush is scheduled for the end of the loop turn.
-    @exclusivity(unchecked) package var flushScheduled = false
+    @exclusivity(unchecked) package final var flushScheduled = false
     /// The buffers of the transport below, for a layer (TLS) that keeps bytes there.
-    package var below: TransportBuffers?
+    package final var below: TransportBuffers?
     /// Whether this is the ciphertext of a TLS layer, which borrows the loop's other buffer.
     let sealed: Bool
 
@@ -113,14 +116,14 @@ package final class TransportBuffers {
 
     /// Bytes handed to the transport and not yet sent: in `outbound` and in the layers
     /// below.
-    package var pendingOutboundBytes: Int {
+    package final var pendingOutboundBytes: Int {
         guard let below else { return outbound.readableBytes }
         return outbound.readableBytes + below.pendingOutboundBytes
     }
 
     /// Queues `target` to flush at the end of the loop turn, unless it already is: one
     /// flush per turn, however many writes the turn made.
-    func scheduleFlush(of target: any Flushable, on loop: EventLoop) {
+    final func scheduleFlush(of target: any Flushable, on loop: EventLoop) {
         guard !flushScheduled else { return }
         flushScheduled = true
         loop.flushAfterTurn(target)
@@ -133,7 +136,7 @@ package final class TransportBuffers {
 
     /// Before a read: an `inbound` that holds nothing of its own borrows the loop's shared
     /// buffer. Returns whether it did, for ``settleInbound(borrowed:on:)``.
-    func borrowInbound(from loop: EventLoop) -> Bool {
+    final func borrowInbound(from loop: EventLoop) -> Bool {
         guard inbound.capacity == 0 else { return false }
         if sealed { swap(&inbound, &loop.sealedReadBuffer) } else { swap(&inbound, &loop.readBuffer) }
         return true
@@ -142,7 +145,7 @@ package final class TransportBuffers {
     /// After a read: the loop's buffer goes back if everything was consumed. A buffer that
     /// holds part of a unit stays here, which then keeps a buffer of its own (up to
     /// ``idleBufferLimit``), so a stream of large frames does not regrow one per frame.
-    func settleInbound(borrowed: Bool, on loop: EventLoop) {
+    final func settleInbound(borrowed: Bool, on loop: EventLoop) {
         guard inbound.isEmpty else { return }
         if borrowed {
             if sealed { swap(&inbound, &loop.sealedReadBuffer) } else { swap(&inbound, &loop.readBuffer) }

@@ -7,14 +7,15 @@
 /// so one busy peer cannot starve the loop. Writes gathered in `outbound` during a loop
 /// turn go out once at its end, in one `send`; partial writes keep the rest and wait for
 /// writability. Loop thread only.
-final class TCPTransport: ByteTransport, IOHandler, Flushable, @unchecked Sendable {
+final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop`'s thread; the type is
     // Sendable only so it can be captured by closures that `loop.execute` runs there.
 
     let loop: EventLoop
     let remoteAddress: SocketAddress
     let localAddress: SocketAddress?
-    let buffers: TransportBuffers
+    /// The transport is its own buffers: one object per connection rather than two.
+    var buffers: TransportBuffers { self }
     var handler: (any ByteTransportHandler)?
     /// The socket, until the transport closes.
     private var socket: Socket?
@@ -36,19 +37,19 @@ final class TCPTransport: ByteTransport, IOHandler, Flushable, @unchecked Sendab
     ///   - remoteAddress: The peer's address.
     ///   - loop: The loop that drives it; the caller is on its thread.
     ///   - noDelay: Whether to set `TCP_NODELAY`.
-    ///   - buffers: The buffers to read into and write from.
-    init(socket: consuming Socket, remoteAddress: SocketAddress, loop: EventLoop, noDelay: Bool, buffers: TransportBuffers = TransportBuffers()) {
+    ///   - sealed: Whether the bytes are the ciphertext of a TLS layer above.
+    init(socket: consuming Socket, remoteAddress: SocketAddress, loop: EventLoop, noDelay: Bool, sealed: Bool = false) {
         loop.preconditionInLoop()
         let fd = socket.descriptor
         self.descriptor = fd
         self.loop = loop
         self.remoteAddress = remoteAddress
         self.localAddress = try? Syscall.localAddress(fd)
-        self.buffers = buffers
         if noDelay {
             try? Syscall.setOption(fd, level: SocketOptions.tcpLevel, name: SocketOptions.noDelay, value: 1)
         }
         self.socket = .some(socket)
+        super.init(sealed: sealed)
     }
 
     var isOpen: Bool { socket != nil }
