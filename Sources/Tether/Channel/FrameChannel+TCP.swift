@@ -8,10 +8,10 @@ extension FrameChannel {
     ///   - loop: The loop that drives it; the caller is on its thread.
     ///   - owner: Hears frames and events.
     ///   - profile: The profile whose codec frames the bytes.
-    ///   - role: Client or server.
-    ///   - limits: The payload and outbound bounds.
+    ///   - settings: Role, profile name, outbound bound and drain timeout, shared by the
+    ///     channels of one client or server.
+    ///   - limits: The payload bound.
     ///   - noDelay: Whether to set `TCP_NODELAY`.
-    ///   - drainTimeout: How long a graceful close waits for the peer.
     ///   - tls: TLS settings, or `nil` for plain TCP.
     ///   - serverName: The host a client expects the certificate to name; `nil` on a server.
     /// - Returns: The started channel.
@@ -23,10 +23,9 @@ extension FrameChannel {
         loop: EventLoop,
         owner: Owner,
         profile: Profile,
-        role: Role,
+        settings: ChannelSettings,
         limits: Limits,
         noDelay: Bool,
-        drainTimeout: Duration,
         tls: TLSConfiguration?,
         serverName: String?
     ) throws(TetherError) -> FrameChannel {
@@ -46,10 +45,7 @@ extension FrameChannel {
             transport: transport,
             loop: loop,
             codec: profile.makeCodec(limits.maximumPayloadLength),
-            role: role,
-            profileName: profile.name,
-            maximumOutboundBytes: limits.maximumOutboundBytes,
-            drainTimeout: drainTimeout
+            settings: settings
         )
         try channel.start(owner: owner, tlsHandshakeTimeout: tls?.handshakeTimeout)
         return channel

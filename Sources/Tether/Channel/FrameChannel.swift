@@ -45,11 +45,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     // @unchecked Sendable: every member is touched only on `loop`'s thread; Sendable so the
     // owner's isolated code can hold it.
 
-    /// Which end of the connection the channel is, for how it explains bytes it cannot read.
-    enum Role {
-        case client
-        case server
-    }
+    typealias Role = ChannelRole
 
     let loop: EventLoop
     let transport: any ByteTransport
@@ -60,10 +56,11 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     /// This end's address, when it has one.
     var localAddress: SocketAddress? { transport.localAddress }
     @exclusivity(unchecked) private var codec: any FrameCodec
-    let role: Role
-    let profileName: String
-    let maximumOutboundBytes: Int
-    private let drainTimeout: Duration
+    /// What every channel of the same client or server shares.
+    let settings: ChannelSettings
+    var role: Role { settings.role }
+    var profileName: String { settings.profileName }
+    var maximumOutboundBytes: Int { settings.maximumOutboundBytes }
     /// Hears frames and events until the channel closes.
     private var owner: Owner?
     /// Open until ``close()``, ``closeAfterFlush()`` or the end reported to the owner.
@@ -81,7 +78,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     ///   - profileName: The profile's name, for errors.
     ///   - maximumOutboundBytes: The bound on bytes waiting to be written.
     ///   - drainTimeout: How long a graceful close waits for the peer to take what is pending.
-    init(
+    convenience init(
         transport: any ByteTransport,
         loop: EventLoop,
         codec: any FrameCodec,
@@ -90,14 +87,24 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         maximumOutboundBytes: Int,
         drainTimeout: Duration
     ) {
+        let settings = ChannelSettings(role: role, profileName: profileName, maximumOutboundBytes: maximumOutboundBytes, drainTimeout: drainTimeout)
+        self.init(transport: transport, loop: loop, codec: codec, settings: settings)
+    }
+
+    /// A channel over `transport` with settings shared by the channels of one client or
+    /// server; ``start(owner:tlsHandshakeTimeout:)`` begins it.
+    ///
+    /// - Parameters:
+    ///   - transport: The byte transport, not started yet; the channel owns it.
+    ///   - loop: The loop that drives the transport; the caller is on its thread.
+    ///   - codec: Encodes and decodes the frames.
+    ///   - settings: Role, profile name, outbound bound and drain timeout.
+    init(transport: any ByteTransport, loop: EventLoop, codec: any FrameCodec, settings: ChannelSettings) {
         self.transport = transport
         self.buffers = transport.buffers
         self.loop = loop
         self.codec = codec
-        self.role = role
-        self.profileName = profileName
-        self.maximumOutboundBytes = maximumOutboundBytes
-        self.drainTimeout = drainTimeout
+        self.settings = settings
         transport.handler = self
     }
 
@@ -304,7 +311,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     /// after the drain timeout. Calls the owner no more. Idempotent.
     func closeAfterFlush() {
         guard markClosed() else { return }
-        transport.closeAfterFlush(timeout: drainTimeout)
+        transport.closeAfterFlush(timeout: settings.drainTimeout)
     }
 
     private func markClosed() -> Bool {

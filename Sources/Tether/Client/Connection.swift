@@ -29,6 +29,8 @@ public actor Connection {
     /// How it behaves.
     public nonisolated let configuration: ConnectionConfiguration
     nonisolated let loop: EventLoop
+    /// What the framed channel of each connection attempt is made with.
+    nonisolated let channelSettings: ChannelSettings
 
     /// Runs the actor on its event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -122,6 +124,12 @@ public actor Connection {
         self.configuration = configuration
         self.currentEndpoint = endpoint
         self.loop = configuration.eventLoopGroup.next()
+        self.channelSettings = ChannelSettings(
+            role: .client,
+            profileName: configuration.profile.name,
+            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
+            drainTimeout: configuration.drainTimeout
+        )
         self.table = RequestTable(maximumSerial: configuration.profile.maximumSerial)
         self.lifecycle = ConnectionStateMachine(
             settings: .init(
@@ -371,10 +379,9 @@ public actor Connection {
             loop: loop,
             owner: self,
             profile: configuration.profile,
-            role: .client,
+            settings: channelSettings,
             limits: configuration.limits,
             noDelay: configuration.noDelay,
-            drainTimeout: configuration.drainTimeout,
             tls: configuration.tls,
             serverName: endpoint.host
         )

@@ -99,6 +99,12 @@ public actor Peer {
     /// Serves the peer until its connection closes or the task is cancelled.
     func run() async {
         guard let socket = pendingSocket.take() else { return }
+        let channelSettings = server?.channelSettings ?? ChannelSettings(
+            role: .server,
+            profileName: configuration.profile.name,
+            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
+            drainTimeout: configuration.drainTimeout
+        )
         do throws(TetherError) {
             channel = try Channel.overTCP(
                 socket,
@@ -106,10 +112,9 @@ public actor Peer {
                 loop: loop,
                 owner: self,
                 profile: configuration.profile,
-                role: .server,
+                settings: channelSettings,
                 limits: configuration.limits,
                 noDelay: configuration.noDelay,
-                drainTimeout: configuration.drainTimeout,
                 tls: configuration.tls,
                 serverName: nil
             )

@@ -58,6 +58,8 @@ public final class Server: Sendable {
     let hub: MailboxHub?
     /// The places for suspending handlers over all peers.
     let handlerSlots: HandlerSlots
+    /// What the framed channels of every peer share.
+    let channelSettings: ChannelSettings
 
     /// Creates a server; nothing listens until ``run()``.
     ///
@@ -67,6 +69,12 @@ public final class Server: Sendable {
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
         hub = configuration.mailboxes.map(MailboxHub.init)
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
+        channelSettings = ChannelSettings(
+            role: .server,
+            profileName: configuration.profile.name,
+            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
+            drainTimeout: configuration.drainTimeout
+        )
     }
 
     /// Registers the handler for requests of `type`, replacing any earlier one.
