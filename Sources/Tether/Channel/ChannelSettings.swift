@@ -9,6 +9,15 @@ enum ChannelRole: Sendable {
 /// instead of a copy.
 final class ChannelSettings: Sendable {
     let role: ChannelRole
+    /// The profile whose codec frames the bytes; `nil` for a channel made with a codec of
+    /// its own.
+    let profile: Profile?
+    /// The payload bound, for the codec.
+    let limits: Limits
+    /// Whether to set `TCP_NODELAY` on a socket.
+    let noDelay: Bool
+    /// TLS settings, or `nil` for none.
+    let tls: TLSConfiguration?
     /// The profile's name, for errors.
     let profileName: String
     /// The bound on bytes waiting to be written.
@@ -23,8 +32,32 @@ final class ChannelSettings: Sendable {
     ///   - drainTimeout: How long a graceful close waits for the peer.
     init(role: ChannelRole, profileName: String, maximumOutboundBytes: Int, drainTimeout: Duration) {
         self.role = role
+        self.profile = nil
+        self.limits = Limits()
+        self.noDelay = true
+        self.tls = nil
         self.profileName = profileName
         self.maximumOutboundBytes = maximumOutboundBytes
+        self.drainTimeout = drainTimeout
+    }
+
+    /// The settings of one end of a connection.
+    ///
+    /// - Parameters:
+    ///   - role: Client or server.
+    ///   - profile: The profile whose codec frames the bytes.
+    ///   - limits: The payload and outbound bounds.
+    ///   - noDelay: Whether to set `TCP_NODELAY`.
+    ///   - tls: TLS settings, or `nil` for plain TCP.
+    ///   - drainTimeout: How long a graceful close waits for the peer.
+    init(_ role: ChannelRole, profile: Profile, limits: Limits, noDelay: Bool, tls: TLSConfiguration?, drainTimeout: Duration) {
+        self.role = role
+        self.profile = profile
+        self.limits = limits
+        self.noDelay = noDelay
+        self.tls = tls
+        self.profileName = profile.name
+        self.maximumOutboundBytes = limits.maximumOutboundBytes
         self.drainTimeout = drainTimeout
     }
 }

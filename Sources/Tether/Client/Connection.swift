@@ -124,12 +124,7 @@ public actor Connection {
         self.configuration = configuration
         self.currentEndpoint = endpoint
         self.loop = configuration.eventLoopGroup.next()
-        self.channelSettings = ChannelSettings(
-            role: .client,
-            profileName: configuration.profile.name,
-            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
-            drainTimeout: configuration.drainTimeout
-        )
+        self.channelSettings = ChannelSettings(.client, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
         self.table = RequestTable(maximumSerial: configuration.profile.maximumSerial)
         self.lifecycle = ConnectionStateMachine(
             settings: .init(
@@ -373,18 +368,7 @@ public actor Connection {
     }
 
     private func attach(socket: consuming Socket, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
-        let channel = try Channel.overTCP(
-            socket,
-            remoteAddress: address,
-            loop: loop,
-            owner: self,
-            profile: configuration.profile,
-            settings: channelSettings,
-            limits: configuration.limits,
-            noDelay: configuration.noDelay,
-            tls: configuration.tls,
-            serverName: endpoint.host
-        )
+        let channel = try Channel.overTCP(socket, to: address, on: loop, owner: self, settings: channelSettings, serverName: endpoint.host)
         self.channel = channel
         remoteAddress = address
         localAddress = channel.localAddress

@@ -99,25 +99,9 @@ public actor Peer {
     /// Serves the peer until its connection closes or the task is cancelled.
     func run() async {
         guard let socket = pendingSocket.take() else { return }
-        let channelSettings = server?.channelSettings ?? ChannelSettings(
-            role: .server,
-            profileName: configuration.profile.name,
-            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
-            drainTimeout: configuration.drainTimeout
-        )
+        let channelSettings = server?.channelSettings ?? ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
         do throws(TetherError) {
-            channel = try Channel.overTCP(
-                socket,
-                remoteAddress: remoteAddress,
-                loop: loop,
-                owner: self,
-                profile: configuration.profile,
-                settings: channelSettings,
-                limits: configuration.limits,
-                noDelay: configuration.noDelay,
-                tls: configuration.tls,
-                serverName: nil
-            )
+            channel = try Channel.overTCP(socket, to: remoteAddress, on: loop, owner: self, settings: channelSettings, serverName: nil)
         } catch {
             end(error, graceful: false)
             server?.peerDisconnected(self, reason: error, metrics: counts)

@@ -69,12 +69,7 @@ public final class Server: Sendable {
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
         hub = configuration.mailboxes.map(MailboxHub.init)
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
-        channelSettings = ChannelSettings(
-            role: .server,
-            profileName: configuration.profile.name,
-            maximumOutboundBytes: configuration.limits.maximumOutboundBytes,
-            drainTimeout: configuration.drainTimeout
-        )
+        channelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
     }
 
     /// Registers the handler for requests of `type`, replacing any earlier one.
