@@ -30,84 +30,81 @@ private let millisecond: UInt64 = 1_000_000
 struct ManualClockTests {
     @Test("timers fire in deadline order, each reading its own deadline, and only when the clock is advanced", .timeLimit(.minutes(1)))
     func deadlineOrder() async throws {
-        let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
-        defer { group.shutdown() }
-        let loop = group.loops[0]
-        let base = clock.now
-        let log = FiringLog()
-        await onLoopThread(loop) {
-            // Scheduled out of order; two share a deadline and must keep this order.
-            loop.schedule(at: base + 30 * millisecond) { log.record("30a", on: loop) }
-            loop.schedule(at: base + 10 * millisecond) { log.record("10", on: loop) }
-            loop.schedule(after: .milliseconds(20)) { log.record("20", on: loop) }
-            loop.schedule(at: base + 30 * millisecond) { log.record("30b", on: loop) }
-            loop.schedule(at: base + 30 * millisecond) { log.record("30c", on: loop) }
+        try await withManualLoop { clock, group in
+            let loop = group.loops[0]
+            let base = clock.now
+            let log = FiringLog()
+            await onLoopThread(loop) {
+                // Scheduled out of order; two share a deadline and must keep this order.
+                loop.schedule(at: base + 30 * millisecond) { log.record("30a", on: loop) }
+                loop.schedule(at: base + 10 * millisecond) { log.record("10", on: loop) }
+                loop.schedule(after: .milliseconds(20)) { log.record("20", on: loop) }
+                loop.schedule(at: base + 30 * millisecond) { log.record("30b", on: loop) }
+                loop.schedule(at: base + 30 * millisecond) { log.record("30c", on: loop) }
+            }
+            await clock.settle()
+            #expect(log.labels == [])
+            #expect(clock.now == base)
+
+            await clock.advance(by: .milliseconds(10) - .nanoseconds(1))
+            #expect(log.labels == [])
+            await clock.advance(by: .nanoseconds(1))
+            #expect(log.labels == ["10"])
+            #expect(clock.now == base + 10 * millisecond)
+
+            await clock.advance(by: .milliseconds(100))
+            #expect(log.labels == ["10", "20", "30a", "30b", "30c"])
+            #expect(log.times == [10, 20, 30, 30, 30].map { base + $0 * millisecond })
+            #expect(clock.now == base + 110 * millisecond)
+            #expect(loop.now == clock.now)
         }
-        await clock.settle()
-        #expect(log.labels == [])
-        #expect(clock.now == base)
-
-        await clock.advance(by: .milliseconds(10) - .nanoseconds(1))
-        #expect(log.labels == [])
-        await clock.advance(by: .nanoseconds(1))
-        #expect(log.labels == ["10"])
-        #expect(clock.now == base + 10 * millisecond)
-
-        await clock.advance(by: .milliseconds(100))
-        #expect(log.labels == ["10", "20", "30a", "30b", "30c"])
-        #expect(log.times == [10, 20, 30, 30, 30].map { base + $0 * millisecond })
-        #expect(clock.now == base + 110 * millisecond)
-        #expect(loop.now == clock.now)
     }
 
     @Test("timers that timers schedule fire in the same advance when due by its end, in deadline order", .timeLimit(.minutes(1)))
     func nestedTimers() async throws {
-        let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
-        defer { group.shutdown() }
-        let loop = group.loops[0]
-        let base = clock.now
-        let log = FiringLog()
-        await onLoopThread(loop) {
-            loop.schedule(at: base + 10 * millisecond) {
-                log.record("outer", on: loop)
-                loop.schedule(after: .zero) { log.record("now", on: loop) }
-                loop.schedule(after: .milliseconds(25)) { log.record("+25", on: loop) }
-                loop.schedule(after: .milliseconds(5)) {
-                    log.record("+5", on: loop)
-                    loop.execute { log.record("job of +5", on: loop) }
-                    loop.schedule(after: .milliseconds(5)) { log.record("+5+5", on: loop) }
+        try await withManualLoop { clock, group in
+            let loop = group.loops[0]
+            let base = clock.now
+            let log = FiringLog()
+            await onLoopThread(loop) {
+                loop.schedule(at: base + 10 * millisecond) {
+                    log.record("outer", on: loop)
+                    loop.schedule(after: .zero) { log.record("now", on: loop) }
+                    loop.schedule(after: .milliseconds(25)) { log.record("+25", on: loop) }
+                    loop.schedule(after: .milliseconds(5)) {
+                        log.record("+5", on: loop)
+                        loop.execute { log.record("job of +5", on: loop) }
+                        loop.schedule(after: .milliseconds(5)) { log.record("+5+5", on: loop) }
+                    }
+                    loop.schedule(after: .milliseconds(50)) { log.record("+50", on: loop) }
                 }
-                loop.schedule(after: .milliseconds(50)) { log.record("+50", on: loop) }
+                loop.schedule(at: base + 17 * millisecond) { log.record("17", on: loop) }
             }
-            loop.schedule(at: base + 17 * millisecond) { log.record("17", on: loop) }
-        }
-        await clock.advance(by: .milliseconds(40))
-        #expect(log.labels == ["outer", "now", "+5", "job of +5", "17", "+5+5", "+25"])
-        #expect(log.times == [10, 10, 15, 15, 17, 20, 35].map { base + $0 * millisecond })
+            await clock.advance(by: .milliseconds(40))
+            #expect(log.labels == ["outer", "now", "+5", "job of +5", "17", "+5+5", "+25"])
+            #expect(log.times == [10, 10, 15, 15, 17, 20, 35].map { base + $0 * millisecond })
 
-        await clock.advance(by: .milliseconds(20))
-        #expect(log.labels.last == "+50")
-        #expect(log.times.last == base + 60 * millisecond)
+            await clock.advance(by: .milliseconds(20))
+            #expect(log.labels.last == "+50")
+            #expect(log.times.last == base + 60 * millisecond)
+        }
     }
 
     @Test("a cancelled timer never fires; the others do", .timeLimit(.minutes(1)))
     func cancel() async throws {
-        let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
-        defer { group.shutdown() }
-        let loop = group.loops[0]
-        let log = FiringLog()
-        await onLoopThread(loop) {
-            let doomed = loop.schedule(after: .seconds(1)) { log.record("cancelled", on: loop) }
-            loop.schedule(after: .seconds(2)) { log.record("kept", on: loop) }
-            let late = loop.schedule(after: .seconds(3)) { log.record("cancelled by a timer", on: loop) }
-            loop.schedule(after: .milliseconds(1500)) { loop.cancel(late) }
-            loop.cancel(doomed)
+        try await withManualLoop { clock, group in
+            let loop = group.loops[0]
+            let log = FiringLog()
+            await onLoopThread(loop) {
+                let doomed = loop.schedule(after: .seconds(1)) { log.record("cancelled", on: loop) }
+                loop.schedule(after: .seconds(2)) { log.record("kept", on: loop) }
+                let late = loop.schedule(after: .seconds(3)) { log.record("cancelled by a timer", on: loop) }
+                loop.schedule(after: .milliseconds(1500)) { loop.cancel(late) }
+                loop.cancel(doomed)
+            }
+            await clock.advance(by: .seconds(10))
+            #expect(log.labels == ["kept"])
         }
-        await clock.advance(by: .seconds(10))
-        #expect(log.labels == ["kept"])
     }
 
     @Test("an advance with nothing due moves the time and returns; one made while the loop is busy waits for it", .timeLimit(.minutes(1)))
@@ -142,23 +139,22 @@ struct ManualClockTests {
 
     @Test("advances made at once run one after another and add up", .timeLimit(.minutes(1)))
     func concurrentAdvances() async throws {
-        let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
-        defer { group.shutdown() }
-        let loop = group.loops[0]
-        let base = clock.now
-        let log = FiringLog()
-        await onLoopThread(loop) {
-            for step in 1...8 {
-                loop.schedule(at: base + UInt64(step) * millisecond) { log.record("\(step)", on: loop) }
+        try await withManualLoop { clock, group in
+            let loop = group.loops[0]
+            let base = clock.now
+            let log = FiringLog()
+            await onLoopThread(loop) {
+                for step in 1...8 {
+                    loop.schedule(at: base + UInt64(step) * millisecond) { log.record("\(step)", on: loop) }
+                }
             }
+            await withTaskGroup(of: Void.self) { tasks in
+                for _ in 0..<8 { tasks.addTask { await clock.advance(by: .milliseconds(1)) } }
+            }
+            #expect(clock.now == base + 8 * millisecond)
+            #expect(log.labels == (1...8).map(String.init))
+            #expect(log.times == (1...8).map { base + UInt64($0) * millisecond })
         }
-        await withTaskGroup(of: Void.self) { tasks in
-            for _ in 0..<8 { tasks.addTask { await clock.advance(by: .milliseconds(1)) } }
-        }
-        #expect(clock.now == base + 8 * millisecond)
-        #expect(log.labels == (1...8).map(String.init))
-        #expect(log.times == (1...8).map { base + UInt64($0) * millisecond })
     }
 
     @Test("timers on two loops of one clock fire in deadline order across the loops", .timeLimit(.minutes(1)))
@@ -189,39 +185,37 @@ struct ManualClockTests {
 
     @Test("a task sleeping on a loop wakes when the clock reaches its deadline, reading that time; a cancelled one throws at once", .timeLimit(.minutes(1)))
     func sleep() async throws {
-        let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
-        defer { group.shutdown() }
-        let loop = group.loops[0]
-        let deadline = clock.now + 5_000_000_000
-        let woke = Lock<UInt64?>(nil)
-        let sleeper = Task {
-            try await loop.sleep(until: deadline)
-            woke.withLock { $0 = loop.now }
-        }
-        let forever = Task { try await loop.sleep(until: .max) }
-        // The sleeper's timer is set by a job on the loop, which the advance waits for.
-        await clock.advance(by: .seconds(5) - .nanoseconds(1))
-        #expect(woke.withLock { $0 } == nil)
-        await clock.advance(by: .nanoseconds(1))
-        try await bounded("the sleeper to wake") { try await sleeper.value }
-        #expect(woke.withLock { $0 } == deadline)
+        try await withManualLoop { clock, group in
+            let loop = group.loops[0]
+            let deadline = clock.now + 5_000_000_000
+            let woke = Lock<UInt64?>(nil)
+            let sleeper = Task {
+                try await loop.sleep(until: deadline)
+                woke.withLock { $0 = loop.now }
+            }
+            let forever = Task { try await loop.sleep(until: .max) }
+            // The sleeper's timer is set by a job on the loop, which the advance waits for.
+            await clock.advance(by: .seconds(5) - .nanoseconds(1))
+            #expect(woke.withLock { $0 } == nil)
+            await clock.advance(by: .nanoseconds(1))
+            try await bounded("the sleeper to wake") { try await sleeper.value }
+            #expect(woke.withLock { $0 } == deadline)
 
-        forever.cancel()
-        let outcome = try await bounded("the cancelled sleep to end") { await forever.result }
-        #expect(throws: CancellationError.self) { try outcome.get() }
-        // A sleep whose deadline has passed ends at the loop's next turn.
-        try await bounded("a sleep into the past") { try await loop.sleep(until: 0) }
+            forever.cancel()
+            let outcome = try await bounded("the cancelled sleep to end") { await forever.result }
+            #expect(throws: CancellationError.self) { try outcome.get() }
+            // A sleep whose deadline has passed ends at the loop's next turn.
+            try await bounded("a sleep into the past") { try await loop.sleep(until: 0) }
+        }
     }
 
     @Test("the mailbox clock moves with the manual clock, to the millisecond")
     func mailboxClock() async throws {
-        let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
-        defer { group.shutdown() }
-        let mailboxNow = clock.mailboxClock(startingAt: MailboxTime(millisecondsSince1970: 1_000))
-        #expect(mailboxNow() == MailboxTime(millisecondsSince1970: 1_000))
-        await clock.advance(by: .milliseconds(2_500) + .nanoseconds(999_999))
-        #expect(mailboxNow() == MailboxTime(millisecondsSince1970: 3_500))
+        try await withManualLoop { clock, group in
+            let mailboxNow = clock.mailboxClock(startingAt: MailboxTime(millisecondsSince1970: 1_000))
+            #expect(mailboxNow() == MailboxTime(millisecondsSince1970: 1_000))
+            await clock.advance(by: .milliseconds(2_500) + .nanoseconds(999_999))
+            #expect(mailboxNow() == MailboxTime(millisecondsSince1970: 3_500))
+        }
     }
 }
