@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "TetherTLS", targets: ["TetherTLS"]),
         .library(name: "TetherSQLite", targets: ["TetherSQLite"]),
         .library(name: "TetherHTTP", targets: ["TetherHTTP"]),
+        .library(name: "TetherTesting", targets: ["TetherTesting"]),
         .executable(name: "tether", targets: ["tether"]),
     ],
     dependencies: [],
@@ -64,6 +65,14 @@ let package = Package(
             dependencies: ["Tether"],
             swiftSettings: strict
         ),
+        // What tests of code that uses Tether need: an in-memory network, a manual clock,
+        // faults on demand (in memory and through a proxy on 127.0.0.1), and the helpers
+        // tests otherwise copy. It depends on no test framework, so any can use it.
+        .target(
+            name: "TetherTesting",
+            dependencies: ["Tether"],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "tether",
             dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP"],
@@ -71,14 +80,14 @@ let package = Package(
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "CSQLite", "COpenSSL", "CZlib"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting", "CSQLite", "COpenSSL", "CZlib"],
             swiftSettings: strict
         ),
         // The code examples of the documentation and the README, compiled (and the
         // self-contained ones run) so they cannot drift from the API.
         .testTarget(
             name: "DocumentationTests",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting"],
             swiftSettings: strict
         ),
     ],

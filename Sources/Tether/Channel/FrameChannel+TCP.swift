@@ -1,4 +1,59 @@
+/// What a channel is made over: a connected socket, or one end of an in-memory link.
+enum ChannelBase: Sendable {
+    case socket(SocketBox)
+    case memory(InMemoryTransport)
+}
+
 extension FrameChannel {
+    /// A channel over `base`: a socket as ``overTCP(_:to:on:owner:settings:serverName:)``
+    /// makes it, or an in-memory end, with TLS layered on either when `settings` say so.
+    ///
+    /// - Parameters:
+    ///   - base: The connected socket or in-memory end; the channel owns it.
+    ///   - remoteAddress: The peer's address.
+    ///   - loop: The loop that drives it; the caller is on its thread.
+    ///   - owner: Hears frames and events.
+    ///   - settings: Shared by the channels of one client or server.
+    ///   - serverName: The host a client expects the certificate to name; `nil` on a server.
+    /// - Returns: The started channel.
+    /// - Throws: ``TetherError`` when the TLS session cannot be made or the transport
+    ///   cannot start; the base is closed then.
+    static func over(
+        _ base: ChannelBase,
+        to remoteAddress: SocketAddress,
+        on loop: EventLoop,
+        owner: Owner,
+        settings: ChannelSettings,
+        serverName: String?
+    ) throws(TetherError) -> FrameChannel {
+        switch base {
+        case .socket(let box):
+            return try overTCP(box.take(), to: remoteAddress, on: loop, owner: owner, settings: settings, serverName: serverName)
+        case .memory(let end):
+            guard let profile = settings.profile else { preconditionFailure("a channel needs settings made with a profile") }
+            let transport: any ByteTransport
+            if let tls = settings.tls {
+                do throws(TetherError) {
+                    let session = try tls.provider.makeSession(host: serverName, remoteAddress: remoteAddress)
+                    transport = TLSTransport(over: end, session: session, loop: loop)
+                } catch {
+                    end.close()
+                    throw error
+                }
+            } else {
+                transport = end
+            }
+            let channel = FrameChannel(
+                transport: transport,
+                loop: loop,
+                codec: profile.makeCodec(settings.limits.maximumPayloadLength),
+                settings: settings
+            )
+            try channel.start(owner: owner, tlsHandshakeTimeout: settings.tls?.handshakeTimeout)
+            return channel
+        }
+    }
+
     /// A channel over a connected TCP socket, with TLS layered on it when `tls` is set,
     /// started and owned by `owner`.
     ///

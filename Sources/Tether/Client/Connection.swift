@@ -84,7 +84,7 @@ public actor Connection {
     /// The connect in progress; at most one at any time.
     var connectTask: Task<Void, Never>?
     /// The socket the connect task opened, until it becomes the channel.
-    var dialedSocket: (socket: SocketBox, address: SocketAddress, endpoint: Endpoint)?
+    var dialedSocket: (socket: ChannelBase, address: SocketAddress, endpoint: Endpoint)?
     var backoffTimer: LoopTimer?
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
@@ -311,7 +311,7 @@ public actor Connection {
         guard let connected = dialedSocket else { preconditionFailure("no dialed socket to attach for attempt \(token)") }
         dialedSocket = nil
         do {
-            try attach(socket: connected.socket.take(), address: connected.address, endpoint: connected.endpoint)
+            try attach(connected.socket, address: connected.address, endpoint: connected.endpoint)
         } catch {
             handle(.dialFailed(token, error))
             return
@@ -320,7 +320,14 @@ public actor Connection {
     }
 
     /// Resolves `endpoint` and tries each address until one accepts, within the connect timeout.
-    private func dial(_ endpoint: Endpoint) async -> Result<(socket: SocketBox, address: SocketAddress), TetherError> {
+    private func dial(_ endpoint: Endpoint) async -> Result<(socket: ChannelBase, address: SocketAddress), TetherError> {
+        if let network = configuration.memoryNetwork {
+            guard network.loop === loop else {
+                return .failure(TetherError(code: .invalidArgument, message: "a connection on an in-memory network must use the network's event loop group"))
+            }
+            return await network.connect(to: endpoint, sealed: configuration.tls != nil, timeout: configuration.connectTimeout)
+                .map { (.memory($0.0), $0.1) }
+        }
         let addresses: [SocketAddress]
         do {
             addresses = try await Resolver.resolve(endpoint)
@@ -339,7 +346,7 @@ public actor Connection {
             let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
             switch await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self) {
             case .success(let socket):
-                return .success((socket, address))
+                return .success((.socket(socket), address))
             case .failure(let error) where error.code == .connectTimedOut:
                 // The attempt only knew the time left; report the timeout the caller configured.
                 failures.append(TetherError(
@@ -367,8 +374,8 @@ public actor Connection {
         return TetherError(code: code, message: "cannot connect to \(endpoint): \(details)")
     }
 
-    private func attach(socket: consuming Socket, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
-        let channel = try Channel.overTCP(socket, to: address, on: loop, owner: self, settings: channelSettings, serverName: endpoint.host)
+    private func attach(_ base: ChannelBase, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
+        let channel = try Channel.over(base, to: address, on: loop, owner: self, settings: channelSettings, serverName: endpoint.host)
         self.channel = channel
         remoteAddress = address
         localAddress = channel.localAddress

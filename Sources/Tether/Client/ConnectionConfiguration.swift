@@ -187,6 +187,9 @@ public struct ConnectionConfiguration: Sendable {
     public var drainTimeout: Duration = .seconds(5)
     /// The event loops to run on. Default ``EventLoopGroup/shared``.
     public var eventLoopGroup: EventLoopGroup = .shared
+    /// The in-memory network to dial (or listen on) instead of the system's sockets; set
+    /// by `TetherTesting`, together with ``eventLoopGroup``. `nil`: real sockets.
+    package var memoryNetwork: MemoryNetwork?
 
     /// The defaults.
     public init() {}

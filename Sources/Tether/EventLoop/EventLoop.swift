@@ -22,7 +22,7 @@ protocol Flushable: AnyObject {
 /// ``Peer``) is marked `@exclusivity(unchecked)`: it is only ever used on the loop's thread
 /// (or inside its actor), never through overlapping `inout` accesses, and the run-time
 /// exclusivity checks on it cost about a tenth of a request's processor time.
-final class EventLoop: @unchecked Sendable {
+package final class EventLoop: @unchecked Sendable {
     // @unchecked Sendable: fields below `remote` are touched only on the loop thread
     // (checked with `preconditionInLoop()` where it matters); `remote` is behind a lock.
 

@@ -6,7 +6,7 @@ import Synchronization
 /// spread across the loops round-robin. Most programs use ``shared``, which has one loop
 /// per processor core and lives as long as the process.
 public final class EventLoopGroup: Sendable {
-    let loops: [EventLoop]
+    package let loops: [EventLoop]
     private let cursor = Atomic<Int>(0)
 
     /// The process-wide group: one loop per core, started on first use.

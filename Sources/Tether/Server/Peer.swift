@@ -17,8 +17,8 @@ public actor Peer {
     private let handlers: HandlerTable
     /// The server's mailboxes, when it has them: sessions are accepted only then.
     let hub: MailboxHub?
-    /// The accepted socket, until ``run()`` attaches it.
-    private var pendingSocket: Socket?
+    /// The accepted socket or in-memory end, until ``run()`` attaches it.
+    private var pendingBase: ChannelBase?
     /// The framed channel of this peer.
     typealias Channel = FrameChannel<Peer>
 
@@ -80,7 +80,7 @@ public actor Peer {
         loop.serialExecutor.asUnownedSerialExecutor()
     }
 
-    init(id: PeerID, socket: consuming Socket, remoteAddress: SocketAddress, loop: EventLoop, server: Server) {
+    init(id: PeerID, base: ChannelBase, remoteAddress: SocketAddress, loop: EventLoop, server: Server) {
         self.id = id
         self.remoteAddress = remoteAddress
         self.loop = loop
@@ -89,7 +89,7 @@ public actor Peer {
         self.handlers = server.handlers
         self.slots = server.handlerSlots
         self.hub = server.hub
-        self.pendingSocket = .some(socket)
+        self.pendingBase = base
         self.idleNanoseconds = server.configuration.idleTimeout.map { MonotonicTime.nanoseconds(of: $0) }
     }
 
@@ -98,10 +98,11 @@ public actor Peer {
 
     /// Serves the peer until its connection closes or the task is cancelled.
     func run() async {
-        guard let socket = pendingSocket.take() else { return }
+        guard let base = pendingBase else { return }
+        pendingBase = nil
         let channelSettings = server?.channelSettings ?? ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
         do throws(TetherError) {
-            channel = try Channel.overTCP(socket, to: remoteAddress, on: loop, owner: self, settings: channelSettings, serverName: nil)
+            channel = try Channel.over(base, to: remoteAddress, on: loop, owner: self, settings: channelSettings, serverName: nil)
         } catch {
             end(error, graceful: false)
             server?.peerDisconnected(self, reason: error, metrics: counts)

@@ -223,19 +223,39 @@ public final class Server: Sendable {
         }
         let group = configuration.eventLoopGroup
         let acceptLoop = group.next()
-        let (accepted, acceptor) = AsyncStream<(SocketBox, SocketAddress)>.makeStream()
-        let listener: Listener
-        do throws(TetherError) {
-            listener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: acceptLoop) { socket, peer in
-                // Once the stream has ended, the box is dropped and closes the socket.
-                acceptor.yield((SocketBox(socket), peer))
+        let (accepted, acceptor) = AsyncStream<(ChannelBase, SocketAddress)>.makeStream()
+        let listener: Listener?
+        let bound: SocketAddress
+        if let network = configuration.memoryNetwork {
+            guard group.loops.count == 1, group.loops[0] === network.loop else {
+                let error = TetherError(code: .invalidArgument, message: "a server on an in-memory network must use the network's event loop group")
+                fail(error)
+                throw error
             }
-            try await acceptLoop.submit { () throws(TetherError) in try listener.start() }
-        } catch {
-            fail(error)
-            throw error
+            listener = nil
+            do throws(TetherError) {
+                bound = try network.listen(host: configuration.host, port: configuration.port, sealed: configuration.tls != nil) { end, peer in
+                    if case .dropped = acceptor.yield((.memory(end), peer)) { end.close() }
+                }
+            } catch {
+                fail(error)
+                throw error
+            }
+        } else {
+            let socketListener: Listener
+            do throws(TetherError) {
+                socketListener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: acceptLoop) { socket, peer in
+                    // Once the stream has ended, the box is dropped and closes the socket.
+                    acceptor.yield((.socket(SocketBox(socket)), peer))
+                }
+                try await acceptLoop.submit { () throws(TetherError) in try socketListener.start() }
+            } catch {
+                fail(error)
+                throw error
+            }
+            listener = socketListener
+            bound = socketListener.address
         }
-        let bound = listener.address
         // Before anyone hears that the server listens, so a push made as soon as
         // listeningAddress() returns is accepted.
         hub?.start()
@@ -254,8 +274,8 @@ public final class Server: Sendable {
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
                 if let hub { tasks.addTask { await hub.run(timersOn: acceptLoop) } }
-                for await (socket, remote) in accepted {
-                    guard let peer = admit(socket.take(), remote: remote, loop: group.next()) else { continue }
+                for await (base, remote) in accepted {
+                    guard let peer = admit(base, remote: remote, loop: group.next()) else { continue }
                     tasks.addImmediateTask(executorPreference: peer.loop.taskExecutor) { await peer.run() }
                 }
                 for peer in peers { await peer.shutdown() }
@@ -263,15 +283,19 @@ public final class Server: Sendable {
                 hub?.stop()
             }
         } onCancel: {
-            acceptLoop.execute {
-                listener.close()
+            acceptLoop.execute { [configuration] in
+                listener?.close()
+                configuration.memoryNetwork?.stopListening(host: configuration.host, port: bound.port)
                 acceptor.finish()
             }
         }
         // The accept loop above also ends by itself when the task is cancelled, possibly
         // before the close queued by the handler has run: close here too (idempotent) and
         // wait for it, so that once run() returns the port is free to listen on again.
-        try? await acceptLoop.submit { listener.close() }
+        try? await acceptLoop.submit { [configuration] in
+            listener?.close()
+            configuration.memoryNetwork?.stopListening(host: configuration.host, port: bound.port)
+        }
         state.withLock { $0.stopped = true }
         eventFeed.finish()
     }
@@ -298,7 +322,7 @@ public final class Server: Sendable {
         eventFeed.finish()
     }
 
-    private func admit(_ socket: consuming Socket, remote: SocketAddress, loop: EventLoop) -> Peer? {
+    private func admit(_ base: ChannelBase, remote: SocketAddress, loop: EventLoop) -> Peer? {
         let id = state.withLock { state -> PeerID? in
             guard state.admitted < configuration.maximumConnections else {
                 state.metrics.rejectedConnections += 1
@@ -311,22 +335,32 @@ public final class Server: Sendable {
         }
         guard let id else {
             let reason = TetherError(code: .tooManyConnections, message: "the server is at its limit of \(configuration.maximumConnections) connections")
-            refuse(socket, reason: reason)
+            refuse(base, reason: reason, on: loop)
             eventFeed.publish(ServerEvent(kind: .peerRejected, address: remote, reason: reason))
             return nil
         }
-        return Peer(id: id, socket: socket, remoteAddress: remote, loop: loop, server: self)
+        return Peer(id: id, base: base, remoteAddress: remote, loop: loop, server: self)
     }
 
     /// Tells a connection the server will not serve why, when the wire allows it (no TLS, a
     /// profile with serials: ``ConnectionRefusal``), then closes it. One small write into an
     /// empty socket buffer: it never blocks, and if it does not fit it is dropped.
-    private func refuse(_ socket: consuming Socket, reason: TetherError) {
-        if configuration.tls == nil, let bytes = ConnectionRefusal(tooManyConnections: reason.message).bytes(in: configuration.profile) {
-            let fd = socket.descriptor
-            _ = bytes.withUnsafeBytes { try? Syscall.sendBytes(fd, $0.baseAddress!, $0.count) }
+    private func refuse(_ base: ChannelBase, reason: TetherError, on loop: EventLoop) {
+        let bytes = configuration.tls == nil ? ConnectionRefusal(tooManyConnections: reason.message).bytes(in: configuration.profile) : nil
+        switch base {
+        case .socket(let box):
+            let socket = box.take()
+            if let bytes {
+                let fd = socket.descriptor
+                _ = bytes.withUnsafeBytes { try? Syscall.sendBytes(fd, $0.baseAddress!, $0.count) }
+            }
+            socket.close()
+        case .memory(let end):
+            loop.execute { [drainTimeout = configuration.drainTimeout] in
+                if let bytes { end.buffers.outbound.writeBytes(bytes) }
+                end.closeAfterFlush(timeout: drainTimeout)
+            }
         }
-        socket.close()
     }
 
     func peerConnected(_ peer: Peer) {

@@ -38,6 +38,9 @@ public struct ServerConfiguration: Sendable {
     public var handshakeTimeout: Duration? = .seconds(10)
     /// The event loops to run on. Default ``EventLoopGroup/shared``.
     public var eventLoopGroup: EventLoopGroup = .shared
+    /// The in-memory network to dial (or listen on) instead of the system's sockets; set
+    /// by `TetherTesting`, together with ``eventLoopGroup``. `nil`: real sockets.
+    package var memoryNetwork: MemoryNetwork?
     /// Mailboxes for identified clients: with them the server accepts session hellos,
     /// numbers and stores each push to a client id (``Server/push(_:toClient:)``), and
     /// replays what a client missed when it comes back. Default `nil`: no sessions.

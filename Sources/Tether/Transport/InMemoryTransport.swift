@@ -72,10 +72,36 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     ///   - sealed: Whether the ends will carry TLS (``TLSTransport`` over them).
     /// - Returns: The two ends; their addresses are `127.0.0.1` ports 1 and 2.
     static func makePair(on loop: EventLoop, capacity: Int = 256 << 10, sealed: Bool = false) -> (InMemoryTransport, InMemoryTransport) {
-        let first = SocketAddress(ipAddress: "127.0.0.1", port: 1)!
-        let second = SocketAddress(ipAddress: "127.0.0.1", port: 2)!
-        let a = InMemoryTransport(loop: loop, local: first, remote: second, capacity: max(1, capacity), sealed: sealed)
-        let b = InMemoryTransport(loop: loop, local: second, remote: first, capacity: max(1, capacity), sealed: sealed)
+        makePair(
+            on: loop,
+            clientAddress: SocketAddress(ipAddress: "127.0.0.1", port: 1)!,
+            serverAddress: SocketAddress(ipAddress: "127.0.0.1", port: 2)!,
+            capacity: capacity,
+            clientSealed: sealed,
+            serverSealed: sealed
+        )
+    }
+
+    /// A connected pair with the addresses of a client and a server.
+    ///
+    /// - Parameters:
+    ///   - loop: The loop both ends run on.
+    ///   - clientAddress: The first end's local address, the second's remote one.
+    ///   - serverAddress: The second end's local address, the first's remote one.
+    ///   - capacity: The bound on bytes received and not yet read, per direction.
+    ///   - clientSealed: Whether the first end will carry TLS.
+    ///   - serverSealed: Whether the second end will carry TLS.
+    /// - Returns: The client's end and the server's end.
+    package static func makePair(
+        on loop: EventLoop,
+        clientAddress: SocketAddress,
+        serverAddress: SocketAddress,
+        capacity: Int = 256 << 10,
+        clientSealed: Bool,
+        serverSealed: Bool
+    ) -> (InMemoryTransport, InMemoryTransport) {
+        let a = InMemoryTransport(loop: loop, local: clientAddress, remote: serverAddress, capacity: max(1, capacity), sealed: clientSealed)
+        let b = InMemoryTransport(loop: loop, local: serverAddress, remote: clientAddress, capacity: max(1, capacity), sealed: serverSealed)
         a.peer = b
         b.peer = a
         return (a, b)
