@@ -216,7 +216,8 @@ public final class Server: Sendable {
                 )
             }
             try configuration.tls?.provider.prepare()
-            address = try await bindAddress()
+            // On an in-memory network the host is a name, never resolved.
+            address = configuration.memoryNetwork == nil ? try await bindAddress() : SocketAddress(ipAddress: "127.0.0.1", port: 0)!
         } catch {
             fail(error)
             throw error
