@@ -2,16 +2,6 @@ import Testing
 import TetherTesting
 @testable import Tether
 
-/// Runs `server` while `body` runs, then stops it and waits until it has.
-private func whileRunning<T: Sendable>(_ server: Server, _ body: () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { try await server.run() }
-        defer { group.cancelAll() }
-        _ = try await server.listeningAddress()
-        return try await body()
-    }
-}
-
 @Suite("The in-memory network and the test clock", .timeLimit(.minutes(1)))
 struct TestNetworkTests {
     let endpoint = Endpoint(host: "server", port: 9000)
