@@ -317,17 +317,21 @@ struct SessionTests {
         #expect(try await collect(3, from: notifications, "the first pushes").map(\.serial) == [1, 2, 3])
         await server.stop()
         try await watcher.next(.reconnecting)
-        try await server.start()
+        // A new server on the same port, with a new, empty store.
+        configuration.port = server.port
+        configuration.mailboxes = .inMemory
+        let replacement = try TestServer(configuration: configuration, handlers: echoHandlers)
+        try await replacement.start()
         try await watcher.next(.connected)
         #expect(try await collect(2, from: events, "the events") == [
             SessionEvent(kind: .reset, lastSequence: 0, serverSequence: 0),
             SessionEvent(kind: .resumed, lastSequence: 0, serverSequence: 0),
         ])
-        try await server.server.push(indexed(10), toClient: "ivan")
+        try await replacement.server.push(indexed(10), toClient: "ivan")
         let next = try await collect(1, from: notifications, "the first push of the new store")
         #expect(next == [Frame(type: 0x10, serial: 1, payload: Array("10".utf8))])
         await connection.close()
-        await server.stop()
+        await replacement.stop()
     }
 
     @Test("with manual acknowledgement the mailbox keeps pushes until acknowledge(through:); automatic ones empty it as pushes arrive")
