@@ -33,6 +33,11 @@ public import Tether
 /// port are refused. With a host name instead of a numeric address, the port is not
 /// reserved between a stop and the next start.
 ///
+/// Every server gets the same configuration value, so what it refers to is shared: a
+/// restarted server has the mailbox store of the one before (pushes stored before the
+/// restart are replayed after it). For a server that starts afresh, make another
+/// `TestServer` with its own configuration on the same ``port``.
+///
 /// A configuration for an in-memory network works the same way: the server listens on the
 /// network, ``endpoint`` is the configuration's host with the port it got there, and a
 /// restart listens on that host and port of the network again.
