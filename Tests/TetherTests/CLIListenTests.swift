@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTesting
 
 /// `tether listen`, end to end: against peers that are not Tether servers, and with
 /// `tether serve --push-every` behind a proxy that resets every connection after a few

@@ -3,6 +3,7 @@ import Testing
 import Glibc
 #endif
 @testable import Tether
+import TetherTesting
 
 @Suite("Fault proxy", .timeLimit(.minutes(1)))
 struct FaultProxyTests {
@@ -75,13 +76,13 @@ struct FaultProxyTests {
             let server = try await listener.accept()
 
             try client.write(requests)
-            let received = try await onOwnThread { try server.read(requests.count) }
+            let received = try await offThread { try server.read(requests.count) }
             #expect(received == requests)
             try await proxy.waitUntil("all request bytes forwarded") { $0.bytesUpstream == requests.count }
             #expect(proxy.counters.writesUpstream == requests.count)
 
             for response in responses { try server.write(response) }
-            let answered = try await onOwnThread { try client.read(responseBytes.count) }
+            let answered = try await offThread { try client.read(responseBytes.count) }
             #expect(answered == responseBytes)
             try await proxy.waitUntil("all response bytes forwarded") { $0.bytesDownstream == responseBytes.count }
             #expect(proxy.counters.writesDownstream == 1)
@@ -270,7 +271,7 @@ struct FaultProxyTests {
     @Test("stop() returns promptly even with a stalled connection, closes it, and the port then refuses connections")
     func stop() async throws {
         try await withServer(handlers: echoHandlers) { _, endpoint in
-            let proxy = try FaultProxy(upstreamPort: endpoint.port)
+            let proxy = try FaultProxy(upstream: endpoint)
             let connection = try await Connection.connect(to: proxy.endpoint, configuration: testConfiguration())
             _ = try await connection.request(Request(type: 0x402))
             proxy.setMode(.stalled)
@@ -279,7 +280,9 @@ struct FaultProxyTests {
             try await bounded("stop()", .seconds(2)) { await proxy.stop() }
             #expect(proxy.counters.open == 0)
             #expect(try await finalState(of: connection).reason?.code == .peerClosed)
-            await #expect(throws: FaultProxy.Stopped.self) { try await waiting.value }
+            let stopped = await #expect(throws: TetherError.self) { try await waiting.value }
+            #expect(stopped?.code == .connectionClosed)
+            #expect(stopped?.message == "the fault proxy stopped before 2 accepted connections")
             let error = await #expect(throws: TetherError.self) {
                 _ = try await Connection.connect(to: proxy.endpoint, configuration: testConfiguration())
             }
@@ -288,3 +291,4 @@ struct FaultProxyTests {
         }
     }
 }
+

@@ -1,5 +1,6 @@
 import Testing
 @testable import Tether
+import TetherTesting
 
 @Suite("The first connect and the states it publishes", .timeLimit(.minutes(1)))
 struct FirstConnectTests {
@@ -21,8 +22,7 @@ struct FirstConnectTests {
     @Test("by default the first connect retries by the policy: a server down at start-up is reached once it is up")
     func firstConnectRetriesByDefault() async throws {
         #expect(ReconnectPolicy().appliesToFirstConnect)
-        let host = try await RestartableServer()
-        try await host.stop()
+        let host = try TestServer(handlers: echoHandlers)
         var configuration = testConfiguration()
         configuration.reconnect = .backoff(initialDelay: .milliseconds(20), multiplier: 1, jitter: 0)
         let connection = Connection(to: host.endpoint, configuration: configuration)
@@ -41,6 +41,7 @@ struct FirstConnectTests {
         #expect(await connection.currentState.phase == .connected)
         #expect(await connection.metrics.connects == 1)
         await connection.close()
+        await host.stop()
     }
 
     @Test("the first connect spends the same budget: down for good, connect() throws after the last attempt, failed")

@@ -1,5 +1,6 @@
 import Testing
 @testable import Tether
+import TetherTesting
 import TetherSQLite
 
 /// The mailbox stores the delivery tests run against.

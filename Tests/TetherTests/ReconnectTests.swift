@@ -1,5 +1,6 @@
 import Testing
 @testable import Tether
+import TetherTesting
 
 /// A configuration that reconnects quickly, without jitter, so tests can predict delays.
 func reconnecting(
@@ -60,12 +61,13 @@ typealias SplitMix = BackoffRandom
 struct ReconnectTests {
     @Test("a server restarted on the same port: the client comes back by itself, a request made meanwhile goes out, pushes reach the old subscription")
     func serverRestart() async throws {
-        let host = try await RestartableServer()
+        let host = try TestServer(handlers: echoHandlers)
+        try await host.start()
         let connection = try await Connection.connect(to: host.endpoint, configuration: reconnecting(after: .milliseconds(50)))
         let watcher = StateWatcher(connection)
         let notifications = connection.notifications
         try await watcher.next(.connected)
-        try await host.stop()
+        await host.stop()
         let lost = try await watcher.next(.reconnecting)
         #expect(lost.reason?.code == .peerClosed)
         #expect(lost.attempt == 1)
@@ -76,7 +78,7 @@ struct ReconnectTests {
         try await watcher.next(.connected)
         let reply = try await bounded("the queued request's response") { try await pending.value }
         #expect(reply.json == ["echo": ["n": 1]])
-        let server = try #require(host.server)
+        let server = host.server
         try await bounded("the server to see the peer") {
             while server.peerCount == 0 { try await Task.sleep(for: .milliseconds(1)) }
         }
@@ -95,7 +97,7 @@ struct ReconnectTests {
         #expect(metrics.bytesOut == 12 + 7)
         #expect(metrics.bytesIn >= 12 + 1)
         await connection.close()
-        try await host.stop()
+        await host.stop()
         let phases = await watcher.phases
         #expect(phases.first == .connected)
         #expect(phases.filter { $0 == .connected }.count == 2)
@@ -104,11 +106,12 @@ struct ReconnectTests {
     @Test("a server shutting down mid-request answers nothing made up: the request fails with connectionLost")
     func shutdownMidRequest() async throws {
         for round in 0..<5 {
-            let host = try await RestartableServer()
+            let host = try TestServer(handlers: echoHandlers)
+            try await host.start()
             let connection = try await Connection.connect(to: host.endpoint, configuration: testConfiguration())
             let slow = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 5000]), timeout: .seconds(10)) }
             try await until("the slow request to be in flight", connection) { $0.inFlightRequests == 1 }
-            try await host.stop()
+            await host.stop()
             // Not the handler's cancellation dressed up as an error response.
             let error = await #expect(throws: TetherError.self, "round \(round)") { try await bounded("the request to fail") { try await slow.value } }
             #expect(error?.code == .connectionLost, "round \(round)")

@@ -1,5 +1,6 @@
 import Testing
 @testable import Tether
+import TetherTesting
 
 /// Broken connections made on purpose, through the fault proxy: every request ends exactly
 /// once, the client comes back by itself, and subscriptions keep running.

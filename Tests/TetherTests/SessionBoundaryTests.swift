@@ -1,6 +1,7 @@
 import Synchronization
 import Testing
 @testable import Tether
+import TetherTesting
 
 /// Plain pushes and a session's sequenced pushes on one connection, through cuts: nothing
 /// that arrives before the server accepts the hello counts as sequenced, and a plain push

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+import TetherTesting
 import TetherSQLite
 
 /// Sessions over a real SQLite file: mailboxes outlive the server process's `Server`.
@@ -11,29 +12,32 @@ struct SessionStorageTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let file = directory.file("mailboxes.sqlite")
-        let server = try await RestartableServer(configure: { $0.mailboxes = try .sqlite(path: file) })
+        var configuration = TestServer.defaultConfiguration
+        configuration.mailboxes = try .sqlite(path: file)
+        let server = try TestServer(configuration: configuration, handlers: echoHandlers)
+        try await server.start()
         let connection = try await Connection.connect(to: server.endpoint, configuration: sessionConfiguration("olga"))
         let watcher = StateWatcher(connection)
         let notifications = connection.notifications
         try await watcher.next(.connected)
-        try await awaitClient("olga", on: server.server!)
-        for number in 0..<2 { try await server.server!.push(indexed(number), toClient: "olga") }
+        try await awaitClient("olga", on: server.server)
+        for number in 0..<2 { try await server.server.push(indexed(number), toClient: "olga") }
         #expect(try await collect(2, from: notifications, "the live pushes").map(\.serial) == [1, 2])
         await connection.suspend()
         try await watcher.next(.suspended)
-        for number in 2..<7 { try await server.server!.push(indexed(number), toClient: "olga") }
-        try await server.stop()
+        for number in 2..<7 { try await server.server.push(indexed(number), toClient: "olga") }
+        await server.stop()
         try await server.start()
         await connection.resume()
         try await watcher.next(.connected)
         let replayed = try await collect(5, from: notifications, "the pushes stored before the restart")
         #expect(replayed.map(index(of:)) == Array(2..<7))
         #expect(replayed.map(\.serial) == Array(3...7))
-        try await server.server!.push(indexed(7), toClient: "olga")
+        try await server.server.push(indexed(7), toClient: "olga")
         #expect(try await collect(1, from: notifications, "a live push after the restart") == [Frame(type: 0x10, serial: 8, payload: Array("7".utf8))])
         #expect(await connection.metrics.duplicateNotifications == 0)
         await connection.close()
-        try await server.stop()
+        await server.stop()
     }
 
     @Test("a corrupt or truncated store file is a clear error when the server is configured, and the file is left as it was")

@@ -1,6 +1,7 @@
 import Synchronization
 import Testing
 @testable import Tether
+import TetherTesting
 
 /// A client configuration with a session for `clientID`, reconnecting quickly.
 func sessionConfiguration(
@@ -302,28 +303,35 @@ struct SessionTests {
 
     @Test("a server whose store was replaced (in memory, restarted): the client hears a reset and takes the new sequence from 1")
     func resetAfterStoreLoss() async throws {
-        let server = try await RestartableServer(configure: { $0.mailboxes = .inMemory })
+        var configuration = TestServer.defaultConfiguration
+        configuration.mailboxes = .inMemory
+        let server = try TestServer(configuration: configuration, handlers: echoHandlers)
+        try await server.start()
         let connection = try await Connection.connect(to: server.endpoint, configuration: sessionConfiguration("ivan"))
         let watcher = StateWatcher(connection)
         let notifications = connection.notifications
         let events = connection.sessionEvents
         try await watcher.next(.connected)
-        try await awaitClient("ivan", on: server.server!)
-        for number in 0..<3 { try await server.server!.push(indexed(number), toClient: "ivan") }
+        try await awaitClient("ivan", on: server.server)
+        for number in 0..<3 { try await server.server.push(indexed(number), toClient: "ivan") }
         #expect(try await collect(3, from: notifications, "the first pushes").map(\.serial) == [1, 2, 3])
-        try await server.stop()
+        await server.stop()
         try await watcher.next(.reconnecting)
-        try await server.start()
+        // A new server on the same port, with a new, empty store.
+        configuration.port = server.port
+        configuration.mailboxes = .inMemory
+        let replacement = try TestServer(configuration: configuration, handlers: echoHandlers)
+        try await replacement.start()
         try await watcher.next(.connected)
         #expect(try await collect(2, from: events, "the events") == [
             SessionEvent(kind: .reset, lastSequence: 0, serverSequence: 0),
             SessionEvent(kind: .resumed, lastSequence: 0, serverSequence: 0),
         ])
-        try await server.server!.push(indexed(10), toClient: "ivan")
+        try await replacement.server.push(indexed(10), toClient: "ivan")
         let next = try await collect(1, from: notifications, "the first push of the new store")
         #expect(next == [Frame(type: 0x10, serial: 1, payload: Array("10".utf8))])
         await connection.close()
-        try await server.stop()
+        await replacement.stop()
     }
 
     @Test("with manual acknowledgement the mailbox keeps pushes until acknowledge(through:); automatic ones empty it as pushes arrive")

@@ -5,6 +5,7 @@ import COpenSSL
 import Testing
 import TetherTLS
 @testable import Tether
+import TetherTesting
 
 /// A server configuration change that turns on TLS with `files` (the test server certificate
 /// by default).
@@ -127,7 +128,10 @@ struct TLSTests {
     func reconnect() async throws {
         let certificates = try await TestCertificates.shared()
         let tls = serverTLS(certificates)
-        let server = try await RestartableServer(configure: { tls(&$0) })
+        var configuration = TestServer.defaultConfiguration
+        tls(&configuration)
+        let server = try TestServer(configuration: configuration, handlers: echoHandlers)
+        try await server.start()
         let connection = try await Connection.connect(to: server.endpoint, configuration: clientTLS(certificates, configuration: {
             $0.reconnect = .backoff(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(100))
         }))
@@ -135,7 +139,7 @@ struct TLSTests {
         try await watcher.next(.connected)
         #expect(try await connection.request(Request(type: 0x402, json: ["n": 1])).json == ["echo": ["n": 1]])
 
-        try await server.stop()
+        await server.stop()
         try await watcher.next(.reconnecting)
         try await server.start()
         try await watcher.next(.connected)
@@ -144,7 +148,7 @@ struct TLSTests {
         #expect(metrics.connects == 2)
         #expect(await connection.tlsDetails?.version == "TLSv1.3")
         await connection.close()
-        try await server.stop()
+        await server.stop()
     }
 
     @Test("a session over TLS: pushes stored while the client was away are replayed after the handshake and the hello")

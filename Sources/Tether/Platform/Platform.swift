@@ -12,12 +12,12 @@
 import CTetherShims
 
 /// An `errno` value captured right after a failed system call.
-struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
-    var rawValue: Int32
+package struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
+    package var rawValue: Int32
 
-    static var current: Errno { Errno(rawValue: ctether_errno()) }
+    package static var current: Errno { Errno(rawValue: ctether_errno()) }
 
-    static let interrupted = Errno(rawValue: EINTR)
+    package static let interrupted = Errno(rawValue: EINTR)
     static let wouldBlock = Errno(rawValue: EAGAIN)
     static let inProgress = Errno(rawValue: EINPROGRESS)
     static let connectionRefused = Errno(rawValue: ECONNREFUSED)
@@ -25,23 +25,23 @@ struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
     static let brokenPipe = Errno(rawValue: EPIPE)
     static let timedOut = Errno(rawValue: ETIMEDOUT)
 
-    var isWouldBlock: Bool { rawValue == EAGAIN || rawValue == EWOULDBLOCK }
+    package var isWouldBlock: Bool { rawValue == EAGAIN || rawValue == EWOULDBLOCK }
 
-    var description: String {
+    package var description: String {
         guard let text = strerror(rawValue) else { return "errno \(rawValue)" }
         return String(cString: text).lowercased()
     }
 }
 
 /// The outcome of a nonblocking I/O call: bytes processed, or "try again later".
-enum IOResult<Value: Sendable>: Sendable {
+package enum IOResult<Value: Sendable>: Sendable {
     case processed(Value)
     case wouldBlock
 }
 
 /// Thin wrappers over the system calls Tether makes. Each one captures `errno`
 /// immediately, retries `EINTR`, and reports `EAGAIN` as ``IOResult/wouldBlock``.
-enum Syscall {
+package enum Syscall {
     /// Runs `body` until it stops failing with `EINTR`; throws any other `errno`.
     @inline(__always)
     static func retrying<T: BinaryInteger>(_ body: () -> T) throws(Errno) -> T {
@@ -55,7 +55,7 @@ enum Syscall {
 
     /// Like ``retrying(_:)`` but maps `EAGAIN`/`EWOULDBLOCK` to ``IOResult/wouldBlock``.
     @inline(__always)
-    static func nonblocking<T: BinaryInteger & Sendable>(_ body: () -> T) throws(Errno) -> IOResult<T> {
+    package static func nonblocking<T: BinaryInteger & Sendable>(_ body: () -> T) throws(Errno) -> IOResult<T> {
         while true {
             let result = body()
             if result >= 0 { return .processed(result) }
@@ -77,12 +77,12 @@ enum Syscall {
     }
 
     /// `close(2)`. `EINTR` is not retried: on Linux the descriptor is gone either way.
-    static func closeDescriptor(_ fd: Int32) {
+    package static func closeDescriptor(_ fd: Int32) {
         _ = close(fd)
     }
 
     /// `socket(2)`, nonblocking and close-on-exec.
-    static func makeSocket(family: Int32, type: Int32) throws(Errno) -> Int32 {
+    package static func makeSocket(family: Int32, type: Int32) throws(Errno) -> Int32 {
         #if canImport(Darwin)
         let fd = try retrying { socket(family, type, 0) }
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
@@ -97,13 +97,13 @@ enum Syscall {
     }
 
     /// `setsockopt(2)` for an `Int32` option.
-    static func setOption(_ fd: Int32, level: Int32, name: Int32, value: Int32) throws(Errno) {
+    package static func setOption(_ fd: Int32, level: Int32, name: Int32, value: Int32) throws(Errno) {
         var value = value
         _ = try retrying { setsockopt(fd, level, name, &value, socklen_t(MemoryLayout<Int32>.size)) }
     }
 
     /// `getsockopt(2)` for an `Int32` option.
-    static func getOption(_ fd: Int32, level: Int32, name: Int32) throws(Errno) -> Int32 {
+    package static func getOption(_ fd: Int32, level: Int32, name: Int32) throws(Errno) -> Int32 {
         var value: Int32 = 0
         var length = socklen_t(MemoryLayout<Int32>.size)
         _ = try retrying { getsockopt(fd, level, name, &value, &length) }
@@ -111,7 +111,7 @@ enum Syscall {
     }
 
     /// `connect(2)` on a nonblocking socket: `true` when connected at once, `false` when in progress.
-    static func startConnect(_ fd: Int32, _ address: SocketAddress) throws(Errno) -> Bool {
+    package static func startConnect(_ fd: Int32, _ address: SocketAddress) throws(Errno) -> Bool {
         let result = address.withSockAddr { pointer, length in connect(fd, pointer, length) }
         if result == 0 { return true }
         let error = Errno.current
@@ -120,18 +120,18 @@ enum Syscall {
     }
 
     /// `bind(2)`.
-    static func bindAddress(_ fd: Int32, _ address: SocketAddress) throws(Errno) {
+    package static func bindAddress(_ fd: Int32, _ address: SocketAddress) throws(Errno) {
         let result = address.withSockAddr { pointer, length in bind(fd, pointer, length) }
         if result != 0 { throw Errno.current }
     }
 
     /// `listen(2)`.
-    static func startListening(_ fd: Int32, backlog: Int32) throws(Errno) {
+    package static func startListening(_ fd: Int32, backlog: Int32) throws(Errno) {
         _ = try retrying { listen(fd, backlog) }
     }
 
     /// `accept4(2)` (or `accept` plus `fcntl` on Darwin): a nonblocking, close-on-exec descriptor.
-    static func acceptConnection(_ fd: Int32) throws(Errno) -> IOResult<Int32> {
+    package static func acceptConnection(_ fd: Int32) throws(Errno) -> IOResult<Int32> {
         #if canImport(Darwin)
         let result = try nonblocking { accept(fd, nil, nil) }
         if case .processed(let client) = result {
@@ -147,7 +147,7 @@ enum Syscall {
     }
 
     /// `getsockname(2)`.
-    static func localAddress(_ fd: Int32) throws(Errno) -> SocketAddress {
+    package static func localAddress(_ fd: Int32) throws(Errno) -> SocketAddress {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let result = withUnsafeMutablePointer(to: &storage) {
@@ -169,14 +169,14 @@ enum Syscall {
     }
 
     /// Makes sure a write to a closed socket never kills the process with `SIGPIPE`.
-    static let ignoreBrokenPipe: Void = {
+    package static let ignoreBrokenPipe: Void = {
         _ = signal(SIGPIPE, SIG_IGN)
     }()
 
     #if canImport(Darwin)
-    static let noSignalFlag: Int32 = 0
+    package static let noSignalFlag: Int32 = 0
     #else
-    static let noSignalFlag: Int32 = Int32(MSG_NOSIGNAL)
+    package static let noSignalFlag: Int32 = Int32(MSG_NOSIGNAL)
     #endif
 }
 
@@ -189,19 +189,19 @@ enum ProcessorCount {
 }
 
 /// Socket option numbers that differ in spelling between platforms.
-enum SocketOptions {
-    static let tcpLevel = Int32(IPPROTO_TCP)
-    static let noDelay = Int32(TCP_NODELAY)
-    static let socketLevel = SOL_SOCKET
-    static let error = SO_ERROR
-    static let reuseAddress = SO_REUSEADDR
+package enum SocketOptions {
+    package static let tcpLevel = Int32(IPPROTO_TCP)
+    package static let noDelay = Int32(TCP_NODELAY)
+    package static let socketLevel = SOL_SOCKET
+    package static let error = SO_ERROR
+    package static let reuseAddress = SO_REUSEADDR
 }
 
 extension SocketOptions {
     #if canImport(Darwin)
-    static let streamType = SOCK_STREAM
+    package static let streamType = SOCK_STREAM
     #else
-    static let streamType = Int32(SOCK_STREAM.rawValue)
+    package static let streamType = Int32(SOCK_STREAM.rawValue)
     #endif
 }
 
