@@ -4,8 +4,8 @@
 #
 #   scripts/docs.sh
 #
-# 1. Symbol graphs. The library modules Tether, TetherTLS, TetherSQLite and TetherHTTP are
-#    built with the compiler's own symbol graph output, in .build-docs (its flags differ
+# 1. Symbol graphs. The library modules Tether, TetherTLS, TetherSQLite, TetherHTTP and
+#    TetherTesting are built with the compiler's own symbol graph output, in .build-docs (its flags differ
 #    from a normal build, so it keeps a build directory of its own and stays incremental):
 #
 #      swift build --scratch-path .build-docs --target MODULE \
@@ -30,13 +30,13 @@
 # 4. Example packages: each Examples/*/Package.swift (Examples/Bridging, when it exists) is
 #    built with `swift build --package-path`, so the code that step 3 finds there compiles.
 #
-# 5. Rendering: `docc convert` on Documentation.docc with the symbol graphs of all four
+# 5. Rendering: `docc convert` on Documentation.docc with the symbol graphs of all five
 #    modules, warnings as errors, into .build-docs/Tether.doccarchive, transformed for static
-#    hosting at the root of a site (no hosting base path). One catalog takes all four
+#    hosting at the root of a site (no hosting base path). One catalog takes all five
 #    modules: Tether.md stays the Tether module's page (/documentation/tether, with the
-#    articles beneath it), and TetherTLS, TetherSQLite and TetherHTTP get module pages of
+#    articles beneath it), and TetherTLS, TetherSQLite, TetherHTTP and TetherTesting get module pages of
 #    their own (/documentation/tethertls, /documentation/tethersqlite,
-#    /documentation/tetherhttp) with their symbols; their extensions of Tether types
+#    /documentation/tetherhttp, /documentation/tethertesting) with their symbols; their extensions of Tether types
 #    (TLSConfiguration.client(...), MailboxConfiguration.sqlite(...)) appear on those
 #    types' pages.
 #    Two rules follow from having several modules in one catalog, where docc has no single
@@ -61,7 +61,7 @@ scratch="$root/.build-docs"
 graphs="$scratch/symbol-graphs"
 archive="$scratch/Tether.doccarchive"
 logs="$scratch/logs"
-modules=(Tether TetherTLS TetherSQLite TetherHTTP)
+modules=(Tether TetherTLS TetherSQLite TetherHTTP TetherTesting)
 started=$(date +%s%N)
 failures=()
 
