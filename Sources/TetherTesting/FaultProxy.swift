@@ -39,7 +39,7 @@ public import Tether
 /// holds at most 64 KiB read and not yet forwarded; beyond that the proxy stops reading and
 /// TCP flow control pushes back on the sender.
 ///
-/// Call ``stop()`` when done (or use ``withFaultProxy(to:mode:_:)``): the threads run until
+/// Call ``stop()`` when done (or use ``withFaultProxy(to:mode:isolation:_:)``): the threads run until
 /// then.
 public final class FaultProxy: Sendable {
     /// The port the proxy listens on, on 127.0.0.1; the system picked it.
@@ -67,9 +67,9 @@ public final class FaultProxy: Sendable {
     ///   - upstream: The server to forward to. Its host must be `127.0.0.1`, and its port
     ///     between 1 and 65535.
     ///   - mode: The mode of new connections. Default ``Mode/passThrough``.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/invalidArgument`` when `upstream`
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/invalidArgument`` when `upstream`
     ///   is not on 127.0.0.1 or its port is out of range, or with
-    ///   ``TetherError/Code/bindFailed`` when the proxy cannot listen.
+    ///   ``Tether/TetherError/Code/bindFailed`` when the proxy cannot listen.
     public init(upstream: Endpoint, mode: Mode = .passThrough) throws {
         guard upstream.host == "127.0.0.1" else {
             throw TetherError(
@@ -186,7 +186,7 @@ public final class FaultProxy: Sendable {
     /// exited and every socket is closed.
     ///
     /// Calling it again returns at once. Waits still waiting whose condition does not hold
-    /// by then fail with ``TetherError/Code/connectionClosed``.
+    /// by then fail with ``Tether/TetherError/Code/connectionClosed``.
     public func stop() async {
         let links = state.withLock { state -> [Link] in
             state.stopping = true
@@ -216,9 +216,9 @@ public final class FaultProxy: Sendable {
     ///   - what: What is awaited, for the error message (`"2 accepted connections"`).
     ///   - limit: How long to wait at most. Default ``defaultWaitLimit`` (10 s).
     ///   - condition: Whether the counters show what is awaited.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/timedOut`` (its message names
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/timedOut`` (its message names
     ///   `what` and the counters) when `limit` passes first, or with
-    ///   ``TetherError/Code/connectionClosed`` when the proxy stops first.
+    ///   ``Tether/TetherError/Code/connectionClosed`` when the proxy stops first.
     public func waitUntil(
         _ what: String,
         within limit: Duration = FaultProxy.defaultWaitLimit,

@@ -7,7 +7,7 @@ internal import Synchronization
 /// group from ``makeEventLoopGroup(loopCount:)`` for real sockets) read their time from it:
 /// request timeouts, heartbeats and the detection of a dead peer, reconnect backoff, idle
 /// and handshake timeouts all wait for ``advance(by:)``. With ``mailboxClock`` in the
-/// server's ``MailboxConfiguration``, the ages of stored pushes follow it too. Everything
+/// server's ``Tether/MailboxConfiguration``, the ages of stored pushes follow it too. Everything
 /// else runs as usual: bytes move, handlers run, actors and tasks make progress.
 ///
 /// ```swift
@@ -21,7 +21,7 @@ internal import Synchronization
 /// the clock cannot see is work outside its loops: a task the test started, another thread.
 /// Before advancing, await the event that shows such work is done (a request has reached
 /// its handler, a peer was admitted), with ``firstElement(of:within:)`` or
-/// ``withTimeLimit(_:_:)``.
+/// ``withTimeLimit(_:_:_:)``.
 ///
 /// Never call ``advance(by:)`` from code that runs on the clock's loops (a server's
 /// handler, a task on a connection's executor): the loop would wait for itself.
@@ -60,8 +60,8 @@ public final class TestClock: Sendable {
         await manual.settle()
     }
 
-    /// A mailbox clock (``MailboxConfiguration/clock``) that moves with this clock, so
-    /// pushes age as the test advances time; ``ServerConfiguration/use(_:)`` sets it.
+    /// A mailbox clock (``Tether/MailboxConfiguration/clock``) that moves with this clock, so
+    /// pushes age as the test advances time; ``Tether/ServerConfiguration/use(_:)`` sets it.
     ///
     /// It starts at 2023-11-14 22:13:20 UTC (1,700,000,000,000 ms since 1970) when the
     /// property is read, and moves with each advance, to the millisecond.
@@ -76,8 +76,8 @@ public final class TestClock: Sendable {
     /// both fires in one deadline order.
     ///
     /// - Parameter loopCount: How many loop threads; at least one.
-    /// - Returns: The group; set it as ``ConnectionConfiguration/eventLoopGroup`` and
-    ///   ``ServerConfiguration/eventLoopGroup``.
+    /// - Returns: The group; set it as ``Tether/ConnectionConfiguration/eventLoopGroup`` and
+    ///   ``Tether/ServerConfiguration/eventLoopGroup``.
     public func makeEventLoopGroup(loopCount: Int = 1) -> EventLoopGroup {
         let group = EventLoopGroup(loopCount: loopCount, clock: manual)
         groups.withLock { $0.append(group) }

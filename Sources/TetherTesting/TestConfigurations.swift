@@ -7,13 +7,15 @@ extension ConnectionConfiguration {
     /// The defaults, with:
     /// - ``connectTimeout`` and ``requestTimeout``: 2 s;
     /// - ``heartbeat``: disabled (turn it on in the tests about heartbeats);
-    /// - ``reconnect``: a backoff from 20 ms, at most 5 attempts.
+    /// - ``reconnect``: a backoff from 20 ms, growing 1.6 times an attempt, without jitter
+    ///   (so each delay is exact: 20 ms, 32 ms, 51.2 ms, …), at most 5 failed attempts in
+    ///   a row.
     public static var testing: ConnectionConfiguration {
         var configuration = ConnectionConfiguration()
         configuration.connectTimeout = .seconds(2)
         configuration.requestTimeout = .seconds(2)
         configuration.heartbeat = .disabled
-        configuration.reconnect = .backoff(initialDelay: .milliseconds(20), maximumAttempts: 5)
+        configuration.reconnect = .backoff(initialDelay: .milliseconds(20), jitter: 0, maximumAttempts: 5)
         return configuration
     }
 
@@ -39,11 +41,6 @@ extension ConnectionConfiguration {
 }
 
 extension ServerConfiguration {
-    /// For a server a test runs: on `127.0.0.1`, on a port the system picks.
-    public static var testing: ServerConfiguration {
-        ServerConfiguration(host: "127.0.0.1", port: 0)
-    }
-
     /// A server on `network`, at `host` and `port`.
     ///
     /// - Parameters:
@@ -59,8 +56,8 @@ extension ServerConfiguration {
 
     /// Makes the server listen on `network` instead of the system's sockets, on the
     /// network's event loop and clock; with ``mailboxes`` set, their
-    /// ``MailboxConfiguration/clock`` becomes the network's clock too
-    /// (``TestClock/mailboxClock``), so set the mailboxes first.
+    /// ``Tether/MailboxConfiguration/clock`` becomes the network's clock too
+    /// (``TetherTesting/TestClock/mailboxClock``), so set the mailboxes first.
     ///
     /// - Parameter network: The in-memory network.
     public mutating func use(_ network: TestNetwork) {

@@ -1,20 +1,19 @@
 public import Tether
 
-/// A network inside the test process: a ``Server`` listens on it and ``Connection``s dial
+/// A network inside the test process: a ``Tether/Server`` listens on it and ``Tether/Connection``s dial
 /// it, with no sockets, no ports and no kernel in between, on a ``TestClock``.
 ///
 /// The server and the connections are the same types an app uses, with the same handlers,
 /// profiles, sessions, heartbeats and reconnects; only their configuration says where they
-/// live (``ServerConfiguration/testing(on:host:port:)``,
-/// ``ConnectionConfiguration/testing(on:)``):
+/// live (``Tether/ServerConfiguration/testing(on:host:port:)``,
+/// ``Tether/ConnectionConfiguration/testing(on:)``):
 ///
 /// ```swift
 /// try await withTestNetwork { network in
-///     let server = Server(configuration: .testing(on: network))
-///     server.handle(type: 0x410) { _, _ in Response(json: ["price": 101.5]) }
-///     try await withRunningServer(server) {
-///         let endpoint = Endpoint(host: "server", port: 9000)
-///         try await Connection.withConnection(to: endpoint, configuration: .testing(on: network)) { connection in
+///     try await withTestServer(configuration: .testing(on: network), handlers: { server in
+///         server.handle(type: 0x410) { _, _ in Response(json: ["price": 101.5]) }
+///     }) { server in
+///         try await Connection.withConnection(to: server.endpoint, configuration: .testing(on: network)) { connection in
 ///             let reply = try await connection.request(Request(type: 0x410))
 ///             …
 ///         }
@@ -35,7 +34,7 @@ public final class TestNetwork: Sendable {
     /// The time of everything on the network.
     public let clock: TestClock
     /// The group of one event loop that every client and server on the network runs on;
-    /// ``ConnectionConfiguration/use(_:)`` and ``ServerConfiguration/use(_:)`` set it.
+    /// ``Tether/ConnectionConfiguration/use(_:)`` and ``Tether/ServerConfiguration/use(_:)`` set it.
     public let eventLoopGroup: EventLoopGroup
     package let memory: MemoryNetwork
 
@@ -65,8 +64,8 @@ public final class TestNetwork: Sendable {
     /// Whether a server listens on `endpoint` now.
     ///
     /// - Parameter endpoint: A host name and port on this network.
-    /// - Returns: `true` from when the server's ``Server/listeningAddress()`` returns
-    ///   until its ``Server/run()`` has ended.
+    /// - Returns: `true` from when the server's ``Tether/Server/listeningAddress()`` returns
+    ///   until its ``Tether/Server/run()`` has ended.
     public func isListening(on endpoint: Endpoint) -> Bool {
         memory.isListening(endpoint)
     }
@@ -74,7 +73,7 @@ public final class TestNetwork: Sendable {
     // MARK: Dialing faults
 
     /// Refuses every dial to `endpoint`, as a host that has nothing on the port does
-    /// (``TetherError/Code/connectionRefused``), until ``restoreConnections(to:)``; links
+    /// (``Tether/TetherError/Code/connectionRefused``), until ``restoreConnections(to:)``; links
     /// already made stay up.
     ///
     /// - Parameter endpoint: The host name and port.
@@ -83,7 +82,7 @@ public final class TestNetwork: Sendable {
     }
 
     /// Answers no dial to `endpoint`: each waits for its connect timeout, on the clock,
-    /// and fails with ``TetherError/Code/connectTimedOut``, as a dial into a network that
+    /// and fails with ``Tether/TetherError/Code/connectTimedOut``, as a dial into a network that
     /// drops packets does; until ``restoreConnections(to:)``.
     ///
     /// - Parameter endpoint: The host name and port.

@@ -7,11 +7,11 @@ import Darwin
 #endif
 public import Tether
 
-/// A ``Server`` that runs for the length of a test, and can be stopped and started again on
+/// A ``Tether/Server`` that runs for the length of a test, and can be stopped and started again on
 /// the same port.
 ///
 /// By default it listens on 127.0.0.1, on a port the system picks; the handlers closure
-/// installs the request handlers on every ``Server`` it makes. ``start()`` returns once the
+/// installs the request handlers on every ``Tether/Server`` it makes. ``start()`` returns once the
 /// server listens, ``stop()`` once it has stopped and freed its port, and ``restart()``
 /// makes a new server with the same configuration and handlers on the same port, so that
 /// clients reconnect to it.
@@ -67,7 +67,7 @@ public final class TestServer: Sendable {
     }
 
     /// The configuration of a test server by default: host `127.0.0.1`, port 0 (one the
-    /// system picks), everything else ``ServerConfiguration``'s defaults.
+    /// system picks), everything else ``Tether/ServerConfiguration``'s defaults.
     public static var defaultConfiguration: ServerConfiguration {
         ServerConfiguration(host: "127.0.0.1", port: 0)
     }
@@ -82,7 +82,7 @@ public final class TestServer: Sendable {
     ///     (127.0.0.1, a port the system picks).
     ///   - handlers: Installs request handlers on a new server; called once for every
     ///     server made, before it starts. Default: none.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/bindFailed`` when the port cannot
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/bindFailed`` when the port cannot
     ///   be reserved.
     public init(
         configuration: ServerConfiguration = TestServer.defaultConfiguration,
@@ -131,12 +131,12 @@ public final class TestServer: Sendable {
 
     /// Starts the server and returns once it listens.
     ///
-    /// After a ``stop()`` it makes a new ``Server`` (a server runs only once), with the same
+    /// After a ``stop()`` it makes a new ``Tether/Server`` (a server runs only once), with the same
     /// configuration and handlers, on the same port. When the server is running already it
     /// returns at once.
     ///
-    /// - Throws: What ``Server/run()`` throws when it cannot listen, such as
-    ///   ``TetherError`` with ``TetherError/Code/bindFailed``; the server is then stopped.
+    /// - Throws: What ``Tether/Server/run()`` throws when it cannot listen, such as
+    ///   ``Tether/TetherError`` with ``Tether/TetherError/Code/bindFailed``; the server is then stopped.
     public func start() async throws {
         let server = state.withLock { state -> Server? in
             guard state.task == nil else { return nil }
@@ -163,7 +163,7 @@ public final class TestServer: Sendable {
         }
     }
 
-    /// Stops the server and returns once ``Server/run()`` has returned: its peers are
+    /// Stops the server and returns once ``Tether/Server/run()`` has returned: its peers are
     /// closed and its port is free. Does nothing when no server runs.
     public func stop() async {
         let task = state.withLock { state -> Task<Void, any Error>? in

@@ -1,6 +1,6 @@
 internal import Synchronization
 
-/// Thrown by ``withTimeLimit(_:_:)`` when what it waits for takes longer than its limit.
+/// Thrown by ``withTimeLimit(_:_:_:)`` when what it waits for takes longer than its limit.
 public struct TimeLimitExceeded: Error, CustomStringConvertible {
     /// The limit that passed.
     public var limit: Duration
@@ -71,7 +71,7 @@ public func withTimeLimit<T: Sendable>(
 /// The first element of `sequence`, within `limit` of real time.
 ///
 /// Make the sequence before doing what causes the element: Tether's sequences deliver what
-/// arrives after they were made (``Connection/states`` starts with the current state).
+/// arrives after they were made (``Tether/Connection/states`` starts with the current state).
 ///
 /// - Parameters:
 ///   - sequence: The sequence.
@@ -110,4 +110,36 @@ public func collect<S: AsyncSequence & Sendable>(
         }
         return elements
     }
+}
+
+/// Suspends until the calling task is cancelled, then throws `CancellationError`: for a
+/// handler that must never answer, with no timer and no thread held meanwhile.
+///
+/// ```swift
+/// server.handle(type: 0x410) { _, _ in
+///     try await suspendUntilCancelled()   // ends when the server stops
+/// }
+/// ```
+///
+/// - Throws: `CancellationError`, once the task is cancelled (at once if it already is).
+public func suspendUntilCancelled() async throws -> Never {
+    let waiter = Mutex<(cancelled: Bool, continuation: CheckedContinuation<Void, any Error>?)>((false, nil))
+    try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let cancelled = waiter.withLock { state -> Bool in
+                if state.cancelled { return true }
+                state.continuation = continuation
+                return false
+            }
+            if cancelled { continuation.resume(throwing: CancellationError()) }
+        }
+    } onCancel: {
+        let continuation = waiter.withLock { state -> CheckedContinuation<Void, any Error>? in
+            state.cancelled = true
+            defer { state.continuation = nil }
+            return state.continuation
+        }
+        continuation?.resume(throwing: CancellationError())
+    }
+    throw CancellationError()
 }

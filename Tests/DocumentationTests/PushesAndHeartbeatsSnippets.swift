@@ -3,6 +3,7 @@
 
 import Testing
 import Tether
+import TetherTesting
 
 private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
     recordAndPrint(items, separator: separator, terminator: terminator)

@@ -4,6 +4,7 @@
 import Synchronization
 import Testing
 import Tether
+import TetherTesting
 
 private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
     recordAndPrint(items, separator: separator, terminator: terminator)

@@ -6,6 +6,7 @@
 import Synchronization
 import Testing
 import Tether
+import TetherTesting
 
 /// What the examples print while a test records them. Each snippet file that prints has a
 /// file-private `print` that calls ``Transcript/print(_:separator:terminator:)``, so its
@@ -132,4 +133,23 @@ func quietConfiguration() -> ConnectionConfiguration {
     configuration.reconnect = .disabled
     configuration.heartbeat = .disabled
     return configuration
+}
+
+/// Runs a server on 127.0.0.1, on a port the system picks, while `body` runs; then stops it
+/// and waits until it has.
+func withLocalServer<T: Sendable>(
+    configure: (inout ServerConfiguration) -> Void = { _ in },
+    handlers: @escaping @Sendable (Server) -> Void,
+    _ body: (Server, Endpoint) async throws -> T
+) async throws -> T {
+    var configuration = TestServer.defaultConfiguration
+    configure(&configuration)
+    return try await withTestServer(configuration: configuration, handlers: handlers) { server in
+        try await body(server.server, server.endpoint)
+    }
+}
+
+extension ConnectionConfiguration {
+    /// For tests against a local server: ``testing``, quick to fail and to come back.
+    static var localTesting: ConnectionConfiguration { .testing }
 }

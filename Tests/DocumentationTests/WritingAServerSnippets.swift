@@ -9,6 +9,7 @@ import Darwin
 import Synchronization
 import Testing
 import Tether
+import TetherTesting
 
 private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
     recordAndPrint(items, separator: separator, terminator: terminator)
