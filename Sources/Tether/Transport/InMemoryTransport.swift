@@ -38,6 +38,8 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     private weak var peer: InMemoryTransport?
     package private(set) var bytesRead = 0
     package private(set) var bytesWritten = 0
+    /// Reads made so far: each one a ``ByteTransportHandler/transportRead()``.
+    package private(set) var reads = 0
     package var writableThreshold: Int?
     package private(set) var isOpen = true
     private var started = false
@@ -168,6 +170,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
             received.moveReaderIndex(forwardBy: count)
             if received.isEmpty { received.clear() }
             bytesRead += count
+            reads += 1
             handler?.transportRead()
             buffers.settleInbound(borrowed: borrowed, on: loop)
             // Room in the queue: a writer that waited for it goes on.
