@@ -1,5 +1,6 @@
 import Testing
 @testable import Tether
+import TetherTesting
 
 /// One end of a link in these tests: keeps each read as a piece, with the loop's time,
 /// and the end it heard.
@@ -64,7 +65,7 @@ private struct LinkFixture {
     }
 
     /// Sets the faults and lets the loop apply them.
-    func setFaults(_ change: (inout LinkFaults) -> Void) async {
+    func setFaults(_ change: (inout Tether.LinkFaults) -> Void) async {
         link.updateFaults(change)
         await clock.settle()
     }
@@ -80,7 +81,7 @@ private struct LinkFixture {
 
 private func withLink(
     capacity: Int = 256 << 10,
-    _ change: (inout LinkFaults) -> Void = { _ in },
+    _ change: (inout Tether.LinkFaults) -> Void = { _ in },
     _ body: (LinkFixture) async throws -> Void
 ) async throws {
     try await withManualLoop { clock, group in
@@ -93,7 +94,7 @@ private func withLink(
             clientSealed: false,
             serverSealed: false
         )
-        var faults = LinkFaults()
+        var faults = Tether.LinkFaults()
         change(&faults)
         let link = MemoryLink(id: 1, endpoint: Endpoint(host: "server", port: 30000), client: a, server: b, faults: faults)
         let (client, server) = try await loop.submit { () throws(TetherError) in
@@ -336,6 +337,220 @@ struct MemoryLinkTests {
             await f.clock.settle()
             #expect(!f.link.isOpen)
             #expect(f.server.end == .peerClosed)
+        }
+    }
+}
+
+/// A server on an in-memory network on a manual clock, with a reverse handler (type 0x500:
+/// the payload reversed) and the echo handlers, for connections to dial.
+private struct NetworkFixture {
+    let clock: ManualClock
+    let group: EventLoopGroup
+    let network: MemoryNetwork
+    let endpoint: Endpoint
+
+    /// A connection to the server, not connected, on the network.
+    func connection(_ change: (inout ConnectionConfiguration) -> Void = { _ in }) -> Connection {
+        Connection(to: endpoint, configuration: testConfiguration {
+            $0.eventLoopGroup = group
+            $0.memoryNetwork = network
+            change(&$0)
+        })
+    }
+
+    /// Link `number`, once made.
+    func link(_ number: Int) async throws -> MemoryLink {
+        try await bounded("link \(number)") { await network.waitForLinks(number) }
+        return network.links[number - 1]
+    }
+
+    /// Makes a request 0x500 and returns its key once it has been written and flushed.
+    func startRequest(_ payload: [UInt8], on connection: Connection) async throws -> (Connection.RequestKey, Task<Result<Response, any Error>, Never>) {
+        let (made, feed) = AsyncStream<Connection.RequestKey>.makeStream()
+        let pending = Task {
+            await connection.observedRequest(Request(type: 0x500, payload: payload), timeout: .seconds(60), made: { _, key in feed.yield(key) }, ended: { _, _ in })
+        }
+        let key = try await collect(1, from: made, "the request to be made")[0]
+        // The write is flushed at the end of the loop turn that made it.
+        await clock.settle()
+        return (key, pending)
+    }
+}
+
+private func withNetworkServer(_ body: (NetworkFixture) async throws -> Void) async throws {
+    try await withManualLoop { clock, group in
+        let network = MemoryNetwork(loop: group.loops[0])
+        var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.eventLoopGroup = group
+        configuration.memoryNetwork = network
+        let server = Server(configuration: configuration)
+        echoHandlers(server)
+        server.handle(type: 0x500) { request, _ in Response(payload: request.payload.reversed()) }
+        let running = Task { try await server.run() }
+        let result: Result<Void, any Error>
+        do {
+            let address = try await bounded("server to listen") { try await server.listeningAddress() }
+            let fixture = NetworkFixture(clock: clock, group: group, network: network, endpoint: Endpoint(host: "127.0.0.1", port: address.port))
+            result = .success(try await body(fixture))
+        } catch {
+            result = .failure(error)
+        }
+        running.cancel()
+        try await bounded("the server to stop after cancellation") { try await running.value }
+        try result.get()
+    }
+}
+
+/// Heartbeat events of a connection, collected from before it connects.
+private actor Heartbeats {
+    private var iterator: Subscription<Heartbeat>.AsyncIterator
+
+    init(_ connection: Connection) {
+        iterator = connection.heartbeats.makeAsyncIterator()
+    }
+
+    func take(_ count: Int) async throws -> [Heartbeat] {
+        try await bounded("\(count) heartbeat events") { [self] in await consume(count) }
+    }
+
+    private func consume(_ count: Int) async -> [Heartbeat] {
+        var local = iterator
+        var taken: [Heartbeat] = []
+        while taken.count < count, let event = await local.next(isolation: self) {
+            taken.append(event)
+        }
+        return taken
+    }
+}
+
+@Suite("Faults of an in-memory link, between a real server and connection", .timeLimit(.minutes(1)))
+struct MemoryLinkEndToEndTests {
+    @Test("frames cut into 1-byte pieces both ways still decode: the handshake and a request of 300 bytes, each byte a read of its own")
+    func bytePieces() async throws {
+        try await withNetworkServer { f in
+            f.network.defaultFaults.toServer.maximumWrite = 1
+            f.network.defaultFaults.toClient.maximumWrite = 1
+            let connection = f.connection()
+            try await connection.connect()
+            let link = try await f.link(1)
+            let payload = (0..<300).map { UInt8($0 % 251) }
+            let response = try await bounded("the response") { try await connection.request(Request(type: 0x500, payload: payload)) }
+            #expect(response.payload == payload.reversed())
+            await f.clock.settle()
+            let (serverReads, clientReads) = try await f.group.loops[0].submit { (link.server.reads, link.client.reads) }
+            #expect(serverReads == link.bytesToServer)
+            #expect(clientReads == link.bytesToClient)
+            #expect(link.bytesToServer > 300)
+            await connection.close()
+        }
+    }
+
+    @Test("a link cut in the middle of a request fails it with connectionLost; the connection reconnects on a new link and the next request succeeds")
+    func cutMidRequest() async throws {
+        try await withNetworkServer { f in
+            let connection = f.connection {
+                $0.reconnect = .backoff(initialDelay: .seconds(1), multiplier: 2, jitter: 0)
+            }
+            let watcher = StateWatcher(connection)
+            try await connection.connect()
+            let first = TestLink(try await f.link(1))
+            #expect(first.number == 1)
+            #expect(first.endpoint == f.endpoint)
+            let before = first.bytesToServer
+            first.faults.toServer = .cut(after: 3)
+
+            let outcome = try await bounded("the cut request") { () async -> Result<Response, any Error> in
+                do {
+                    return .success(try await connection.request(Request(type: 0x500, payload: Array(repeating: 7, count: 100))))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            #expect(throws: TetherError.self) { try outcome.get() }
+            if case .failure(let error as TetherError) = outcome {
+                #expect(error.code == .connectionLost)
+                #expect((error.underlying as? TetherError)?.code == .connectionReset)
+            }
+            #expect(first.bytesToServer == before + 3)
+            #expect(!first.isOpen)
+
+            try await watcher.next(.reconnecting)
+            await f.clock.advance(by: .seconds(1))
+            let second = TestLink(try await f.link(2))
+            try await watcher.next(.connected)
+            #expect(second.isOpen)
+            #expect(second.faults == .none)
+            let response = try await bounded("the request after the reconnect") { try await connection.request(Request(type: 0x500, payload: [1, 2, 3])) }
+            #expect(response.payload == [3, 2, 1])
+            #expect(f.network.links.count == 2)
+            await connection.close()
+        }
+    }
+
+    @Test("a stalled link keeps the connection up until its heartbeats miss: it ends interval × (misses + 1) after the last ack, not 1 ns sooner")
+    func stallDetectedByHeartbeats() async throws {
+        try await withNetworkServer { f in
+            let interval: Duration = .seconds(10)
+            let connection = f.connection {
+                $0.heartbeat = .every(interval, timeout: interval, maximumMissed: 3)
+            }
+            let heartbeats = Heartbeats(connection)
+            let watcher = StateWatcher(connection)
+            try await connection.connect()
+            let start = f.clock.now
+            // The first heartbeat goes out at once and is answered before the stall.
+            #expect(try await heartbeats.take(2).map(\.outcome) == [.sent, .acked])
+            let link = TestLink(try await f.link(1))
+            link.faults = .both(.stalled)
+            await f.clock.settle()
+
+            await f.clock.advance(by: interval * 4 - .nanoseconds(1))
+            #expect(await connection.currentState.phase == .connected)
+            #expect(link.isOpen)
+            await f.clock.advance(by: .nanoseconds(1))
+            #expect(f.clock.now == start + 40_000_000_000)
+            let closed = try await watcher.next(.closed)
+            #expect(closed.reason?.code == .heartbeatTimeout)
+            #expect(await connection.metrics.heartbeatsMissed == 3)
+        }
+    }
+
+    @Test("a request's answer is as late as the link makes it: coalescing toward the server and a delay toward the client add up, to the nanosecond")
+    func delayAndCoalescing() async throws {
+        try await withNetworkServer { f in
+            let connection = f.connection()
+            try await connection.connect()
+            let link = TestLink(try await f.link(1))
+            link.faults = LinkFaults(
+                toServer: .coalescing(minimum: 1 << 20, flushAfter: .milliseconds(20)),
+                toClient: .delayed(by: .milliseconds(50))
+            )
+            await f.clock.settle()
+            let start = f.clock.now
+            let (key, pending) = try await f.startRequest([1, 2, 3, 4], on: connection)
+            await f.clock.advance(by: .milliseconds(70) - .nanoseconds(1))
+            #expect(await connection.isPending(key))
+            await f.clock.advance(by: .nanoseconds(1))
+            #expect(f.clock.now == start + 70_000_000)
+            let outcome = try await bounded("the answer") { await pending.value }
+            #expect(try outcome.get().payload == [4, 3, 2, 1])
+            await connection.close()
+        }
+    }
+
+    @Test("bytes injected toward a client that are no frame end its connection with a protocol error")
+    func injectGarbage() async throws {
+        try await withNetworkServer { f in
+            let connection = f.connection()
+            let watcher = StateWatcher(connection)
+            try await connection.connect()
+            let link = TestLink(try await f.link(1))
+            await f.clock.settle()
+            let before = link.bytesToClient
+            link.inject(Array("HTTP/1.1 200 OK\r\n\r\n".utf8), toward: .toClient)
+            let closed = try await watcher.next(.closed)
+            #expect(closed.reason?.code == .protocolError)
+            #expect(link.bytesToClient == before + 19)
         }
     }
 }

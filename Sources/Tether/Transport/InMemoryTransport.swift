@@ -171,6 +171,8 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
             if received.isEmpty { received.clear() }
             bytesRead += count
             reads += 1
+            // No readiness event announced these bytes: date them for the layers above.
+            loop.stampWake()
             handler?.transportRead()
             buffers.settleInbound(borrowed: borrowed, on: loop)
             // Room in the queue: a writer that waited for it goes on.
