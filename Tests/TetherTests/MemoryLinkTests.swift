@@ -348,6 +348,7 @@ private struct NetworkFixture {
     let group: EventLoopGroup
     let network: MemoryNetwork
     let endpoint: Endpoint
+    let server: Server
 
     /// A connection to the server, not connected, on the network.
     func connection(_ change: (inout ConnectionConfiguration) -> Void = { _ in }) -> Connection {
@@ -390,7 +391,7 @@ private func withNetworkServer(_ body: (NetworkFixture) async throws -> Void) as
         let result: Result<Void, any Error>
         do {
             let address = try await bounded("server to listen") { try await server.listeningAddress() }
-            let fixture = NetworkFixture(clock: clock, group: group, network: network, endpoint: Endpoint(host: "127.0.0.1", port: address.port))
+            let fixture = NetworkFixture(clock: clock, group: group, network: network, endpoint: Endpoint(host: "127.0.0.1", port: address.port), server: server)
             result = .success(try await body(fixture))
         } catch {
             result = .failure(error)
@@ -535,6 +536,31 @@ struct MemoryLinkEndToEndTests {
             let outcome = try await bounded("the answer") { await pending.value }
             #expect(try outcome.get().payload == [4, 3, 2, 1])
             await connection.close()
+        }
+    }
+
+    @Test("part of a frame injected toward the server is dated when it was read: the server ends the peer exactly its frame completion timeout later")
+    func partialFrameTimesOut() async throws {
+        try await withNetworkServer { f in
+            let connection = f.connection()
+            let events = f.server.events
+            try await connection.connect()
+            let response = try await bounded("a first request") { try await connection.request(Request(type: 0x500, payload: [1])) }
+            #expect(response.payload == [1])
+            let link = TestLink(try await f.link(1))
+            await f.clock.advance(by: .seconds(5))
+            let start = f.clock.now
+            link.inject(Array(seedBytes(type: 0x500, serial: 9, payload: [1, 2, 3]).prefix(5)), toward: .toServer)
+            await f.clock.settle()
+            await f.clock.advance(by: .seconds(30) - .nanoseconds(1))
+            #expect(await f.server.metrics().frameTimeouts == 0)
+            #expect(link.isOpen)
+            await f.clock.advance(by: .nanoseconds(1))
+            #expect(f.clock.now == start + 30_000_000_000)
+            let gone = try await firstEvent(events, "the peer's end") { $0.kind == .peerDisconnected }
+            #expect(gone.reason?.code == .frameTimeout)
+            #expect(gone.reason?.message == "peer 127.0.9.1:49152 did not finish a frame within 30 s of its first byte (5 bytes of it received)")
+            #expect(await f.server.metrics().frameTimeouts == 1)
         }
     }
 
