@@ -142,11 +142,15 @@ struct MemoryLinkTests {
             try await f.write(Array(0..<25), from: f.link.client)
             #expect(try await f.onLoop { f.link.client.bytesWritten } == 10)
             #expect(try await f.onLoop { f.link.client.buffers.pendingOutboundBytes } == 15)
+            // A later flush finds no room either: the held bytes fill it.
+            try await f.write(Array(25..<30), from: f.link.client)
+            #expect(try await f.onLoop { f.link.client.bytesWritten } == 10)
+            #expect(try await f.onLoop { f.link.client.buffers.pendingOutboundBytes } == 20)
             #expect(f.server.pieces == [])
 
             await f.setFaults { $0.toServer.stalled = false }
-            #expect(f.server.bytes == Array(0..<25))
-            #expect(f.server.sizes == [10, 10, 5])
+            #expect(f.server.bytes == Array(0..<30))
+            #expect(f.server.sizes == [10, 10, 10])
             #expect(try await f.onLoop { f.link.client.buffers.pendingOutboundBytes } == 0)
         }
     }

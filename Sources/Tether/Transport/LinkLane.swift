@@ -78,7 +78,8 @@ final class LinkLane: @unchecked Sendable {
     func apply(_ faults: DirectionFaults) {
         let old = self.faults
         self.faults = faults
-        passThrough = Self.passesThrough(faults) && held == 0 && !endReady
+        // Until the stages are empty under the new faults: pump() says so.
+        passThrough = false
         reader?.readLimit = Self.readLimit(for: faults)
         if faults.cutAfter != old.cutAfter {
             remainingBeforeCut = faults.cutAfter.map { max(0, $0) }
