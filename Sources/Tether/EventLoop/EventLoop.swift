@@ -133,6 +133,12 @@ package final class EventLoop: @unchecked Sendable {
         precondition(inLoop, "must run on event loop \(name)", file: file, line: line)
     }
 
+    /// Sets ``lastWake`` to now, for bytes that arrive without a readiness event (an
+    /// in-memory transport's read), so what reads it dates them right. Loop thread only.
+    func stampWake() {
+        lastWake = now
+    }
+
     // MARK: Jobs
 
     func enqueue(_ job: Job) {

@@ -19,6 +19,9 @@
 /// - The end of the stream and errors are reported once; nothing is reported after a
 ///   close from above.
 ///
+/// The ends of a ``MemoryLink`` write through its lanes (``LinkLane``), where the link's
+/// faults act on the bytes between one end's outbound buffer and the other's receive queue.
+///
 /// Loop thread only; make a pair with ``makePair(on:capacity:sealed:)``.
 package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop`'s thread; Sendable so
@@ -35,6 +38,8 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     private weak var peer: InMemoryTransport?
     package private(set) var bytesRead = 0
     package private(set) var bytesWritten = 0
+    /// Reads made so far: each one a ``ByteTransportHandler/transportRead()``.
+    package private(set) var reads = 0
     package var writableThreshold: Int?
     package private(set) var isOpen = true
     private var started = false
@@ -54,6 +59,14 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     private var outputEnded = false
     private var closeWhenFlushed = false
     private var drainTimer: LoopTimer?
+    /// The most one read takes from the receive queue.
+    static let maximumRead = 64 << 10
+    /// The most one read takes now: ``maximumRead``, or less when the link's faults cut
+    /// deliveries into pieces.
+    var readLimit = InMemoryTransport.maximumRead
+    /// The way to the peer through a ``MemoryLink``, where its faults act; `nil` for a pair
+    /// made directly, whose bytes go straight into the peer's queue.
+    var lane: LinkLane?
 
     private init(loop: EventLoop, local: SocketAddress, remote: SocketAddress, capacity: Int, sealed: Bool) {
         self.loop = loop
@@ -149,7 +162,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     private func readNow() {
         guard isOpen, started else { return }
         if !isReadingPaused || endOfStream, !received.isEmpty {
-            let count = min(received.readableBytes, 64 << 10)
+            let count = min(received.readableBytes, readLimit)
             let borrowed = buffers.borrowInbound(from: loop)
             received.withReadableBytes { bytes in
                 buffers.inbound.writeBytes(UnsafeRawBufferPointer(rebasing: bytes[..<count]))
@@ -157,6 +170,9 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
             received.moveReaderIndex(forwardBy: count)
             if received.isEmpty { received.clear() }
             bytesRead += count
+            reads += 1
+            // No readiness event announced these bytes: date them for the layers above.
+            loop.stampWake()
             handler?.transportRead()
             buffers.settleInbound(borrowed: borrowed, on: loop)
             // Room in the queue: a writer that waited for it goes on.
@@ -175,7 +191,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     }
 
     /// The peer wrote `bytes`, or ended its stream: queue them for reading.
-    private func receive(_ bytes: inout FrameBuffer, limit: Int) -> Int {
+    func receive(_ bytes: inout FrameBuffer, limit: Int) -> Int {
         let count = min(bytes.readableBytes, limit)
         guard count > 0 else { return 0 }
         bytes.withReadableBytes { all in
@@ -186,7 +202,14 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         return count
     }
 
-    private func receiveEndOfStream(reset: Bool = false) {
+    /// Bytes a link delivers: queue them for reading.
+    func deliver(_ bytes: UnsafeRawBufferPointer) {
+        guard isOpen, !bytes.isEmpty else { return }
+        received.writeBytes(bytes)
+        scheduleRead()
+    }
+
+    func receiveEndOfStream(reset: Bool = false) {
         guard isOpen, !endOfStream || (reset && !self.reset) else { return }
         endOfStream = true
         self.reset = reset
@@ -212,8 +235,13 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
             }
             return
         }
-        let room = max(0, peer.capacity - peer.received.readableBytes)
-        bytesWritten += peer.receive(&buffers.outbound, limit: room)
+        if let lane {
+            let room = max(0, peer.capacity - peer.received.readableBytes - lane.held)
+            bytesWritten += lane.send(&buffers.outbound, limit: room)
+        } else {
+            let room = max(0, peer.capacity - peer.received.readableBytes)
+            bytesWritten += peer.receive(&buffers.outbound, limit: room)
+        }
         blocked = buffers.outbound.readableBytes > 0
         if blocked {
             notifyIfWritable()
@@ -223,7 +251,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         buffers.outbound.shrinkIfIdle(keeping: TransportBuffers.idleBufferLimit)
         if outputShutdown {
             outputEnded = true
-            peer.receiveEndOfStream()
+            sendEndOfStream()
         }
         if closeWhenFlushed {
             close()
@@ -260,11 +288,17 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         buffers.outbound.clear()
         if unread {
             outputEnded = true
-            peer?.receiveEndOfStream(reset: true)
+            if let lane { lane.sendReset() } else { peer?.receiveEndOfStream(reset: true) }
         } else if !outputEnded {
             outputEnded = true
-            peer?.receiveEndOfStream()
+            sendEndOfStream()
         }
+        lane?.link?.endClosed()
+    }
+
+    /// The orderly end of this end's stream, behind the bytes on their way.
+    private func sendEndOfStream() {
+        if let lane { lane.sendEnd() } else { peer?.receiveEndOfStream() }
     }
 
     package func closeAfterFlush(timeout: Duration) {
