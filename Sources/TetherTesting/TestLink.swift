@@ -69,7 +69,7 @@ public final class TestLink: Sendable {
     /// Closes the link both ways in order, as two hosts that both close their sockets do.
     ///
     /// Each end reads the bytes already delivered to it, then the end of the stream
-    /// (``TetherError/Code/peerClosed``). Bytes the link still held (stalled, delayed,
+    /// (``Tether/TetherError/Code/peerClosed``). Bytes the link still held (stalled, delayed,
     /// gathering) are dropped; bytes written afterwards go nowhere.
     public func cut() {
         link.cut()
@@ -78,7 +78,7 @@ public final class TestLink: Sendable {
     /// Resets the link, as a middlebox that drops the connection does.
     ///
     /// Each end reads the bytes already delivered to it, then fails with
-    /// ``TetherError/Code/connectionReset``. Bytes the link still held are dropped.
+    /// ``Tether/TetherError/Code/connectionReset``. Bytes the link still held are dropped.
     public func reset() {
         link.reset()
     }
@@ -163,13 +163,13 @@ public struct LinkFaults: Sendable, Equatable {
     /// The faults of an in-memory link, as this value.
     ///
     /// - Parameter faults: The link's faults.
-    package init(_ faults: Tether.LinkFaults) {
+    package init(_ faults: MemoryLinkFaults) {
         self.init(toServer: DirectionFaults(faults.toServer), toClient: DirectionFaults(faults.toClient))
     }
 
     /// This value as the faults of an in-memory link.
-    package var memoryFaults: Tether.LinkFaults {
-        var faults = Tether.LinkFaults()
+    package var memoryFaults: MemoryLinkFaults {
+        var faults = MemoryLinkFaults()
         faults.toServer = toServer.memoryFaults
         faults.toClient = toClient.memoryFaults
         return faults
@@ -180,7 +180,7 @@ public struct LinkFaults: Sendable, Equatable {
 /// so bytes pass as they would through a socket pair.
 ///
 /// The faults act in this order: each write waits its ``delay``; bytes then gather
-/// (``coalesce``); a ``stalled`` direction holds them; they are delivered in pieces of at
+/// (``coalesce``); a ``stalled-swift.property`` direction holds them; they are delivered in pieces of at
 /// most ``maximumWrite`` bytes; after ``cutAfter`` delivered bytes, the link breaks. Bytes
 /// the link holds count against the receiving end's buffer (256 KiB), as bytes in flight
 /// fill a socket's buffers: a writer whose bytes are held stops writing once it is full.
@@ -205,7 +205,7 @@ public struct DirectionFaults: Sendable, Equatable {
     /// the link at once.
     public var cutAfter: Int?
     /// Whether the break at ``cutAfter`` resets the link (both ends fail with
-    /// ``TetherError/Code/connectionReset``), rather than closing it in order (both read
+    /// ``Tether/TetherError/Code/connectionReset``), rather than closing it in order (both read
     /// the end of the stream); `true` by default.
     public var resetOnCut: Bool
 
@@ -301,7 +301,7 @@ public struct DirectionFaults: Sendable, Equatable {
     /// The faults of one direction of an in-memory link, as this value.
     ///
     /// - Parameter faults: The direction's faults.
-    package init(_ faults: Tether.DirectionFaults) {
+    package init(_ faults: MemoryDirectionFaults) {
         self.init(
             stalled: faults.stalled,
             maximumWrite: faults.maximumWrite,
@@ -313,11 +313,11 @@ public struct DirectionFaults: Sendable, Equatable {
     }
 
     /// This value as the faults of one direction of an in-memory link.
-    package var memoryFaults: Tether.DirectionFaults {
-        var faults = Tether.DirectionFaults()
+    package var memoryFaults: MemoryDirectionFaults {
+        var faults = MemoryDirectionFaults()
         faults.stalled = stalled
         faults.maximumWrite = maximumWrite
-        faults.coalesce = coalesce.map { Tether.DirectionFaults.Coalescing(minimum: $0.minimum, flushAfter: $0.flushAfter) }
+        faults.coalesce = coalesce.map { MemoryDirectionFaults.Coalescing(minimum: $0.minimum, flushAfter: $0.flushAfter) }
         faults.delay = delay
         faults.cutAfter = cutAfter
         faults.resetOnCut = resetOnCut

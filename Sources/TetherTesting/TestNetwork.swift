@@ -98,6 +98,34 @@ public final class TestNetwork: Sendable {
         memory.clearRule(for: endpoint)
     }
 
+    // MARK: Links
+
+    /// Every link made so far (one per connection a client made), oldest first, open or
+    /// not.
+    public var links: [TestLink] {
+        memory.links.map(TestLink.init)
+    }
+
+    /// Link number `number` (from 1, in the order clients connected), once it is made.
+    ///
+    /// Waits for the link when fewer have been made so far; bound the wait with
+    /// ``withTimeLimit(_:_:_:)`` when the dial might never happen.
+    ///
+    /// - Parameter number: The link's number, from 1.
+    /// - Returns: The link.
+    public func link(_ number: Int) async -> TestLink {
+        precondition(number >= 1, "links are numbered from 1")
+        await memory.waitForLinks(number)
+        return TestLink(memory.links[number - 1])
+    }
+
+    /// The faults every new link starts with; none by default. Links already made keep
+    /// theirs.
+    public var defaultFaults: LinkFaults {
+        get { LinkFaults(memory.defaultFaults) }
+        set { memory.defaultFaults = newValue.memoryFaults }
+    }
+
     // MARK: Ending
 
     /// Stops the network's event loop, and the loops of groups its clock made. Call it

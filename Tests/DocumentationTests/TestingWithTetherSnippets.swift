@@ -173,6 +173,33 @@ struct PriceClientTests {
             #expect(await connection.currentState.phase == .failed)
         }
     }
+    @Test("a server that goes silent is noticed after 40 s of heartbeats, and a quote asked then goes out on the next connection")
+    func silentServer() async throws {
+        try await withTestNetwork { network in
+            try await withTestServer(configuration: .testing(on: network), handlers: { server in
+                server.handle(type: 0x410) { _, _ in try Response(encoding: Quote(symbol: "ACME", price: 101.5)) }
+            }) { server in
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.heartbeat = .every(.seconds(10), timeout: .seconds(10), maximumMissed: 3)
+                let connection = Connection(to: server.endpoint, configuration: configuration)
+                let heartbeats = connection.heartbeats
+                try await connection.connect()
+                // The first heartbeat goes out at once: let it be answered before the silence.
+                #expect(try await collect(2, from: heartbeats).map(\.outcome) == [.sent, .acked])
+                let link = await network.link(1)
+                link.faults.toClient = .stalled                  // nothing from the server arrives
+                await network.advance(by: .seconds(40) - .nanoseconds(1))
+                #expect(await connection.currentState.phase == .connected)
+                await network.advance(by: .nanoseconds(1))       // interval × (misses + 1)
+                #expect(await connection.currentState.phase == .reconnecting)
+                let quote = Task { try await PriceClient(connection: connection).quote(for: "ACME") }
+                await network.advance(by: .milliseconds(20))     // the backoff
+                #expect(try await quote.value == Quote(symbol: "ACME", price: 101.5))
+                #expect(network.links.count == 2)
+                await connection.close()
+            }
+        }
+    }
 }
 
 @Suite("PriceClient over real sockets", .timeLimit(.minutes(1)))

@@ -65,7 +65,7 @@ private struct LinkFixture {
     }
 
     /// Sets the faults and lets the loop apply them.
-    func setFaults(_ change: (inout Tether.LinkFaults) -> Void) async {
+    func setFaults(_ change: (inout MemoryLinkFaults) -> Void) async {
         link.updateFaults(change)
         await clock.settle()
     }
@@ -81,7 +81,7 @@ private struct LinkFixture {
 
 private func withLink(
     capacity: Int = 256 << 10,
-    _ change: (inout Tether.LinkFaults) -> Void = { _ in },
+    _ change: (inout MemoryLinkFaults) -> Void = { _ in },
     _ body: (LinkFixture) async throws -> Void
 ) async throws {
     try await withManualLoop { clock, group in
@@ -94,7 +94,7 @@ private func withLink(
             clientSealed: false,
             serverSealed: false
         )
-        var faults = Tether.LinkFaults()
+        var faults = MemoryLinkFaults()
         change(&faults)
         let link = MemoryLink(id: 1, endpoint: Endpoint(host: "server", port: 30000), client: a, server: b, faults: faults)
         let (client, server) = try await loop.submit { () throws(TetherError) in

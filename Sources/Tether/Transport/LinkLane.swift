@@ -1,17 +1,17 @@
 import Synchronization
 
 /// One direction of a ``MemoryLink``: what lies between the writing end's outbound buffer
-/// and the reading end's receive queue, where the direction's ``DirectionFaults`` act.
+/// and the reading end's receive queue, where the direction's ``MemoryDirectionFaults`` act.
 ///
 /// Bytes a writer flushes enter the lane and pass its stages in order:
-/// 1. **delay**: each flush waits its ``DirectionFaults/delay`` (a loop timer), in order;
-/// 2. **coalescing**: bytes gather until ``DirectionFaults/Coalescing/minimum`` wait or the
-///    oldest has waited ``DirectionFaults/Coalescing/flushAfter``, then go on together;
-/// 3. **stall**: while ``DirectionFaults/stalled``, everything waits here;
-/// 4. **delivery** into the reader's queue, counted against ``DirectionFaults/cutAfter``,
+/// 1. **delay**: each flush waits its ``MemoryDirectionFaults/delay`` (a loop timer), in order;
+/// 2. **coalescing**: bytes gather until ``MemoryDirectionFaults/Coalescing/minimum`` wait or the
+///    oldest has waited ``MemoryDirectionFaults/Coalescing/flushAfter``, then go on together;
+/// 3. **stall**: while ``MemoryDirectionFaults/stalled``, everything waits here;
+/// 4. **delivery** into the reader's queue, counted against ``MemoryDirectionFaults/cutAfter``,
 ///    whose end breaks the link.
 ///
-/// ``DirectionFaults/maximumWrite`` acts on the reader, which reads at most that many bytes
+/// ``MemoryDirectionFaults/maximumWrite`` acts on the reader, which reads at most that many bytes
 /// at a time. An orderly end of stream follows the bytes through every stage (it flushes
 /// what is gathering); a reset overtakes them and drops them.
 ///
@@ -30,7 +30,7 @@ final class LinkLane: @unchecked Sendable {
     weak var link: MemoryLink?
     /// Bytes put into the reader's queue so far, injected ones included. Any thread.
     let delivered = Atomic<Int>(0)
-    private(set) var faults: DirectionFaults
+    private(set) var faults: MemoryDirectionFaults
     /// Whether bytes go straight to the reader: no fault holds them.
     private(set) var passThrough: Bool
     /// Set once the link is cut or reset: the lane carries nothing more.
@@ -55,27 +55,27 @@ final class LinkLane: @unchecked Sendable {
     private var endReady = false
     private var remainingBeforeCut: Int?
 
-    init(loop: EventLoop, faults: DirectionFaults) {
+    init(loop: EventLoop, faults: MemoryDirectionFaults) {
         self.loop = loop
         self.faults = faults
         self.passThrough = Self.passesThrough(faults)
         self.remainingBeforeCut = faults.cutAfter.map { max(0, $0) }
     }
 
-    private static func passesThrough(_ faults: DirectionFaults) -> Bool {
+    private static func passesThrough(_ faults: MemoryDirectionFaults) -> Bool {
         !faults.stalled && faults.coalesce == nil && faults.delay == nil && faults.cutAfter == nil
     }
 
     /// The most a read of the reader takes at once under `faults`.
-    static func readLimit(for faults: DirectionFaults) -> Int {
+    static func readLimit(for faults: MemoryDirectionFaults) -> Int {
         min(InMemoryTransport.maximumRead, max(1, faults.maximumWrite ?? InMemoryTransport.maximumRead))
     }
 
     // MARK: Faults
 
     /// Puts `faults` in force now: a cleared stall or delay releases what it held, a new
-    /// ``DirectionFaults/cutAfter`` counts from here.
-    func apply(_ faults: DirectionFaults) {
+    /// ``MemoryDirectionFaults/cutAfter`` counts from here.
+    func apply(_ faults: MemoryDirectionFaults) {
         let old = self.faults
         self.faults = faults
         // Until the stages are empty under the new faults: pump() says so.

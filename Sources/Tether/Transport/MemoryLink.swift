@@ -15,10 +15,10 @@ package final class MemoryLink: Sendable {
     package let loop: EventLoop
     private let toServer: LinkLane
     private let toClient: LinkLane
-    private let faultState: Lock<LinkFaults>
+    private let faultState: Lock<MemoryLinkFaults>
     private let open = Atomic<Bool>(true)
 
-    init(id: Int, endpoint: Endpoint, client: InMemoryTransport, server: InMemoryTransport, faults: LinkFaults) {
+    init(id: Int, endpoint: Endpoint, client: InMemoryTransport, server: InMemoryTransport, faults: MemoryLinkFaults) {
         self.id = id
         self.endpoint = endpoint
         self.client = client
@@ -47,8 +47,8 @@ package final class MemoryLink: Sendable {
     /// The faults in force on the link now.
     ///
     /// Setting them takes effect on the loop at once: a cleared stall or delay releases
-    /// what it held, in order, and a new ``DirectionFaults/cutAfter`` counts from then.
-    package var faults: LinkFaults {
+    /// what it held, in order, and a new ``MemoryDirectionFaults/cutAfter`` counts from then.
+    package var faults: MemoryLinkFaults {
         get { faultState.withLock { $0 } }
         set { updateFaults { $0 = newValue } }
     }
@@ -56,7 +56,7 @@ package final class MemoryLink: Sendable {
     /// Changes the faults in one step, as ``faults`` does.
     ///
     /// - Parameter change: Changes the faults in force.
-    package func updateFaults(_ change: (inout LinkFaults) -> Void) {
+    package func updateFaults(_ change: (inout MemoryLinkFaults) -> Void) {
         // Applied on the loop in the order of the changes: the lock is held while queueing.
         faultState.withLock { faults in
             change(&faults)
@@ -119,18 +119,18 @@ package final class MemoryLink: Sendable {
 }
 
 /// What a ``MemoryLink`` does to the bytes of each direction.
-package struct LinkFaults: Sendable, Equatable {
+package struct MemoryLinkFaults: Sendable, Equatable {
     /// From the client to the server.
-    package var toServer = DirectionFaults()
+    package var toServer = MemoryDirectionFaults()
     /// From the server to the client.
-    package var toClient = DirectionFaults()
+    package var toClient = MemoryDirectionFaults()
 
     package init() {}
 }
 
 /// What a link does to the bytes of one direction; all off by default, so bytes pass as
 /// they would through a socket pair.
-package struct DirectionFaults: Sendable, Equatable {
+package struct MemoryDirectionFaults: Sendable, Equatable {
     /// Bytes are held back (a black hole that keeps the connection up) until cleared.
     package var stalled = false
     /// Each delivery carries at most this many bytes, so the reader sees small pieces.

@@ -40,7 +40,7 @@ package final class MemoryNetwork: Sendable {
         var nextClientPort = 49152
         var nextListenPort = 30000
         var links: [MemoryLink] = []
-        var defaultFaults = LinkFaults()
+        var defaultFaults = MemoryLinkFaults()
         var linkWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
@@ -130,7 +130,7 @@ package final class MemoryNetwork: Sendable {
     // MARK: Links
 
     /// The faults each new link starts with.
-    package var defaultFaults: LinkFaults {
+    package var defaultFaults: MemoryLinkFaults {
         get { state.withLock { $0.defaultFaults } }
         set { state.withLock { $0.defaultFaults = newValue } }
     }
