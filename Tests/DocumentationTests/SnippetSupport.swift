@@ -71,41 +71,15 @@ func printedLines(
 /// test finishes in a fraction of it when nothing is wrong.
 let testBound: Duration = .seconds(5)
 
-struct TimedOut: Error, CustomStringConvertible {
-    var what: String
-    var description: String { "timed out waiting for \(what)" }
-}
-
-/// Runs `operation`, failing with ``TimedOut`` if it takes longer than `limit`; the operation
-/// is then cancelled. Whichever finishes first wins, so an operation that ignores
-/// cancellation cannot hang the test.
+/// Runs `operation`, failing with ``TetherTesting/TimeLimitExceeded`` (naming `what`) if it
+/// takes longer than `limit`; the operation is then cancelled and left behind, so one that
+/// ignores cancellation cannot hang the test.
 func bounded<T: Sendable>(
     _ what: String,
     _ limit: Duration = testBound,
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    let pending = Mutex<CheckedContinuation<T, any Error>?>(nil)
-    let finish: @Sendable (Result<T, any Error>) -> Void = { result in
-        pending.withLock { slot in
-            slot?.resume(with: result)
-            slot = nil
-        }
-    }
-    return try await withCheckedThrowingContinuation { continuation in
-        pending.withLock { $0 = continuation }
-        let work = Task {
-            do { finish(.success(try await operation())) } catch { finish(.failure(error)) }
-        }
-        let timer = Task {
-            do { try await Task.sleep(for: limit) } catch { return }
-            finish(.failure(TimedOut(what: what)))
-            work.cancel()
-        }
-        Task {
-            await work.value
-            timer.cancel()
-        }
-    }
+    try await withTimeLimit(limit, what, operation)
 }
 
 /// Runs `server` on its port-0 address for the duration of `body`, then cancels it and
