@@ -1,4 +1,5 @@
 import Testing
+import TetherTLS
 import TetherTesting
 @testable import Tether
 
@@ -87,6 +88,64 @@ struct TestNetworkTests {
                         Issue.record("expected a timeout, got \(outcome)")
                     }
                 }
+            }
+        }
+    }
+
+    @Test("TLS 1.3 runs over an in-memory link with real OpenSSL on both ends, and the certificate is verified")
+    func tlsInMemory() async throws {
+        let certificates = try await TestCertificates.shared()
+        try await withTestNetwork { network in
+            var serverConfiguration = ServerConfiguration.testing(on: network)
+            serverConfiguration.tls = .server(options: TLSServerOptions(certificate: certificates.server))
+            try await withTestServer(configuration: serverConfiguration, handlers: { server in
+                server.handle(type: 0x401) { request, _ in Response(payload: request.payload) }
+            }) { server in
+                var options = TLSClientOptions()
+                options.trustRoots = .file(certificates.caCertificate)
+                options.serverName = "localhost"
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.tls = .client(options: options)
+                try await Connection.withConnection(to: server.endpoint, configuration: configuration) { connection in
+                    let reply = try await connection.request(Request(type: 0x401, payload: [1, 2, 3]))
+                    #expect(reply.payload == [1, 2, 3])
+                    #expect(await connection.tlsDetails?.version == "TLSv1.3")
+                }
+                // A client that trusts nothing else fails the handshake with a verification error.
+                var untrusting = ConnectionConfiguration.testing(on: network)
+                untrusting.reconnect = .disabled
+                untrusting.tls = .client(options: TLSClientOptions())
+                let error = await #expect(throws: TetherError.self) {
+                    try await Connection.connect(to: server.endpoint, configuration: untrusting)
+                }
+                #expect(error?.code == .certificateRejected)
+            }
+        }
+    }
+
+    @Test("a session's pushes stored while its link is down arrive once, in order, after the client reconnects")
+    func sessionAcrossACut() async throws {
+        try await withTestNetwork { network in
+            var serverConfiguration = ServerConfiguration(host: "server", port: 9000)
+            serverConfiguration.mailboxes = .inMemory
+            serverConfiguration.use(network)
+            try await withTestServer(configuration: serverConfiguration) { server in
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.session = SessionConfiguration(clientID: "alice")
+                let connection = Connection(to: server.endpoint, configuration: configuration)
+                let pushes = connection.notifications
+                let states = connection.states
+                try await connection.connect()
+                #expect(try await server.server.push(Frame(type: 0x20, payload: [1]), toClient: "alice") == 1)
+                await network.link(1).cut()
+                _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+                #expect(try await server.server.push(Frame(type: 0x20, payload: [2]), toClient: "alice") == 2)
+                #expect(try await server.server.push(Frame(type: 0x20, payload: [3]), toClient: "alice") == 3)
+                await network.advance(by: .milliseconds(20))        // the backoff
+                let received = try await TetherTesting.collect(3, from: pushes)
+                #expect(received.map(\.payload) == [[1], [2], [3]])
+                #expect(network.links.count == 2)
+                await connection.close()
             }
         }
     }
