@@ -245,7 +245,7 @@ struct ManualTimeTests {
     @Test("a session acknowledges the pushes it got exactly at its acknowledgement delay, when too few came to acknowledge by count")
     func acknowledgementDelay() async throws {
         try await withManualLoop { clock, group in
-            let store = InMemoryMailboxStore()
+            let store = WatchedMailboxStore(InMemoryMailboxStore())
             try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
                 let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("ruth") {
                     $0.eventLoopGroup = group
