@@ -536,5 +536,5 @@ extension Connection {
 
 extension Connection {
     /// How many heartbeats the current connection has sent.
-    fileprivate var heartbeatsSent: UInt32 { (heartbeatMachine?.nextSerial ?? 1) &- 1 }
+    var heartbeatsSent: UInt32 { (heartbeatMachine?.nextSerial ?? 1) &- 1 }
 }
