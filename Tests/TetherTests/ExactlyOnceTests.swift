@@ -15,7 +15,7 @@ struct ExactlyOnceTests {
                 server.handle(type: 0x402) { request, _ in Response(json: ["echo": request.json ?? nil]) }
                 server.handle(type: 0x404) { _, _ in
                     arrival.yield()
-                    await untilCancelledByServer()
+                    try await untilCancelledByServer()
                     return Response()
                 }
                 server.handle(type: 0x40A) { _, peer in

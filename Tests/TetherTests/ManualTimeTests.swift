@@ -45,7 +45,7 @@ struct ManualTimeTests {
             try await withNetworkServer(on: network, handlers: { server in
                 server.handle(type: 0x402) { request, _ in
                     arrival.yield(request.serial)
-                    await untilCancelledByServer()
+                    try await untilCancelledByServer()
                     return Response()
                 }
             }) { _, endpoint in

@@ -130,7 +130,7 @@ struct ReconnectTests {
             let server = Server(configuration: .testing(on: network))
             server.handle(type: 0x404) { _, _ in
                 arrival.yield()
-                await untilCancelledByServer()
+                try await untilCancelledByServer()
                 return Response()
             }
             let connection = Connection(to: endpoint, configuration: testConfiguration { $0.use(network) })
@@ -356,7 +356,7 @@ struct ReconnectTests {
                 echoHandlers(server)
                 server.handle(type: 0x404) { _, _ in
                     arrival.yield()
-                    await untilCancelledByServer()
+                    try await untilCancelledByServer()
                     return Response()
                 }
             }) { server, endpoint in
@@ -477,7 +477,7 @@ struct ReconnectTests {
             try await withNetworkServer(on: network, configure: { $0.profile = heartbeatsAsRequests }, handlers: { server in
                 server.handle(type: 0x1) { request, _ in
                     arrival.yield(request.serial)
-                    await untilCancelledByServer()
+                    try await untilCancelledByServer()
                     return Response()
                 }
             }) { _, endpoint in

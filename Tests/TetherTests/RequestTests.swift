@@ -79,7 +79,7 @@ struct RequestTests {
             try await withNetworkServer(on: network, handlers: { server in
                 server.handle(type: 0x405) { _, _ in
                     arrival.yield()
-                    await untilCancelledByServer()
+                    try await untilCancelledByServer()
                     return Response()
                 }
             }) { _, endpoint in
@@ -214,7 +214,7 @@ struct RequestTests {
         try await withServer(handlers: { server in
             server.handle(type: 0x407) { _, peer in
                 await peer.close()
-                await untilCancelledByServer()
+                try await untilCancelledByServer()
                 return Response()
             }
         }) { _, endpoint in
@@ -240,7 +240,7 @@ struct RequestTests {
             echoHandlers(server)
             server.handle(type: 0x40B) { _, _ in
                 arrival.yield()
-                await untilCancelledByServer()
+                try await untilCancelledByServer()
                 return Response()
             }
         }) { _, endpoint in

@@ -84,7 +84,7 @@ struct StreamTests {
             try await withNetworkServer(on: network, configure: { $0.profile = heartbeatsAsRequests }, handlers: { server in
                 server.handle(type: 0x1) { request, _ in
                     arrival.yield(request.serial)
-                    await untilCancelledByServer()
+                    try await untilCancelledByServer()
                     return Response()
                 }
             }) { _, endpoint in

@@ -49,9 +49,12 @@ final class HandlerGate: Sendable {
     }
 }
 
-/// Waits until the calling task is cancelled: for a handler that never answers.
-func untilCancelledByServer() async {
+/// Waits until the calling task is cancelled, then throws `CancellationError`: for a
+/// handler that never answers. Thrown, not returned, so the server answers nothing for it
+/// as it shuts the peer down.
+func untilCancelledByServer() async throws {
     await HandlerGate(open: false).pass()
+    throw CancellationError()
 }
 
 extension Connection {
