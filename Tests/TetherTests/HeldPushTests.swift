@@ -2,6 +2,7 @@ import Testing
 @testable import Tether
 import TetherTesting
 import TetherSQLite
+import Synchronization
 
 /// The mailbox stores the delivery tests run against.
 enum DeliveryStore: String, CaseIterable, Sendable, CustomTestStringConvertible {
@@ -18,15 +19,77 @@ enum DeliveryStore: String, CaseIterable, Sendable, CustomTestStringConvertible 
     }
 }
 
-/// Waits, within the bound, until the store says `clientID` acknowledged `sequence`.
-func awaitAcknowledged(_ sequence: UInt64, by clientID: String, in store: any MailboxStore) async throws {
-    try await bounded("\(clientID)'s acknowledgement through \(sequence) to reach the store") {
-        let limits = MailboxLimits()
-        let now = MailboxTime(millisecondsSince1970: 0)
-        while try await store.openMailbox(for: clientID, limits: limits, now: now).acknowledged < sequence {
-            try await Task.sleep(for: .milliseconds(2))
-        }
+/// A mailbox store that tells when a client's acknowledgement reaches it, so tests await
+/// the acknowledgement instead of polling the store.
+final class WatchedMailboxStore: MailboxStore {
+    private struct Waiter {
+        var clientID: String
+        var sequence: UInt64
+        var continuation: AsyncStream<Void>.Continuation
     }
+
+    /// The store every call goes to.
+    let base: any MailboxStore
+    private let state = Mutex<(through: [String: UInt64], waiters: [Waiter])>(([:], []))
+
+    init(_ base: any MailboxStore) {
+        self.base = base
+    }
+
+    func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
+        try await base.append(messages, limits: limits, now: now)
+    }
+
+    func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
+        try await base.openMailbox(for: clientID, limits: limits, now: now)
+    }
+
+    func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
+        try await base.messages(for: clientID, after: sequence, limit: limit)
+    }
+
+    func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
+        try await base.acknowledge(clientID, through: sequence)
+        let ready = state.withLock { state -> [Waiter] in
+            state.through[clientID] = max(state.through[clientID] ?? 0, sequence)
+            let through = state.through[clientID] ?? 0
+            let ready = state.waiters.filter { $0.clientID == clientID && $0.sequence <= through }
+            state.waiters.removeAll { $0.clientID == clientID && $0.sequence <= through }
+            return ready
+        }
+        for waiter in ready { waiter.continuation.finish() }
+    }
+
+    func clientIDs() async throws -> [String] {
+        try await base.clientIDs()
+    }
+
+    func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String] {
+        try await base.removeExpired(limits: limits, now: now, keeping: connected)
+    }
+
+    /// Returns once the store has `clientID`'s acknowledgement through `sequence`, or the
+    /// task is cancelled.
+    func acknowledged(_ sequence: UInt64, by clientID: String) async {
+        let (stream, continuation) = AsyncStream<Void>.makeStream()
+        let waits = state.withLock { state -> Bool in
+            guard (state.through[clientID] ?? 0) < sequence else { return false }
+            state.waiters.append(Waiter(clientID: clientID, sequence: sequence, continuation: continuation))
+            return true
+        }
+        guard waits else { return }
+        for await _ in stream {}
+    }
+}
+
+/// Waits, within the bound, until `clientID`'s acknowledgement through `sequence` reaches
+/// the store, and checks the store has it.
+func awaitAcknowledged(_ sequence: UInt64, by clientID: String, in store: WatchedMailboxStore) async throws {
+    try await bounded("\(clientID)'s acknowledgement through \(sequence) to reach the store") {
+        await store.acknowledged(sequence, by: clientID)
+    }
+    let summary = try await store.base.openMailbox(for: clientID, limits: MailboxLimits(), now: MailboxTime(millisecondsSince1970: 0))
+    #expect(summary.acknowledged >= sequence)
 }
 
 /// A sequenced push counts as delivered, and is acknowledged, only once a subscriber whose
@@ -37,7 +100,7 @@ struct HeldPushTests {
     func heldUntilMatched(_ kind: DeliveryStore) async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let store = try kind.make(in: directory)
+        let store = WatchedMailboxStore(try kind.make(in: directory))
         try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
             let stored = Frame(type: 0x20, serial: 0, payload: Array("stored".utf8))
             #expect(try await server.push(stored, toClient: "bob") == 1)
@@ -54,11 +117,9 @@ struct HeldPushTests {
 
             let late = connection.notifications(ofType: 0x20)
             #expect(try await collect(1, from: late, "the held 0x20 push") == [Frame(type: 0x20, serial: 1, payload: Array("stored".utf8))])
-            try await bounded("the held push to count as delivered") {
-                while await connection.lastSequence < 2 { try await Task.sleep(for: .milliseconds(1)) }
-            }
-            #expect(await connection.lastSequence == 2)
+            // Acknowledged only once counted as delivered.
             try await awaitAcknowledged(2, by: "bob", in: store)
+            #expect(await connection.lastSequence == 2)
             #expect(try await store.messages(for: "bob", after: 0, limit: 10).isEmpty)
             await connection.close()
         }
@@ -68,7 +129,7 @@ struct HeldPushTests {
     func unmatchedIsRedelivered(_ kind: DeliveryStore) async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let store = try kind.make(in: directory)
+        let store = WatchedMailboxStore(try kind.make(in: directory))
         try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
             #expect(try await server.push(Frame(type: 0x20, serial: 0, payload: Array("stored".utf8)), toClient: "bob") == 1)
             let first = Connection(to: endpoint, configuration: sessionConfiguration("bob") {
@@ -98,7 +159,7 @@ struct HeldPushTests {
 
     @Test("with the hold full, later sequenced pushes are turned away unacknowledged; once taken, the next connection sends the rest again")
     func holdLimit() async throws {
-        let store = InMemoryMailboxStore()
+        let store = WatchedMailboxStore(InMemoryMailboxStore())
         try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = Connection(to: proxy.endpoint, configuration: sessionConfiguration("ann") {
@@ -106,10 +167,12 @@ struct HeldPushTests {
                     $0.session?.acknowledgeEvery = 1
                 })
                 let others = connection.notifications(ofType: 0x21)
+                let pushes = connection.frames.filter { $0.type == 0x20 || $0.type == 0x21 }
                 try await connection.connect()
                 for number in 1...5 { try await server.push(Frame(type: 0x20, serial: 0, payload: Array("\(number)".utf8)), toClient: "ann") }
                 try await server.push(Frame(type: 0x21, serial: 0, payload: Array("6".utf8)), toClient: "ann")
-                try await until("the six pushes to arrive", connection) { $0.notificationsReceived == 6 }
+                #expect(try await collect(6, from: pushes, "the six pushes").map(\.serial) == [1, 2, 3, 4, 5, 6])
+                #expect(await connection.metrics.notificationsReceived == 6)
                 #expect(await connection.notificationFeed.heldCountForTesting == 3)
                 #expect(await connection.metrics.heldNotifications == 3)
                 #expect(await connection.metrics.notificationsTurnedAway == 3)
@@ -134,19 +197,22 @@ struct HeldPushTests {
 
     @Test("a held push stays held across a reconnect: the replay after it sends neither it nor what a subscriber took again")
     func heldAcrossReconnect() async throws {
-        let store = InMemoryMailboxStore()
+        let store = WatchedMailboxStore(InMemoryMailboxStore())
         try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = Connection(to: proxy.endpoint, configuration: sessionConfiguration("cid") {
                     $0.session?.acknowledgeEvery = 1
                 })
                 let others = connection.notifications(ofType: 0x21)
+                let watcher = StateWatcher(connection)
                 try await connection.connect()
+                try await watcher.next(.connected)
                 try await server.push(Frame(type: 0x20, serial: 0, payload: Array("1".utf8)), toClient: "cid")
                 try await server.push(Frame(type: 0x21, serial: 0, payload: Array("2".utf8)), toClient: "cid")
                 #expect(try await collect(1, from: others, "the first 0x21 push").map(\.serial) == [2])
                 proxy.cutAll()
-                try await until("the second session", connection) { $0.connects == 2 }
+                try await watcher.next(.connected)
+                #expect(await connection.metrics.connects == 2)
                 try await server.push(Frame(type: 0x21, serial: 0, payload: Array("3".utf8)), toClient: "cid")
                 #expect(try await collect(1, from: others, "the push after the reconnect").map(\.serial) == [3])
                 #expect(await connection.lastSequence == 0)

@@ -1,21 +1,6 @@
 import Testing
+import TetherTesting
 @testable import Tether
-
-/// A client connected to a raw socket server on 127.0.0.1: the client on `group`, the
-/// server's end of the connection returned with it.
-private func connectToRawServer(
-    group: EventLoopGroup,
-    _ change: (inout ConnectionConfiguration) -> Void = { _ in }
-) async throws -> (Connection, RawSocket, RawSocket) {
-    let (listener, endpoint) = try RawSocket.listen()
-    let configuration = testConfiguration {
-        $0.eventLoopGroup = group
-        change(&$0)
-    }
-    async let accepted = listener.accept()
-    let connection = try await Connection.connect(to: endpoint, configuration: configuration)
-    return (connection, listener, try await accepted)
-}
 
 extension Connection {
     /// Whether a reconnect waits for its backoff timer.
@@ -49,110 +34,119 @@ private actor HeartbeatLog {
     }
 }
 
-@Suite("Timeouts on a manual clock, over loopback sockets", .timeLimit(.minutes(1)))
+@Suite("Timeouts on a manual clock", .timeLimit(.minutes(1)))
 struct ManualTimeTests {
+    let endpoint = Endpoint(host: "server", port: 9000)
+
     @Test("a request times out exactly at its deadline: not 1 ns before, with timedOut at it")
     func requestTimeout() async throws {
-        try await withManualLoop { clock, group in
-            let (connection, listener, server) = try await connectToRawServer(group: group)
-            defer { listener.close(); server.close() }
-            let key = await connection.nextRequestKey()
-            let start = clock.now
-            let pending = Task { try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: .seconds(5)) }
-            // The request is on the wire, so its deadline is set: `start` plus 5 s, since the
-            // clock has not moved.
-            let written = try await server.readFrame()
-            #expect(written?.type == 0x402)
-            #expect(written?.serial == key.serial)
+        try await withTestNetwork { network in
+            let (reached, arrival) = AsyncStream<UInt32>.makeStream()
+            try await withNetworkServer(on: network, handlers: { server in
+                server.handle(type: 0x402) { request, _ in
+                    arrival.yield(request.serial)
+                    try await untilCancelledByServer()
+                    return Response()
+                }
+            }) { _, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: .testing(on: network))
+                let key = await connection.nextRequestKey()
+                let pending = Task { try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: .seconds(5)) }
+                // The request reached the server, so its deadline is set: 5 s from 0, since
+                // the clock has not moved.
+                #expect(try await firstElement(of: reached) == key.serial)
 
-            await clock.advance(by: .seconds(5) - .nanoseconds(1))
-            #expect(await connection.isPending(key), "timed out before its deadline")
-            await clock.advance(by: .nanoseconds(1))
-            #expect(clock.now == start + 5_000_000_000)
-            // The timer's callback ends the request in the turn it fires.
-            #expect(await !connection.isPending(key), "not timed out at its deadline")
-            let outcome = try await bounded("the request's outcome") { await pending.result }
-            #expect(throws: TetherError.self) { try outcome.get() }
-            if case .failure(let error as TetherError) = outcome {
-                #expect(error.code == .timedOut)
+                await network.advance(by: .seconds(5) - .nanoseconds(1))
+                #expect(await connection.isPending(key), "timed out before its deadline")
+                await network.advance(by: .nanoseconds(1))
+                #expect(network.clock.elapsed == .seconds(5))
+                // The timer's callback ends the request in the turn it fires.
+                #expect(await !connection.isPending(key), "not timed out at its deadline")
+                let outcome = try await withTimeLimit { await pending.result }
+                #expect(throws: TetherError.self) { try outcome.get() }
+                if case .failure(let error as TetherError) = outcome {
+                    #expect(error.code == .timedOut)
+                }
+                #expect(await connection.metrics.requestsTimedOut == 1)
+                await connection.close()
             }
-            #expect(await connection.metrics.requestsTimedOut == 1)
-            await connection.close()
         }
     }
 
     @Test("unanswered heartbeats end the connection interval × (misses + 1) after the last ack, not 1 ns sooner")
     func heartbeatMisses() async throws {
-        try await withManualLoop { clock, group in
+        try await withTestNetwork { network in
             let interval: Duration = .seconds(10)
-            let (listener, endpoint) = try RawSocket.listen()
-            defer { listener.close() }
-            let connection = Connection(to: endpoint, configuration: testConfiguration {
-                $0.eventLoopGroup = group
-                $0.heartbeat = .every(interval, timeout: interval, maximumMissed: 3)
-            })
-            let log = HeartbeatLog(connection)
-            let watcher = StateWatcher(connection)
-            async let accepted = listener.accept()
-            try await connection.connect()
-            let server = try await accepted
-            defer { server.close() }
-            let start = clock.now
+            // The server answers the first heartbeat, then no more.
+            let gate = HandlerGate()
+            let (reached, arrival) = AsyncStream<UInt32>.makeStream()
+            try await withNetworkServer(on: network, configure: { $0.profile = heartbeatsAsRequests }, handlers: { server in
+                server.handle(type: 0x1) { request, _ in
+                    arrival.yield(request.serial)
+                    await gate.pass()
+                    return Response()
+                }
+            }) { _, endpoint in
+                let connection = Connection(to: endpoint, configuration: testConfiguration {
+                    $0.use(network)
+                    $0.heartbeat = .every(interval, timeout: interval, maximumMissed: 3)
+                })
+                let log = HeartbeatLog(connection)
+                let watcher = StateWatcher(connection)
+                try await connection.connect()
+                let answered = try await log.take(2)
+                #expect(answered == [Heartbeat(serial: 1, outcome: .sent), Heartbeat(serial: 1, outcome: .acked, roundTripTime: .zero)])
+                gate.close()
 
-            // The first heartbeat goes out at once; the server answers it, then no more.
-            let first = try #require(try await server.readFrame())
-            #expect(first.type == 0x1 && first.serial == 1)
-            try server.write(seedBytes(type: 0x1, serial: 1))
-            let answered = try await log.take(2)
-            #expect(answered.map(\.outcome) == [.sent, .acked])
-            #expect(answered[1].roundTripTime == .zero)
+                await network.advance(by: interval * 4 - .nanoseconds(1))
+                #expect(await connection.currentState.phase == .connected)
+                await network.advance(by: .nanoseconds(1))
+                #expect(network.clock.elapsed == interval * 4)
+                let closed = try await watcher.next(.closed)
+                #expect(closed.reason?.code == .heartbeatTimeout)
 
-            for serial in UInt32(2)...4 {
-                await clock.advance(by: interval)
-                let frame = try await server.readFrame()
-                #expect(frame?.type == 0x1)
-                #expect(frame?.serial == serial)
+                let events = try await log.take(6)
+                #expect(events.map(\.serial) == [2, 2, 3, 3, 4, 4])
+                #expect(events.map(\.outcome) == [.sent, .missed, .sent, .missed, .sent, .missed])
+                #expect(await connection.metrics.heartbeatsMissed == 3)
+                #expect(try await collect(4, from: reached, "the heartbeats at the server") == [1, 2, 3, 4])
             }
-            await clock.advance(by: interval - .nanoseconds(1))
-            #expect(await connection.currentState.phase == .connected)
-            await clock.advance(by: .nanoseconds(1))
-            #expect(clock.now == start + 4 * 10_000_000_000)
-            let closed = try await watcher.next(.closed)
-            #expect(closed.reason?.code == .heartbeatTimeout)
-            #expect(try await server.waitForClose())
-
-            let events = try await log.take(6)
-            #expect(events.map(\.serial) == [2, 2, 3, 3, 4, 4])
-            #expect(events.map(\.outcome) == [.sent, .missed, .sent, .missed, .sent, .missed])
-            #expect(await connection.metrics.heartbeatsMissed == 3)
         }
     }
 
     @Test("a reconnect starts exactly when its backoff has passed on the clock, and the backoff grows")
     func reconnectBackoff() async throws {
-        try await withManualLoop { clock, group in
-            let (connection, listener, first) = try await connectToRawServer(group: group) {
-                $0.reconnect = .backoff(initialDelay: .seconds(2), multiplier: 2, jitter: 0)
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, handlers: { server in
+                server.handle(type: 0x407) { _, peer in
+                    await peer.close()
+                    return Response()
+                }
+            }) { _, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration {
+                    $0.use(network)
+                    $0.reconnect = .backoff(initialDelay: .seconds(2), multiplier: 2, jitter: 0)
+                })
+                let watcher = StateWatcher(connection)
+                var start = Duration.zero
+                for (attempt, delay) in [(1, Duration.seconds(2)), (2, .seconds(4))] {
+                    // The server closes the connection; nothing came back on it.
+                    _ = try? await connection.request(Request(type: 0x407), timeout: .seconds(5))
+                    let waiting = try await watcher.next(.reconnecting)
+                    #expect(waiting.attempt == attempt)
+                    #expect(waiting.delay == delay)
+                    // The loss was read without the clock moving: the backoff counts from now.
+                    await network.advance(by: delay - .nanoseconds(1))
+                    #expect(await connection.waitsForBackoff, "attempt \(attempt) started before its backoff")
+                    #expect(await connection.connectTask == nil)
+                    await network.advance(by: .nanoseconds(1))
+                    #expect(await !connection.waitsForBackoff, "attempt \(attempt) did not start at its backoff")
+                    try await watcher.next(.connected)
+                    start += delay
+                    #expect(network.clock.elapsed == start)
+                }
+                await connection.close()
             }
-            defer { listener.close() }
-            let watcher = StateWatcher(connection)
-            var server = first
-            for (attempt, delay) in [(1, Duration.seconds(2)), (2, .seconds(4))] {
-                server.close()
-                let waiting = try await watcher.next(.reconnecting)
-                #expect(waiting.attempt == attempt)
-                #expect(waiting.delay == delay)
-                // The loss was read without the clock moving: the backoff counts from now.
-                await clock.advance(by: delay - .nanoseconds(1))
-                #expect(await connection.waitsForBackoff, "attempt \(attempt) started before its backoff")
-                #expect(await connection.connectTask == nil)
-                await clock.advance(by: .nanoseconds(1))
-                #expect(await !connection.waitsForBackoff, "attempt \(attempt) did not start at its backoff")
-                server = try await listener.accept()
-                try await watcher.next(.connected)
-            }
-            server.close()
-            await connection.close()
         }
     }
 
@@ -245,7 +239,7 @@ struct ManualTimeTests {
     @Test("a session acknowledges the pushes it got exactly at its acknowledgement delay, when too few came to acknowledge by count")
     func acknowledgementDelay() async throws {
         try await withManualLoop { clock, group in
-            let store = InMemoryMailboxStore()
+            let store = WatchedMailboxStore(InMemoryMailboxStore())
             try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
                 let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("ruth") {
                     $0.eventLoopGroup = group

@@ -1,50 +1,81 @@
 import Testing
+import TetherTesting
 @testable import Tether
 
-/// A client and a server speaking each built-in profile over 127.0.0.1.
+/// Requests whose handlers wait, each at the gate of its index, until the test opens it:
+/// answers finish in the order the test says, with no real delays.
+final class GatedRequests: Sendable {
+    let gates: [HandlerGate]
+    let reached: AsyncStream<Int>
+    private let arrival: AsyncStream<Int>.Continuation
+
+    init(count: Int) {
+        gates = (0..<count).map { _ in HandlerGate(open: false) }
+        (reached, arrival) = AsyncStream<Int>.makeStream()
+    }
+
+    /// A handler that reports the request's index, waits at its gate, then answers.
+    func handler(index: @escaping @Sendable (Request) -> Int, answer: @escaping @Sendable (Request) -> Response) -> @Sendable (Request, Peer) async throws -> Response {
+        { [self] request, _ in
+            let number = index(request)
+            arrival.yield(number)
+            await gates[number].pass()
+            return answer(request)
+        }
+    }
+}
+
+/// A client and a server speaking each built-in profile: on the test network, or over
+/// 127.0.0.1 for raw bytes.
 @Suite("Every profile end to end", .timeLimit(.minutes(1)))
 struct ProfileEndToEndTests {
-    /// Runs a server speaking `profile` with `handlers`, and a client connected to it.
+    /// Runs a server speaking `profile` with `handlers` on a test network, and a client
+    /// connected to it, once the server has it as a peer.
     func withProfile<T: Sendable>(
         _ profile: Profile,
         heartbeat: HeartbeatConfiguration = .disabled,
         handlers: (Server) -> Void,
-        _ body: @escaping @Sendable (Server, Connection) async throws -> T
+        _ body: @escaping @Sendable (Server, Connection, TestNetwork) async throws -> T
     ) async throws -> T {
-        try await withServer(configure: { $0.profile = profile }, handlers: handlers) { server, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration {
-                $0.profile = profile
-                $0.heartbeat = heartbeat
-            })
-            do {
-                let result = try await body(server, connection)
-                await connection.close()
-                return result
-            } catch {
-                await connection.close()
-                throw error
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: { $0.profile = profile }, handlers: handlers) { server, endpoint in
+                let events = server.events
+                let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration {
+                    $0.profile = profile
+                    $0.heartbeat = heartbeat
+                    $0.use(network)
+                })
+                do {
+                    _ = try await firstEvent(events, "the server to see the peer") { $0.kind == .peerConnected }
+                    let result = try await body(server, connection, network)
+                    await connection.close()
+                    return result
+                } catch {
+                    await connection.close()
+                    throw error
+                }
             }
         }
     }
 
-    /// Waits until the server has the client as a peer.
-    func awaitPeer(_ server: Server) async throws {
-        try await until("the server to see the peer") { server.peerCount > 0 }
-    }
-
-    /// Sends concurrent requests whose answers finish in another order than they were asked;
-    /// returns each request's answer text by index.
-    func outOfOrder(_ connection: Connection, type: UInt32, delays: [Int], make: @escaping @Sendable (Int, Int) -> Request) async throws -> [Int: String] {
-        try await bounded("\(delays.count) answers") {
+    /// Sends concurrent requests whose answers finish in another order than they were asked:
+    /// once all are at their handlers, opens the gates in `finishing` order. Returns each
+    /// request's answer text by index.
+    func outOfOrder(_ connection: Connection, gated: GatedRequests, finishing: [Int], make: @escaping @Sendable (Int) -> Request) async throws -> [Int: String] {
+        let count = gated.gates.count
+        let asking = Task {
             try await withThrowingTaskGroup(of: (Int, String).self) { group in
-                for (index, delay) in delays.enumerated() {
-                    group.addTask { (index, try await connection.request(make(index, delay)).text) }
+                for index in 0..<count {
+                    group.addTask { (index, try await connection.request(make(index)).text) }
                 }
                 var answers: [Int: String] = [:]
                 for try await (index, text) in group { answers[index] = text }
                 return answers
             }
         }
+        #expect(try await collect(count, from: gated.reached, "\(count) requests at their handlers").sorted() == Array(0..<count))
+        for index in finishing { gated.gates[index].open() }
+        return try await withTimeLimit(.seconds(10), "\(count) answers") { try await asking.value }
     }
 
     @Test("seed-extended: requests carry version and content type, the SHA-256 verifies, pushes and heartbeats work")
@@ -56,17 +87,20 @@ struct ProfileEndToEndTests {
                     "contentType": .int(Int(request.fields["contentType"] ?? 99)),
                 ])
             }
-        }) { server, connection in
+        }) { server, connection, network in
             let reply = try await connection.request(Request(type: 0x402, payload: Array("{}".utf8), fields: ["contentType": 7, "version": 2]))
             #expect(reply.json == ["integrity": "verified", "contentType": 7])
             #expect(reply.fields == ["contentType": 7, "version": 2])
             #expect(reply.integrity == .verified)
             #expect(reply.serial == 1)
-            // The first heartbeat goes out as the connection opens, before this subscription.
-            let acked = try await collect(2, from: connection.heartbeats.filter { $0.outcome == .acked }, "heartbeat acks")
-            #expect(acked.count == 2 && acked[1].serial == acked[0].serial + 1)
+            // The first heartbeat went out as the connection opened; two more, 200 ms apart.
+            let acks = connection.heartbeats.filter { $0.outcome == .acked }
+            await network.advance(by: .milliseconds(200))
+            await network.advance(by: .milliseconds(200))
+            #expect(try await collect(2, from: acks, "heartbeat acks") == [
+                Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero), Heartbeat(serial: 3, outcome: .acked, roundTripTime: .zero),
+            ])
             let pushes = connection.notifications
-            try await awaitPeer(server)
             #expect(await server.broadcast(Frame(type: 0x3, serial: 0, payload: Array("news".utf8), fields: ["contentType": 5])) == 1)
             let push = try await collect(1, from: pushes, "the push").first
             #expect(push?.payload == Array("news".utf8))
@@ -98,13 +132,17 @@ struct ProfileEndToEndTests {
 
     @Test("compact: function codes answered in order, compressed bodies both ways, pushes and heartbeats")
     func compact() async throws {
-        try await withProfile(.compact, heartbeat: .every(.milliseconds(200), timeout: .seconds(5), maximumMissed: 3), handlers: echoHandlers) { server, connection in
-            // 0x404 answers after the delay: later requests finish first, but are answered in order.
-            let answers = try await outOfOrder(connection, type: 0x404, delays: [150, 0, 60, 0]) { index, delay in
-                Request(type: 0x404, json: ["id": .int(index), "delay_ms": .int(delay)])
+        let gated = GatedRequests(count: 4)
+        try await withProfile(.compact, heartbeat: .every(.milliseconds(200), timeout: .seconds(5), maximumMissed: 3), handlers: { server in
+            echoHandlers(server)
+            server.handle(type: 0x404, gated.handler(index: { $0.json?["id"]?.intValue ?? 0 }) { Response(json: ["echo": $0.json ?? nil]) })
+        }) { server, connection, network in
+            // Later requests finish first, but are answered in order.
+            let answers = try await outOfOrder(connection, gated: gated, finishing: [1, 3, 2, 0]) { index in
+                Request(type: 0x404, json: ["id": .int(index)])
             }
             for index in 0..<4 {
-                #expect(answers[index] == #"{"echo":{"delay_ms":\#([150, 0, 60, 0][index]),"id":\#(index)}}"#)
+                #expect(answers[index] == #"{"echo":{"id":\#(index)}}"#)
             }
             let text = String(repeating: "the same words again and again, ", count: 6_000)
             let big = try await connection.request(Request(type: 0x402, json: ["text": .string(text)]))
@@ -112,9 +150,10 @@ struct ProfileEndToEndTests {
             let metrics = await connection.metrics
             #expect(metrics.bytesOut < text.utf8.count / 10, "the request went out compressed")
             #expect(metrics.lateResponses == 0)
-            _ = try await collect(1, from: connection.heartbeats.filter { $0.outcome == .acked }, "a heartbeat ack")
+            let acks = connection.heartbeats.filter { $0.outcome == .acked }
+            await network.advance(by: .milliseconds(200))
+            #expect(try await collect(1, from: acks, "a heartbeat ack") == [Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero)])
             let pushes = connection.notifications
-            try await awaitPeer(server)
             await server.broadcast(Frame(type: 0x7, payload: Array(#"{"n":1}"#.utf8)))
             #expect(try await collect(1, from: pushes, "the push").first?.payload == Array(#"{"n":1}"#.utf8))
         }
@@ -122,16 +161,24 @@ struct ProfileEndToEndTests {
 
     @Test("compact: the answers to a timed-out request and to a sent frame are dropped; the next request gets its own")
     func compactTimeout() async throws {
-        try await withProfile(.compact, handlers: echoHandlers) { _, connection in
+        let gated = GatedRequests(count: 3)
+        gated.gates[2].open()
+        try await withProfile(.compact, handlers: { server in
+            echoHandlers(server)
+            server.handle(type: 0x404, gated.handler(index: { $0.json?["id"]?.intValue ?? 0 }) { Response(json: ["echo": $0.json ?? nil]) })
+        }) { _, connection, network in
             try await connection.send(Frame(type: 0x402, payload: Array(#"{"id":0}"#.utf8)))
-            // The answer comes long after the timeout: a loop stalled by other tests' work
-            // reads a response before it runs its due timers, so a short gap could let it win.
-            let error = await #expect(throws: TetherError.self) {
-                _ = try await connection.request(Request(type: 0x404, json: ["id": 1, "delay_ms": 1500]), timeout: .milliseconds(50))
-            }
+            let pending = Task { try await connection.request(Request(type: 0x404, json: ["id": 1]), timeout: .milliseconds(50)) }
+            #expect(try await collect(1, from: gated.reached, "the request at its handler") == [1])
+            await network.advance(by: .milliseconds(50) - .nanoseconds(1))
+            #expect(await connection.metrics.requestsTimedOut == 0)
+            await network.advance(by: .nanoseconds(1))
+            let error = await #expect(throws: TetherError.self) { try await withTimeLimit { try await pending.value } }
             #expect(error?.code == .timedOut)
-            let next = try await connection.request(Request(type: 0x404, json: ["id": 2, "delay_ms": 0]))
-            #expect(next.json == ["echo": ["id": 2, "delay_ms": 0]])
+            // The answer comes after the timeout, before the next request's.
+            gated.gates[1].open()
+            let next = try await connection.request(Request(type: 0x404, json: ["id": 2]))
+            #expect(next.json == ["echo": ["id": 2]])
             let plain = try await connection.request(Request(type: 0x402, json: ["id": 3]))
             #expect(plain.json == ["echo": ["id": 3]])
             #expect(await connection.metrics.lateResponses == 2)
@@ -140,18 +187,16 @@ struct ProfileEndToEndTests {
 
     @Test("marker: requests answered in order, addresses swapped in the reply")
     func marker() async throws {
+        let gated = GatedRequests(count: 3)
         try await withProfile(.marker, handlers: { server in
-            server.handle(type: 0x401) { request, _ in
-                let delay = Int(request.text.split(separator: ":").last ?? "0") ?? 0
-                try await Task.sleep(for: .milliseconds(delay))
-                return Response(payload: Array(request.text.uppercased().utf8))
+            server.handle(type: 0x401, gated.handler(index: { Int(String($0.text.dropFirst())) ?? 0 }) { Response(payload: Array($0.text.uppercased().utf8)) })
+        }) { _, connection, _ in
+            let answers = try await outOfOrder(connection, gated: gated, finishing: [1, 2, 0]) { index in
+                Request(type: 0x401, payload: Array("r\(index)".utf8), fields: ["destination": 10, "source": UInt64(20 + index)])
             }
-        }) { _, connection in
-            let answers = try await outOfOrder(connection, type: 0x401, delays: [120, 0, 40]) { index, delay in
-                Request(type: 0x401, payload: Array("r\(index):\(delay)".utf8), fields: ["destination": 10, "source": UInt64(20 + index)])
-            }
-            #expect(answers == [0: "R0:120", 1: "R1:0", 2: "R2:40"])
-            let reply = try await connection.request(Request(type: 0x401, payload: Array("x".utf8), fields: ["destination": 0x0A, "source": 0x0B]))
+            #expect(answers == [0: "R0", 1: "R1", 2: "R2"])
+            for gate in gated.gates { gate.open() }
+            let reply = try await connection.request(Request(type: 0x401, payload: Array("r0".utf8), fields: ["destination": 0x0A, "source": 0x0B]))
             #expect(reply.fields == ["destination": 0x0B, "source": 0x0A])
             #expect(reply.integrity == .verified)
         }
@@ -159,26 +204,26 @@ struct ProfileEndToEndTests {
 
     @Test("lines: each line answered in order")
     func lines() async throws {
+        let gated = GatedRequests(count: 4)
         try await withProfile(.lines, handlers: { server in
-            server.handle(type: 0x401) { request, _ in
-                let delay = Int(request.text.split(separator: " ").last ?? "0") ?? 0
-                try await Task.sleep(for: .milliseconds(delay))
-                return Response(payload: Array("OK \(request.text)".utf8))
+            server.handle(type: 0x401, gated.handler(index: { Int(String($0.text.dropFirst(3))) ?? 0 }) { Response(payload: Array("OK \($0.text)".utf8)) })
+        }) { _, connection, _ in
+            let answers = try await outOfOrder(connection, gated: gated, finishing: [1, 3, 2, 0]) { index in
+                Request(type: 0x401, payload: Array("job\(index)".utf8))
             }
-        }) { _, connection in
-            let answers = try await outOfOrder(connection, type: 0x401, delays: [100, 0, 30, 0]) { index, delay in
-                Request(type: 0x401, payload: Array("job\(index) \(delay)".utf8))
-            }
-            #expect(answers == [0: "OK job0 100", 1: "OK job1 0", 2: "OK job2 30", 3: "OK job3 0"])
+            #expect(answers == [0: "OK job0", 1: "OK job1", 2: "OK job2", 3: "OK job3"])
         }
     }
 
     @Test("lines with a heartbeat line: the server echoes it, the client counts it acked")
     func linesHeartbeat() async throws {
         let profile = try Profile.lines(delimiter: [0x0A], heartbeatLine: Array("PING".utf8))
-        try await withProfile(profile, heartbeat: .every(.milliseconds(100), timeout: .seconds(5), maximumMissed: 3), handlers: { _ in }) { _, connection in
-            let acks = try await collect(2, from: connection.heartbeats.filter { $0.outcome == .acked }, "two heartbeat acks")
-            #expect(acks.count == 2 && acks[1].serial == acks[0].serial + 1)
+        try await withProfile(profile, heartbeat: .every(.milliseconds(100), timeout: .seconds(5), maximumMissed: 3), handlers: { _ in }) { _, connection, network in
+            let acks = connection.heartbeats.filter { $0.outcome == .acked }
+            await network.advance(by: .milliseconds(100))
+            await network.advance(by: .milliseconds(100))
+            let seen = try await collect(2, from: acks, "two heartbeat acks")
+            #expect(seen == [Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero), Heartbeat(serial: 3, outcome: .acked, roundTripTime: .zero)])
             #expect(await connection.metrics.heartbeatsMissed == 0)
         }
     }

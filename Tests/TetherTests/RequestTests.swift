@@ -1,7 +1,8 @@
 import Testing
+import TetherTesting
 @testable import Tether
 
-@Suite("Requests over real sockets", .timeLimit(.minutes(1)))
+@Suite("Requests", .timeLimit(.minutes(1)))
 struct RequestTests {
     @Test("a request gets the response with its serial and content")
     func simple() async throws {
@@ -17,65 +18,86 @@ struct RequestTests {
         }
     }
 
-    @Test("1,000 concurrent requests answered after random delays each get their own response")
+    @Test("1,000 concurrent requests answered in another order than asked each get their own response")
     func thousandConcurrent() async throws {
-        try await withServer(handlers: echoHandlers) { _, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
-            let results = try await bounded("1,000 responses", .seconds(30)) {
-                try await withThrowingTaskGroup(of: (Int, Response).self) { group in
-                    for id in 0..<1000 {
-                        group.addTask {
-                            let delay = (id * 7919) % 20
-                            let reply = try await connection.request(Request(type: 0x404, json: ["id": .int(id), "delay_ms": .int(delay)]))
-                            return (id, reply)
-                        }
-                    }
-                    var results: [Int: Response] = [:]
-                    for try await (id, reply) in group {
-                        #expect(results[id] == nil, "request \(id) answered twice")
-                        results[id] = reply
-                    }
-                    return results
+        try await withTestNetwork { network in
+            // Every request waits at its own gate; the test opens them in a scrambled order.
+            let gates = (0..<1000).map { _ in HandlerGate(open: false) }
+            let (reached, arrival) = AsyncStream<Void>.makeStream()
+            // Limits raised so that all 1,000 are at their handlers at once.
+            try await withNetworkServer(on: network, configure: { $0.maximumRequestsPerPeer = 1000 }, handlers: { server in
+                server.handle(type: 0x404) { request, _ in
+                    let id = request.json?["id"]?.intValue ?? 0
+                    arrival.yield()
+                    await gates[id].pass()
+                    return Response(json: ["echo": request.json ?? nil])
                 }
+            }) { _, endpoint in
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.limits.maximumInFlightRequests = 1000
+                let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+                let requests = Task {
+                    try await withThrowingTaskGroup(of: (Int, Response).self) { group in
+                        for id in 0..<1000 {
+                            group.addTask {
+                                let reply = try await connection.request(Request(type: 0x404, json: ["id": .int(id)]), timeout: .seconds(60))
+                                return (id, reply)
+                            }
+                        }
+                        var results: [Int: Response] = [:]
+                        for try await (id, reply) in group {
+                            #expect(results[id] == nil, "request \(id) answered twice")
+                            results[id] = reply
+                        }
+                        return results
+                    }
+                }
+                #expect(try await collect(1000, from: reached, "1,000 requests at their handlers").count == 1000)
+                for step in 0..<1000 { gates[(step * 7919) % 1000].open() }
+                let results = try await withTimeLimit(.seconds(30), "1,000 responses") { try await requests.value }
+                #expect(results.count == 1000)
+                var serials = Set<UInt32>()
+                for (id, reply) in results {
+                    #expect(reply.json?["echo"]?["id"]?.intValue == id, "request \(id) got someone else's response")
+                    serials.insert(reply.serial)
+                }
+                #expect(serials.count == 1000)
+                let statistics = await connection.metrics
+                #expect(statistics.requestsSent == 1000)
+                #expect(statistics.requestsCompleted == 1000)
+                #expect(statistics.lateResponses == 0)
+                #expect(statistics.inFlightRequests == 0)
+                await connection.close()
             }
-            #expect(results.count == 1000)
-            var serials = Set<UInt32>()
-            for (id, reply) in results {
-                #expect(reply.json?["echo"]?["id"]?.intValue == id, "request \(id) got someone else's response")
-                serials.insert(reply.serial)
-            }
-            #expect(serials.count == 1000)
-            let statistics = await connection.metrics
-            #expect(statistics.requestsSent == 1000)
-            #expect(statistics.requestsCompleted == 1000)
-            #expect(statistics.lateResponses == 0)
-            #expect(statistics.inFlightRequests == 0)
-            await connection.close()
         }
     }
 
-    @Test("a request with no answer times out with an error naming its type, serial and timeout")
+    @Test("a request with no answer times out at its deadline with an error naming its type, serial and timeout")
     func timeout() async throws {
-        // A server that reads and never answers, and the client on a manual clock.
-        let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
-        defer { group.shutdown() }
-        let (listener, endpoint) = try RawSocket.listen()
-        defer { listener.close() }
-        async let accepted = listener.accept()
-        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.eventLoopGroup = group })
-        let server = try await accepted
-        defer { server.close() }
-        let pending = Task { try await connection.request(Request(type: 0x405), timeout: .milliseconds(100)) }
-        #expect(try await server.readFrame()?.serial == 1)
-        await clock.advance(by: .milliseconds(100))
-        let outcome = try await bounded("the request to time out") { await pending.result }
-        let error = #expect(throws: TetherError.self) { try outcome.get() }
-        #expect(error?.code == .timedOut)
-        #expect(error?.message == "request 0x405 serial 1 timed out after 100 ms")
-        #expect(await connection.pendingRequestCount == 0)
-        #expect(await connection.currentState.phase == .connected)
-        await connection.close()
+        try await withTestNetwork { network in
+            let (reached, arrival) = AsyncStream<Void>.makeStream()
+            try await withNetworkServer(on: network, handlers: { server in
+                server.handle(type: 0x405) { _, _ in
+                    arrival.yield()
+                    try await untilCancelledByServer()
+                    return Response()
+                }
+            }) { _, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: .testing(on: network))
+                let pending = Task { try await connection.request(Request(type: 0x405), timeout: .milliseconds(100)) }
+                _ = try await firstElement(of: reached)
+                await network.advance(by: .milliseconds(100) - .nanoseconds(1))
+                #expect(await connection.pendingRequestCount == 1)
+                await network.advance(by: .nanoseconds(1))
+                let outcome = try await withTimeLimit { await pending.result }
+                let error = #expect(throws: TetherError.self) { try outcome.get() }
+                #expect(error?.code == .timedOut)
+                #expect(error?.message == "request 0x405 serial 1 timed out after 100 ms")
+                #expect(await connection.pendingRequestCount == 0)
+                #expect(await connection.currentState.phase == .connected)
+                await connection.close()
+            }
+        }
     }
 
     @Test("timeouts of different lengths each fire on time, never early, none waiting for a longer one")
@@ -192,7 +214,7 @@ struct RequestTests {
         try await withServer(handlers: { server in
             server.handle(type: 0x407) { _, peer in
                 await peer.close()
-                try await Task.sleep(for: .seconds(60))
+                try await untilCancelledByServer()
                 return Response()
             }
         }) { _, endpoint in
@@ -213,17 +235,25 @@ struct RequestTests {
 
     @Test("close() fails pending requests, ends every sequence, and is idempotent")
     func closeFailsPending() async throws {
-        try await withServer(handlers: echoHandlers) { _, endpoint in
+        let (reached, arrival) = AsyncStream<Void>.makeStream()
+        try await withServer(handlers: { server in
+            echoHandlers(server)
+            server.handle(type: 0x40B) { _, _ in
+                arrival.yield()
+                try await untilCancelledByServer()
+                return Response()
+            }
+        }) { _, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let notifications = connection.notifications
-            let pending = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 5000])) }
-            try await until("the request to be pending") { await connection.pendingRequestCount > 0 }
+            let pending = Task { try await connection.request(Request(type: 0x40B)) }
+            _ = try await collect(1, from: reached, "the request to reach the server")
             await connection.close()
             await connection.close()
             let error = await #expect(throws: TetherError.self) { try await pending.value }
             #expect(error?.code == .connectionClosed)
-            #expect(error?.message.hasPrefix("request 0x404 serial 1 failed: connection to ") == true)
-            #expect(try await collect(1, from: notifications).isEmpty)
+            #expect(error?.message.hasPrefix("request 0x40b serial 1 failed: connection to ") == true)
+            #expect(try await collect(1, from: notifications, "the end of the notifications").isEmpty)
             let state = try await finalState(of: connection)
             #expect(state.reason?.code == .connectionClosed)
             let after = await #expect(throws: TetherError.self) { _ = try await connection.request(Request(type: 0x402)) }

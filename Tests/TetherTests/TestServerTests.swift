@@ -32,7 +32,7 @@ struct TestServerTests {
         try await watcher.next(.closed)
         let phases = await watcher.phases
         #expect(phases.first == .connected)
-        #expect(phases.filter { $0 == .connected }.count == 2)
+        #expect(phases.filter { $0 == .connected }.count == 2, "\(phases)")
     }
 
     @Test("restart() on sockets keeps the port, and a connected client reconnects to the new server")
