@@ -118,12 +118,20 @@ struct TestServerTests {
         try await withTestServer(handlers: echoHandlers) { host in
             try await withFaultProxy(to: host.endpoint) { proxy in
                 proxy.refusesConnections = true
-                let raw = try RawSocket.connect(to: proxy.endpoint)
-                defer { raw.close() }
-                let fd = raw.fd
+                // A nonblocking connect that reads the socket's pending error once the
+                // handshake is done: the reset may come before or after that.
+                let address = SocketAddress(ipAddress: "127.0.0.1", port: proxy.port)!
+                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+                #expect(fd >= 0)
+                defer { Glibc.close(fd) }
+                _ = address.withSockAddr { Glibc.connect(fd, $0, $1) }
                 // Reset, not closed: the socket's pending error is ECONNRESET.
                 let pending = try await offThread { () -> Int32 in
-                    var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    var descriptor = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                    guard poll(&descriptor, 1, 10_000) == 1 else { return -1 }
+                    let error = (try? Syscall.getOption(fd, level: SOL_SOCKET, name: SO_ERROR)) ?? -2
+                    guard error == 0 else { return error }
+                    descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
                     guard poll(&descriptor, 1, 10_000) == 1 else { return -1 }
                     return (try? Syscall.getOption(fd, level: SOL_SOCKET, name: SO_ERROR)) ?? -2
                 }
