@@ -2,6 +2,7 @@
 // article's steps in order against its server and checks what they print.
 import Testing
 import Tether
+import TetherTesting
 
 /// The examples' `print`, recorded by the test that runs them (see ``Transcript``).
 private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
@@ -162,8 +163,30 @@ func gettingStartedHandleErrors(_ connection: Connection) async throws {
             let unknown = try await printedLines { try await gettingStartedErrorResponse(connection) }
             #expect(unknown == ["server said: unknown type 0x999"])
 
-            let concurrent = try await printedLines { try await gettingStartedConcurrentRequests(connection) }
-            #expect(concurrent == [#"{"slept_ms":100}"#, #"{"slept_ms":200}"#, #"{"slept_ms":300}"#])
+            // The article's 0x404 sleeps for real: one call that sleeps for nothing shows its answer.
+            let slept = try await bounded("0x404") { try await connection.request(Request(type: 0x404, json: ["delay_ms": 0])) }
+            #expect(slept.text == #"{"slept_ms":0}"#)
+
+            // The concurrent step with the test in place of the time: each answer is held
+            // until the test lets it go, shortest delay first, so what the example prints
+            // follows the order of the answers, however busy the machine.
+            let gates = [100: RequestGate(), 200: RequestGate(), 300: RequestGate()]
+            server.handle(type: 0x404) { request, peer in
+                let delay = request.json?["delay_ms"]?.intValue ?? 0
+                await gates[delay]?.wait()
+                return Response(json: ["slept_ms": .int(delay)])
+            }
+            let transcript = Transcript()
+            let concurrent = Task {
+                try await Transcript.$current.withValue(transcript) { try await gettingStartedConcurrentRequests(connection) }
+            }
+            for gate in gates.values { _ = try await firstElement(of: gate.arrivals, within: testBound) }
+            for (answered, delay) in [100, 200, 300].enumerated() {
+                gates[delay]?.open()
+                _ = try await transcript.waitForLines(answered + 1)
+            }
+            try await bounded("the concurrent requests") { try await concurrent.value }
+            #expect(transcript.lines == [#"{"slept_ms":100}"#, #"{"slept_ms":200}"#, #"{"slept_ms":300}"#])
 
             let pushes = try await printedLines { await gettingStartedPushes(connection, server: server) }
             #expect(pushes == [#"2 1 {"news":"hi"}"#])
@@ -177,19 +200,33 @@ func gettingStartedHandleErrors(_ connection: Connection) async throws {
         }
     }
 
-    @Test func heartbeatsAreAcked() async throws {
-        try await whileServing(gettingStartedServer()) { address in
-            var configuration = quietConfiguration()
-            // What is shown is that heartbeats are acked and printed, not when one counts as
-            // missed: with an ack timeout no test outlasts, a busy machine that delays an ack
-            // cannot turn it into a miss, and every heartbeat waits for its ack.
-            configuration.heartbeat = .every(.milliseconds(20), timeout: .seconds(3_600))
-            try await Connection.withConnection(
-                to: Endpoint(host: "127.0.0.1", port: address.port), configuration: configuration
-            ) { connection in
-                let lines = try await printedLines { await gettingStartedHeartbeats(connection) }
-                #expect(lines.count == 3)
-                #expect(lines.allSatisfy { $0.hasPrefix("heartbeat ") && $0.hasSuffix(" seconds") })
+    @available(macOS 26, iOS 26, *)  // Task.immediate
+    @Test func heartbeatsAreAckedAtTheirInterval() async throws {
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, handlers: { _ in }) { _, endpoint in
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.heartbeat = .every(.milliseconds(500))   // the article's
+                let connection = Connection(to: endpoint, configuration: configuration)
+                let transcript = Transcript()
+                // Runs until its loop waits for a heartbeat, at once: it has subscribed before
+                // the connection opens.
+                let example = Task.immediate {
+                    await Transcript.$current.withValue(transcript) { await gettingStartedHeartbeats(connection) }
+                }
+                try await connection.connect()
+                // The first goes out as the connection opens, and comes back with no time passing.
+                #expect(try await transcript.waitForLines(1) == ["heartbeat 1: 0.0 seconds"])
+                for serial in 2...3 {
+                    let framesOut = await connection.metrics.framesOut
+                    await network.advance(by: .milliseconds(500) - .nanoseconds(1))
+                    #expect(await connection.metrics.framesOut == framesOut)
+                    await network.advance(by: .nanoseconds(1))
+                    #expect(try await transcript.waitForLines(serial).last == "heartbeat \(serial): 0.0 seconds")
+                }
+                try await bounded("the example to stop after three acks") { await example.value }
+                #expect(transcript.lines.count == 3)
+                #expect(network.clock.elapsed == .seconds(1))
+                await connection.close()
             }
         }
     }

@@ -121,20 +121,17 @@ struct PushesAndHeartbeatsSnippets {
 
     @Test("a push written before the answer is there once the request returns")
     func subscribeFirst() async throws {
-        try await withLocalServer(handlers: installWatchHandler) { _, endpoint in
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let printed = try await withTimeLimit(.seconds(5)) {
-                    try await withPrintedLines { try await subscribeFirstExample(connection: connection) }
-                }
-                #expect(printed == ["ACME 101.5"])
+        try await withNetworkConnection(handlers: installWatchHandler) { _, _, connection in
+            let printed = try await withTimeLimit(.seconds(5)) {
+                try await withPrintedLines { try await subscribeFirstExample(connection: connection) }
             }
+            #expect(printed == ["ACME 101.5"])
         }
     }
 
     @Test("every loop of follow(_:) ends when the connection closes")
     func followEnds() async throws {
-        try await withLocalServer(handlers: installWatchHandler) { _, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: .localTesting)
+        try await withNetworkConnection(handlers: installWatchHandler) { _, _, connection in
             await connection.close()
             let printed = try await withTimeLimit(.seconds(5)) {
                 await withPrintedLines { await follow(connection) }
@@ -146,102 +143,104 @@ struct PushesAndHeartbeatsSnippets {
     @Test("a subscriber that falls behind loses its oldest pushes, counted in droppedElements")
     func slowSubscriber() async throws {
         subscriberBufferExample()
-        try await withLocalServer(handlers: { server in
+        try await withNetworkConnection(handlers: { server in
             server.handle(type: 0x412) { _, peer in
                 for number in 1...10 {
                     try await peer.push(Frame(type: 0x20, payload: JSONValue.int(number).encoded))
                 }
                 return Response()
             }
-        }) { _, endpoint in
-            var configuration = ConnectionConfiguration.localTesting
-            configuration.limits.subscriberBufferSize = 4
-            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
-                let pushes = connection.notifications
-                _ = try await connection.request(Request(type: 0x412))   // all ten have arrived
-                let kept = try await withTimeLimit(.seconds(5)) {
-                    var numbers: [Int] = []
-                    for await push in pushes {
-                        numbers.append(push.json?.intValue ?? 0)
-                        if numbers.count == 4 { break }
-                    }
-                    return numbers
-                }
-                #expect(kept == [7, 8, 9, 10])
-                let metrics = await connection.metrics
-                #expect(metrics.notificationsReceived == 10)
-                #expect(metrics.droppedElements == 6)
-            }
+        }, configure: { $0.limits.subscriberBufferSize = 4 }) { _, _, connection in
+            let pushes = connection.notifications
+            _ = try await connection.request(Request(type: 0x412))   // all ten have arrived
+            let kept = try await collect(4, from: pushes).map { $0.json?.intValue ?? 0 }
+            #expect(kept == [7, 8, 9, 10])
+            let metrics = await connection.metrics
+            #expect(metrics.notificationsReceived == 10)
+            #expect(metrics.droppedElements == 6)
         }
     }
 
-    @Test("heartbeats go out at once and come back with their round-trip time")
+    @available(macOS 26, iOS 26, *)  // Task.immediate
+    @Test("heartbeats go out at once, then every interval, and come back with their round-trip time")
     func heartbeats() async throws {
         heartbeatConfigurationExample()
-        try await withLocalServer(handlers: { _ in }) { _, endpoint in
-            var configuration = ConnectionConfiguration.localTesting
-            // What is shown is that heartbeats are acked with their round-trip time, not when
-            // one counts as missed: with an ack timeout no test outlasts, a busy machine that
-            // delays an ack (by more than 2 s, seen) cannot turn it into a miss, and the next
-            // heartbeat waits for it.
-            configuration.heartbeat = .every(.milliseconds(50), timeout: .seconds(3_600))
-            let connection = Connection(to: endpoint, configuration: configuration)
-            let beats = connection.heartbeats
-            try await connection.connect()
-            let acked = try await firstElement(of: beats.filter { $0.outcome == .acked })
-            #expect(acked?.serial == 1)
-            #expect(acked?.roundTripTime != nil)
-            #expect(await connection.metrics.lastHeartbeatRoundTrip != nil)
-            // The example's loop prints each ack until the connection closes.
-            let printed = try await withTimeLimit(.seconds(5)) {
-                try await withPrintedLines {
-                    try await withThrowingTaskGroup(of: Void.self) { group in
-                        group.addTask { await heartbeatsExample(connection: connection) }
-                        // Close once the example's own loop has printed an ack (its
-                        // subscription starts later than `beats`, so count its lines).
-                        let lines = PrintedLines.current
-                        for await beat in beats where beat.outcome == .acked {
-                            if lines?.all.isEmpty == false { break }
-                        }
-                        await connection.close()
-                        try await group.waitForAll()
-                    }
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, handlers: { _ in }) { _, endpoint in
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.heartbeat = .every(.seconds(5), timeout: .seconds(2), maximumMissed: 2)   // the article's
+                let connection = Connection(to: endpoint, configuration: configuration)
+                let beats = connection.heartbeats
+                let printed = PrintedLines()
+                // Runs until its loop waits for a heartbeat, at once: it has subscribed before
+                // the connection opens.
+                let example = Task.immediate {
+                    await PrintedLines.$current.withValue(printed) { await heartbeatsExample(connection: connection) }
                 }
+                try await connection.connect()
+                // The first goes out as the connection opens, and comes back with no time passing.
+                let first = try await collect(2, from: beats)
+                #expect(first == [Heartbeat(serial: 1, outcome: .sent), Heartbeat(serial: 1, outcome: .acked, roundTripTime: .zero)])
+                let framesOut = await connection.metrics.framesOut
+                await network.advance(by: .seconds(5) - .nanoseconds(1))
+                #expect(await connection.metrics.framesOut == framesOut)
+                await network.advance(by: .nanoseconds(1))
+                let second = try await collect(2, from: beats)
+                #expect(second == [Heartbeat(serial: 2, outcome: .sent), Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero)])
+                #expect(await connection.metrics.framesOut == framesOut + 1)
+                #expect(await connection.metrics.lastHeartbeatRoundTrip == .zero)
+                // The example's loop has printed each ack, and ends as the connection closes.
+                await connection.close()
+                try await withTimeLimit { await example.value }
+                #expect(printed.all == ["round trip: 0.0 seconds", "round trip: 0.0 seconds"])
             }
-            #expect(!printed.isEmpty)
-            #expect(printed.allSatisfy { $0.hasPrefix("round trip: ") })
         }
     }
 
-    @Test("a peer that stops answering heartbeats is found dead after maximumMissed misses")
+    @Test("a peer that stops answering heartbeats is found dead at its maximumMissed-th miss, to the nanosecond")
     func deadPeer() async throws {
         // A server that takes heartbeats for requests and never answers them: a peer that
         // is connected but silent.
         var silent = Profile.seed
         silent.classify = { type in type == 0x1 ? .message : Profile.seedKind(of: type) }
-        try await withLocalServer(configure: { $0.profile = silent }, handlers: { server in
-            server.handle(type: 0x1) { _, _ in
-                try await Task.sleep(for: .seconds(3600))
-                return Response()
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: { $0.profile = silent }, handlers: { server in
+                server.handle(type: 0x1) { _, _ in
+                    try await suspendUntilCancelled()              // never answers
+                }
+            }) { _, endpoint in
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.heartbeat = .every(.milliseconds(40), timeout: .milliseconds(20), maximumMissed: 2)
+                configuration.reconnect = .disabled
+                let connection = Connection(to: endpoint, configuration: configuration)
+                let beats = connection.heartbeats
+                try await connection.connect()
+                let address = try #require(await connection.remoteAddress)
+                #expect(try await firstElement(of: beats) == Heartbeat(serial: 1, outcome: .sent))   // at 0
+                // Each step stops a nanosecond short of what is due, then reaches it.
+                await network.advance(by: .milliseconds(20) - .nanoseconds(1))
+                #expect(await connection.metrics.heartbeatsMissed == 0)
+                await network.advance(by: .nanoseconds(1))                                         // 20 ms
+                #expect(await connection.metrics.heartbeatsMissed == 1)
+                await network.advance(by: .milliseconds(40) - .nanoseconds(1))
+                #expect(await connection.currentState.phase == .connected)
+                #expect(await connection.metrics.heartbeatsMissed == 1)
+                await network.advance(by: .nanoseconds(1))                                         // 60 ms
+                let outcomes = try await withTimeLimit(.seconds(5)) {
+                    var outcomes: [Heartbeat] = []
+                    for await beat in beats { outcomes.append(beat) }
+                    return outcomes
+                }
+                #expect(outcomes == [Heartbeat(serial: 1, outcome: .missed),
+                                     Heartbeat(serial: 2, outcome: .sent),
+                                     Heartbeat(serial: 2, outcome: .missed)])
+                let state = await connection.currentState
+                #expect(state.phase == .closed)
+                #expect(state.reason?.code == .heartbeatTimeout)
+                #expect(state.reason?.message == "no heartbeat ack from \(address) for 2 heartbeats in a row (20 ms each)")
+                #expect(await connection.metrics.heartbeatsMissed == 2)
+                #expect(network.clock.elapsed == .milliseconds(60))
             }
-        }) { _, endpoint in
-            var configuration = ConnectionConfiguration.localTesting
-            configuration.heartbeat = .every(.milliseconds(40), timeout: .milliseconds(20), maximumMissed: 2)
-            configuration.reconnect = .disabled
-            let connection = Connection(to: endpoint, configuration: configuration)
-            let beats = connection.heartbeats
-            try await connection.connect()
-            let outcomes = try await withTimeLimit(.seconds(5)) {
-                var outcomes: [Heartbeat.Outcome] = []
-                for await beat in beats { outcomes.append(beat.outcome) }
-                return outcomes
-            }
-            #expect(outcomes == [.sent, .missed, .sent, .missed])
-            let state = await connection.currentState
-            #expect(state.phase == .closed)
-            #expect(state.reason?.code == .heartbeatTimeout)
-            #expect(state.reason?.message == "no heartbeat ack from \(endpoint) for 2 heartbeats in a row (20 ms each)")
-            #expect(await connection.metrics.heartbeatsMissed == 2)
         }
     }
 

@@ -135,42 +135,14 @@ func loadProfile(on connection: Connection) async -> String {
 }
 
 // MARK: Running them
+//
+// Every test but one runs on an in-memory network, whose clock moves only when the test
+// advances it: a timeout or a backoff ends at its exact instant, however busy the machine.
 
-/// 0x402 echoes `{"echo": content}`; 0x404 echoes after `delay_ms`, as `tether serve` does.
+/// 0x402 echoes `{"echo": content}`, as `tether serve` does.
 private func echoHandlers(_ server: Server) {
     server.handle(type: 0x402) { request, _ in
         Response(json: ["echo": request.json ?? .null])
-    }
-    server.handle(type: 0x404) { request, _ in
-        try await Task.sleep(for: .milliseconds(request.json?["delay_ms"]?.intValue ?? 0))
-        return Response(json: ["echo": request.json ?? .null])
-    }
-}
-
-/// A gate that handlers wait at until the test opens it, with a signal for each request
-/// that reached it.
-final class RequestGate: Sendable {
-    private let state = Mutex<(isOpen: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-    let (arrivals, arrival) = AsyncStream<Void>.makeStream()
-
-    func wait() async {
-        arrival.yield()
-        await withCheckedContinuation { continuation in
-            let isOpen = state.withLock { state in
-                if !state.isOpen { state.waiters.append(continuation) }
-                return state.isOpen
-            }
-            if isOpen { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let waiters = state.withLock { state in
-            state.isOpen = true
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume() }
     }
 }
 
@@ -189,84 +161,91 @@ struct RequestsAndTimeoutsSnippets {
         #expect(limits.maximumPayloadLength == 16 << 20)
     }
 
-    @Test("a request that times out while queued says it was never sent")
+    @available(macOS 26, iOS 26, *)  // Task.immediate
+    @Test("a request that times out while queued says it was never sent, at its timeout exactly")
     func timeoutWhileQueued() async throws {
-        try await withLocalServer(handlers: echoHandlers) { server, endpoint in
-            let events = server.events
-            var configuration = ConnectionConfiguration.localTesting
-            configuration.reconnect = .backoff(initialDelay: .seconds(30))
-            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
-                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
-                let states = connection.states
-                for peer in server.peers { await peer.close() }
-                _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
-                let error = await #expect(throws: TetherError.self) {
-                    try await connection.request(Request(type: 0x402), timeout: .milliseconds(50))
-                }
-                #expect(error?.code == .timedOut)
-                #expect(error?.message == "request 0x402 serial 1 timed out after 50 ms (never sent: reconnecting)")
+        try await withNetworkConnection(handlers: echoHandlers, configure: {
+            $0.reconnect = .backoff(initialDelay: .seconds(30), jitter: 0)
+        }) { network, server, connection in
+            let states = connection.states
+            for peer in server.peers { await peer.close() }
+            _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+            // Runs until it reaches the connection, on the network's loop, at once: the
+            // request is queued, and its timer started, before the clock moves.
+            let request = Task.immediate {
+                try await connection.request(Request(type: 0x402), timeout: .milliseconds(50))
             }
+            await network.advance(by: .milliseconds(50) - .nanoseconds(1))
+            let before = await connection.metrics
+            #expect(before.queuedRequests == 1)
+            #expect(before.requestsTimedOut == 0)
+            await network.advance(by: .nanoseconds(1))
+            let error = await #expect(throws: TetherError.self) { try await withTimeLimit { try await request.value } }
+            #expect(error?.code == .timedOut)
+            #expect(error?.message == "request 0x402 serial 1 timed out after 50 ms (never sent: reconnecting)")
+            #expect(await connection.metrics.requestsTimedOut == 1)
         }
     }
 
     @Test("a request over the payload limit fails at once with frameTooLarge")
     func tooLarge() async throws {
-        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
-            var configuration = ConnectionConfiguration.localTesting
-            configuration.limits.maximumPayloadLength = 10
-            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
-                let error = await #expect(throws: TetherError.self) {
-                    try await connection.request(Request(type: 0x402, payload: Array(repeating: 1, count: 20)))
-                }
-                #expect(error?.code == .frameTooLarge)
-                #expect(error?.message == "frame 0x402 payload of 20 bytes exceeds the 10 bytes limit")
-                #expect(await connection.currentState.phase == .connected)
+        try await withNetworkConnection(handlers: echoHandlers, configure: {
+            $0.limits.maximumPayloadLength = 10
+        }) { _, _, connection in
+            let error = await #expect(throws: TetherError.self) {
+                try await connection.request(Request(type: 0x402, payload: Array(repeating: 1, count: 20)))
             }
+            #expect(error?.code == .frameTooLarge)
+            #expect(error?.message == "frame 0x402 payload of 20 bytes exceeds the 10 bytes limit")
+            #expect(await connection.currentState.phase == .connected)
         }
     }
 
     @Test("a request gets the echo of its content")
     func overview() async throws {
-        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let printed = try await withPrintedLines { try await overviewExample(connection: connection) }
-                #expect(printed == ["world"])
-            }
+        try await withNetworkConnection(handlers: echoHandlers) { _, _, connection in
+            let printed = try await withPrintedLines { try await overviewExample(connection: connection) }
+            #expect(printed == ["world"])
         }
     }
 
-    @Test("the configured default and a per-call timeout both answer")
+    @Test("the configured default and a per-call timeout both answer (over real sockets: the example dials 127.0.0.1)")
     func defaultTimeout() async throws {
         try await withLocalServer(handlers: echoHandlers) { _, endpoint in
             try await withTimeLimit(.seconds(5)) { try await defaultTimeoutExample(endpoint: endpoint) }
         }
     }
 
-    @Test("a request that times out says so, and its late answer is dropped and counted")
+    @Test("a request that times out says so at its timeout exactly, and its late answer is dropped and counted")
     func timeout() async throws {
         let gate = RequestGate()
-        try await withLocalServer(handlers: { server in
-            // Answers once the request has timed out at the client, in place of the example's
-            // 250 ms: the answer is then late however a busy machine schedules the two.
+        try await withNetworkConnection(handlers: { server in
+            // Answers when the test opens the gate, in place of the example's 250 ms.
             server.handle(type: 0x404) { request, _ in
                 await gate.wait()
                 return Response(json: ["echo": request.json ?? .null])
             }
-        }) { _, endpoint in
+        }) { network, _, connection in
             defer { gate.open() }
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let frames = connection.frames
-                let printed = try await withPrintedLines { try await timeoutExample(connection: connection) }
-                #expect(printed == ["request 0x404 serial 1 timed out after 100 ms"])
-                gate.open()
-                #expect(await connection.currentState.phase == .connected)
-                let late = try await firstElement(of: frames)
-                #expect(late?.serial == 1)
-                let metrics = await connection.metrics
-                #expect(metrics.requestsTimedOut == 1)
-                #expect(metrics.lateResponses == 1)
-                #expect(metrics.inFlightRequests == 0)
+            let frames = connection.frames
+            let printed = PrintedLines()
+            let example = Task {
+                try await PrintedLines.$current.withValue(printed) { try await timeoutExample(connection: connection) }
             }
+            _ = try await firstElement(of: gate.arrivals)      // written: its timer runs from now
+            await network.advance(by: .milliseconds(100) - .nanoseconds(1))
+            #expect(await connection.metrics.requestsTimedOut == 0)
+            await network.advance(by: .nanoseconds(1))
+            try await withTimeLimit { try await example.value }
+            #expect(printed.all == ["request 0x404 serial 1 timed out after 100 ms"])
+            gate.open()
+            #expect(await connection.currentState.phase == .connected)
+            let late = try await firstElement(of: frames)
+            #expect(late?.serial == 1)
+            let metrics = await connection.metrics
+            #expect(metrics.requestsTimedOut == 1)
+            #expect(metrics.lateResponses == 1)
+            #expect(metrics.inFlightRequests == 0)
         }
     }
 
@@ -299,35 +278,31 @@ struct RequestsAndTimeoutsSnippets {
     @Test("a frame sent with send(_:) reaches its handler, and the server's answer is dropped as late")
     func send() async throws {
         let (events, received) = AsyncStream<JSONValue>.makeStream()
-        try await withLocalServer(handlers: { server in
+        try await withNetworkConnection(handlers: { server in
             server.handle(type: 0x420) { request, _ in
                 received.yield(request.json ?? .null)
                 return Response()
             }
-        }) { _, endpoint in
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let frames = connection.frames
-                try await sendExample(connection: connection)
-                let event = try await firstElement(of: events)
-                #expect(event == ["screen": "settings", "action": "opened"])
-                let answer = try await firstElement(of: frames)
-                #expect(answer?.type == 0x420)
-                #expect(await connection.metrics.lateResponses == 1)
-            }
+        }) { _, _, connection in
+            let frames = connection.frames
+            try await sendExample(connection: connection)
+            let event = try await firstElement(of: events)
+            #expect(event == ["screen": "settings", "action": "opened"])
+            let answer = try await firstElement(of: frames)
+            #expect(answer?.type == 0x420)
+            #expect(await connection.metrics.lateResponses == 1)
         }
     }
 
     @Test("a frame of a notification type sent to a server comes back, as a push, with the server's answer")
     func sendNotificationType() async throws {
-        try await withLocalServer(handlers: { _ in }) { _, endpoint in
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let pushes = connection.notifications
-                try await connection.send(Frame(type: 0x20, payload: Array("hi".utf8)))
-                let push = try await firstElement(of: pushes)
-                #expect(push?.type == 0x20)
-                #expect(push?.json == ["error": "unknown type 0x20"])
-                #expect(await connection.metrics.lateResponses == 0)
-            }
+        try await withNetworkConnection(handlers: { _ in }) { _, _, connection in
+            let pushes = connection.notifications
+            try await connection.send(Frame(type: 0x20, payload: Array("hi".utf8)))
+            let push = try await firstElement(of: pushes)
+            #expect(push?.type == 0x20)
+            #expect(push?.json == ["error": "unknown type 0x20"])
+            #expect(await connection.metrics.lateResponses == 0)
         }
     }
 
@@ -336,95 +311,92 @@ struct RequestsAndTimeoutsSnippets {
         limitsExample()
         noWaitingExample()
         let gate = RequestGate()
-        try await withLocalServer(handlers: { server in
+        try await withNetworkConnection(handlers: { server in
             server.handle(type: 0x404) { _, _ in
                 await gate.wait()
                 return Response(json: ["done": true])
             }
-        }) { _, endpoint in
+        }, configure: {
+            $0.limits.maximumInFlightRequests = 1
+            $0.limits.maximumQueuedRequests = 1
+        }) { _, _, connection in
             defer { gate.open() }
-            var configuration = ConnectionConfiguration.localTesting
-            configuration.limits.maximumInFlightRequests = 1
-            configuration.limits.maximumQueuedRequests = 1
-            // The held requests end when the gate opens, not by a timeout of their own: one
-            // running out while a busy machine delays the test's steps is not what is shown.
-            configuration.requestTimeout = nil
-            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
-                let first = Task { try await connection.request(Request(type: 0x404)) }
-                _ = try await firstElement(of: gate.arrivals)
-                // Two more at once: one takes the only place in the queue, the other is refused.
-                try await withThrowingTaskGroup(of: Result<Response, TetherError>.self) { group in
-                    for _ in 0..<2 {
-                        group.addTask {
-                            do {
-                                return .success(try await connection.request(Request(type: 0x404)))
-                            } catch let error as TetherError {
-                                return .failure(error)
-                            }
+            let first = Task { try await connection.request(Request(type: 0x404)) }
+            _ = try await firstElement(of: gate.arrivals)
+            // Two more at once: one takes the only place in the queue, the other is refused.
+            try await withThrowingTaskGroup(of: Result<Response, TetherError>.self) { group in
+                for _ in 0..<2 {
+                    group.addTask {
+                        do {
+                            return .success(try await connection.request(Request(type: 0x404)))
+                        } catch let error as TetherError {
+                            return .failure(error)
                         }
                     }
-                    let refused = try await group.next()
-                    guard case .failure(let error) = refused else {
-                        Issue.record("expected a refusal first, got \(String(describing: refused))")
-                        return
-                    }
-                    #expect(error.code == .tooManyPendingRequests)
-                    #expect(error.message == "1 requests are already waiting to be sent to \(endpoint), the limit")
-                    let metrics = await connection.metrics
-                    #expect(metrics.inFlightRequests == 1)
-                    #expect(metrics.queuedRequests == 1)
-                    #expect(metrics.requestsRefused == 1)
-                    gate.open()
-                    let queued = try await group.next()
-                    #expect(try queued?.get().json == ["done": true])
                 }
-                let answered = try await first.value
-                #expect(answered.json == ["done": true])
+                let refused = try await group.next()
+                guard case .failure(let error) = refused else {
+                    Issue.record("expected a refusal first, got \(String(describing: refused))")
+                    return
+                }
+                #expect(error.code == .tooManyPendingRequests)
+                #expect(error.message == "1 requests are already waiting to be sent to \(connection.endpoint), the limit")
+                let metrics = await connection.metrics
+                #expect(metrics.inFlightRequests == 1)
+                #expect(metrics.queuedRequests == 1)
+                #expect(metrics.requestsRefused == 1)
+                gate.open()
+                let queued = try await group.next()
+                #expect(try queued?.get().json == ["done": true])
             }
+            let answered = try await first.value
+            #expect(answered.json == ["done": true])
         }
     }
 
-    @Test("a request made while reconnecting waits for the connection and is answered")
+    @available(macOS 26, iOS 26, *)  // Task.immediate
+    @Test("a request made while reconnecting waits for the connection, and is answered once the backoff has passed")
     func whileReconnecting() async throws {
-        try await withLocalServer(handlers: echoHandlers) { server, endpoint in
-            let events = server.events
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
-                let states = connection.states
-                for peer in server.peers { await peer.close() }
-                _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
-                let reply = try await connection.request(Request(type: 0x402, json: ["after": "reconnect"]))
-                #expect(reply.json == ["echo": ["after": "reconnect"]])
-                #expect(await connection.metrics.connects == 2)
+        try await withNetworkConnection(handlers: echoHandlers) { network, server, connection in
+            let states = connection.states
+            for peer in server.peers { await peer.close() }
+            let waiting = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+            #expect(waiting?.delay == .milliseconds(20))
+            // Queued on the network's loop before the clock moves.
+            let reply = Task.immediate {
+                try await connection.request(Request(type: 0x402, json: ["after": "reconnect"]))
             }
+            await network.advance(by: .milliseconds(20) - .nanoseconds(1))
+            #expect(await connection.metrics.queuedRequests == 1)
+            #expect(await connection.currentState.phase == .reconnecting)
+            await network.advance(by: .nanoseconds(1))
+            let answer = try await withTimeLimit { try await reply.value }
+            #expect(answer.json == ["echo": ["after": "reconnect"]])
+            #expect(await connection.metrics.connects == 2)
         }
     }
 
     @Test("with requestsWaitForConnection off, a request made while reconnecting fails at once")
     func notWaiting() async throws {
-        try await withLocalServer(handlers: echoHandlers) { server, endpoint in
-            let events = server.events
-            var configuration = ConnectionConfiguration.localTesting
-            configuration.requestsWaitForConnection = false
-            configuration.reconnect = .backoff(initialDelay: .seconds(30))
-            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
-                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
-                let states = connection.states
-                for peer in server.peers { await peer.close() }
-                _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
-                let error = await #expect(throws: TetherError.self) {
-                    try await connection.request(Request(type: 0x402))
-                }
-                #expect(error?.code == .notConnected)
-                #expect(error?.message == "not connected to \(endpoint) (reconnecting), and requests do not wait for the connection")
+        try await withNetworkConnection(handlers: echoHandlers, configure: {
+            $0.requestsWaitForConnection = false
+            $0.reconnect = .backoff(initialDelay: .seconds(30))
+        }) { _, server, connection in
+            let states = connection.states
+            for peer in server.peers { await peer.close() }
+            _ = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+            let error = await #expect(throws: TetherError.self) {
+                try await connection.request(Request(type: 0x402))
             }
+            #expect(error?.code == .notConnected)
+            #expect(error?.message == "not connected to \(connection.endpoint) (reconnecting), and requests do not wait for the connection")
         }
     }
 
-    @Test("an idempotent request is sent again after the connection broke under it")
+    @Test("an idempotent request is sent again after the connection broke under it, once the backoff has passed")
     func retryIfLost() async throws {
         let calls = Mutex(0)
-        try await withLocalServer(handlers: { server in
+        try await withNetworkConnection(handlers: { server in
             server.handle(type: 0x402) { request, peer in
                 let call = calls.withLock { count in
                     count += 1
@@ -433,67 +405,71 @@ struct RequestsAndTimeoutsSnippets {
                 if call == 1 { await peer.close() }          // the first one is lost
                 return Response(json: ["call": .int(call)])
             }
-        }) { _, endpoint in
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let reply = try await requestRetryingIfLost(Request(type: 0x402), on: connection)
-                #expect(reply.json == ["call": 2])
-                #expect(await connection.metrics.connects == 2)
-            }
+        }) { network, _, connection in
+            let states = connection.states
+            let retried = Task { try await requestRetryingIfLost(Request(type: 0x402), on: connection) }
+            let waiting = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+            #expect(waiting?.delay == .milliseconds(20))
+            await network.advance(by: .milliseconds(20) - .nanoseconds(1))
+            #expect(await connection.metrics.connects == 1)
+            await network.advance(by: .nanoseconds(1))
+            let reply = try await withTimeLimit { try await retried.value }
+            #expect(reply.json == ["call": 2])
+            #expect(await connection.metrics.connects == 2)
         }
+        #expect(calls.withLock { $0 } == 2)
     }
 
     @Test("Codable content, raw text and plain dictionaries")
     func typedContent() async throws {
-        try await withLocalServer(handlers: { server in
+        try await withNetworkConnection(handlers: { server in
             echoHandlers(server)
             installOrderHandler(on: server)
             server.handle(type: 0x431) { request, _ in
                 Response(payload: Array((request.text == "ping" ? "pong" : "?").utf8))
             }
-        }) { _, endpoint in
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let printed = try await withPrintedLines {
-                    try await codableExample(connection: connection)
-                    try await textAndDictionaryExample(connection: connection)
-                }
-                #expect(printed == ["17 7.0", "pong", #"["echo"]"#])
-                let error = await #expect(throws: TetherError.self) {
-                    try await connection.request(Request(type: 0x402)).decode(Receipt.self)
-                }
-                #expect(error?.code == .decodingFailed)
+        }) { _, _, connection in
+            let printed = try await withPrintedLines {
+                try await codableExample(connection: connection)
+                try await textAndDictionaryExample(connection: connection)
             }
+            #expect(printed == ["17 7.0", "pong", #"["echo"]"#])
+            let error = await #expect(throws: TetherError.self) {
+                try await connection.request(Request(type: 0x402)).decode(Receipt.self)
+            }
+            #expect(error?.code == .decodingFailed)
         }
     }
 
     @Test("errors are told apart by their code")
     func errorCodes() async throws {
-        try await withLocalServer(handlers: { server in
-            server.handle(type: 0x402) { request, _ in
-                guard request.json?["user"] == 42 else { throw TetherError(code: .invalidArgument, message: "no such user") }
-                return Response(json: ["name": "Ada"])
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, handlers: { server in
+                server.handle(type: 0x402) { request, _ in
+                    guard request.json?["user"] == 42 else { throw TetherError(code: .invalidArgument, message: "no such user") }
+                    return Response(json: ["name": "Ada"])
+                }
+            }) { _, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: .testing(on: network))
+                #expect(await loadProfile(on: connection) == #"{"name":"Ada"}"#)
+                await connection.close()
+                #expect(await loadProfile(on: connection) == "Offline.")
             }
-        }) { _, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: .localTesting)
-            #expect(await loadProfile(on: connection) == #"{"name":"Ada"}"#)
-            await connection.close()
-            #expect(await loadProfile(on: connection) == "Offline.")
         }
     }
 }
 
 /// A server whose `0x404` handler waits at a gate, then answers `{"late": true}`, and a
-/// connection to it; the gate opens when `body` returns.
+/// connection to it, on an in-memory network; the gate opens when `body` returns.
 private func withGatedServer(_ body: (RequestGate, Connection) async throws -> Void) async throws {
     let gate = RequestGate()
-    try await withLocalServer(handlers: { server in
+    try await withNetworkConnection(handlers: { server in
         server.handle(type: 0x404) { _, _ in
             await gate.wait()
             return Response(json: ["late": true])
         }
-    }) { _, endpoint in
+    }) { _, _, connection in
         defer { gate.open() }
-        try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-            try await body(gate, connection)
-        }
+        try await body(gate, connection)
     }
 }

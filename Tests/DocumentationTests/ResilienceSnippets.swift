@@ -111,7 +111,7 @@ struct ResilienceSnippets {
     @Test("suspend() fails what is in flight and disconnects; what is asked meanwhile waits for resume()")
     func suspendAndResume() async throws {
         let gate = RequestGate()
-        try await withLocalServer(handlers: { server in
+        try await withNetworkConnection(handlers: { server in
             server.handle(type: 0x404) { _, _ in
                 await gate.wait()
                 return Response()
@@ -119,83 +119,93 @@ struct ResilienceSnippets {
             server.handle(type: 0x402) { request, _ in
                 Response(json: ["echo": request.json ?? .null])
             }
-        }) { _, endpoint in
+        }) { network, _, connection in
             defer { gate.open() }
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let states = connection.states
-                let inFlight = Task { try await connection.request(Request(type: 0x404)) }
-                _ = try await firstElement(of: gate.arrivals)
-                await appDidEnterBackground(connection)
-                let error = await #expect(throws: TetherError.self) { try await inFlight.value }
-                #expect(error?.code == .connectionLost)
-                #expect(error?.message == "request 0x404 serial 1 failed: connection lost: the connection to \(endpoint) was suspended by suspend()")
-                let suspended = await connection.currentState
-                #expect(suspended.phase == .suspended)
-                #expect(suspended.reason == nil)
-                let waiting = Task { try await connection.request(Request(type: 0x402, json: ["n": 1])) }
-                await appWillEnterForeground(connection)
-                let reply = try await withTimeLimit(.seconds(5)) { try await waiting.value }
-                #expect(reply.json == ["echo": ["n": 1]])
-                let phases = try await phasesUntilConnectedAgain(states)
-                #expect(phases == [.connected, .suspended, .connecting, .connected])
-                #expect(await connection.metrics.connects == 2)
-            }
+            let states = connection.states
+            let inFlight = Task { try await connection.request(Request(type: 0x404)) }
+            _ = try await firstElement(of: gate.arrivals)
+            await appDidEnterBackground(connection)
+            let error = await #expect(throws: TetherError.self) { try await inFlight.value }
+            #expect(error?.code == .connectionLost)
+            #expect(error?.message == "request 0x404 serial 1 failed: connection lost: the connection to \(connection.endpoint) was suspended by suspend()")
+            let suspended = await connection.currentState
+            #expect(suspended.phase == .suspended)
+            #expect(suspended.reason == nil)
+            let waiting = Task { try await connection.request(Request(type: 0x402, json: ["n": 1])) }
+            await appWillEnterForeground(connection)
+            let reply = try await withTimeLimit(.seconds(5)) { try await waiting.value }
+            #expect(reply.json == ["echo": ["n": 1]])
+            let phases = try await phasesUntilConnectedAgain(states)
+            #expect(phases == [.connected, .suspended, .connecting, .connected])
+            #expect(await connection.metrics.connects == 2)
+            #expect(network.clock.elapsed == .zero)             // no backoff: at once
         }
     }
 
-    @Test("reconnectNow() skips a long backoff")
+    @Test("reconnectNow() skips a long backoff: the connection is back with no time passing")
     func reconnectNow() async throws {
         backoffExample()
-        try await withLocalServer(handlers: { _ in }) { server, endpoint in
-            let events = server.events
-            var configuration = ConnectionConfiguration.localTesting
-            configuration.reconnect = .backoff(initialDelay: .seconds(60))
-            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
-                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
-                let states = connection.states
-                for peer in server.peers { await peer.close() }
-                let waiting = try await firstElement(of: states.filter { $0.phase == .reconnecting })
-                #expect(waiting?.attempt == 1)
-                #expect(waiting?.reason?.code == .peerClosed)
-                #expect((waiting?.delay ?? .zero) >= .seconds(48))
-                #expect(bannerText(for: waiting!) == "Connection lost. Reconnecting (attempt 1)…")
-                await networkDidBecomeAvailable(connection)
-                let back = try await firstElement(of: states.filter { $0.phase == .connected })
-                #expect(back != nil)
-            }
+        try await withNetworkConnection(handlers: { _ in }, configure: {
+            $0.reconnect = .backoff(initialDelay: .seconds(60))
+        }) { network, server, connection in
+            let states = connection.states
+            for peer in server.peers { await peer.close() }
+            let waiting = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+            #expect(waiting?.attempt == 1)
+            #expect(waiting?.reason?.code == .peerClosed)
+            #expect((waiting?.delay ?? .zero) >= .seconds(48))
+            #expect(bannerText(for: waiting!) == "Connection lost. Reconnecting (attempt 1)…")
+            await networkDidBecomeAvailable(connection)
+            let back = try await firstElement(of: states.filter { $0.phase == .connected })
+            #expect(back != nil)
+            #expect(network.clock.elapsed == .zero)
+            #expect(await connection.metrics.connects == 2)
         }
     }
 
-    @Test("after a path change, a connected connection gets a new socket at once")
+    @Test("after a path change, a connected connection gets a new link at once")
     func pathChange() async throws {
-        try await withLocalServer(handlers: { _ in }) { _, endpoint in
-            try await Connection.withConnection(to: endpoint, configuration: .localTesting) { connection in
-                let states = connection.states
-                await networkPathDidChange(connection)
-                let phases = try await phasesUntilConnectedAgain(states)
-                #expect(phases == [.connected, .suspended, .connecting, .connected])
-                #expect(await connection.metrics.connects == 2)
-            }
+        try await withNetworkConnection(handlers: { _ in }) { network, _, connection in
+            let states = connection.states
+            await networkPathDidChange(connection)
+            let phases = try await phasesUntilConnectedAgain(states)
+            #expect(phases == [.connected, .suspended, .connecting, .connected])
+            #expect(await connection.metrics.connects == 2)
+            #expect(network.links.count == 2)
         }
     }
 
-    @Test("a policy that runs out of attempts ends the connection in failed, with the last error")
+    @Test("a policy that runs out of attempts ends the connection in failed, with the last error, as its last attempt fails")
     func givesUp() async throws {
-        var configuration = ConnectionConfiguration.localTesting
-        configuration.reconnect = .backoff(initialDelay: .milliseconds(10), maximumAttempts: 2)
-        let (connection, endpoint) = try await withLocalServer(handlers: { _ in }) { _, endpoint in
-            (try await Connection.connect(to: endpoint, configuration: configuration), endpoint)
+        try await withTestNetwork { network in
+            var configuration = ConnectionConfiguration.testing(on: network)
+            configuration.reconnect = .backoff(initialDelay: .milliseconds(10), jitter: 0, maximumAttempts: 2)
+            let (connection, endpoint) = try await withNetworkServer(on: network, handlers: { _ in }) { _, endpoint in
+                (try await Connection.connect(to: endpoint, configuration: configuration), endpoint)
+            }
+            // The server has stopped: every attempt is refused, the first 10 ms after the
+            // loss, the second 16 ms after the first.
+            let states = connection.states
+            let waiting = try await firstElement(of: states.filter { $0.phase == .reconnecting })
+            #expect(waiting?.attempt == 1)
+            #expect(waiting?.delay == .milliseconds(10))
+            await network.advance(by: .milliseconds(26) - .nanoseconds(1))
+            let second = await connection.currentState
+            #expect(second.phase == .reconnecting)
+            #expect(second.attempt == 2)
+            #expect(second.delay == .milliseconds(16))
+            await network.advance(by: .nanoseconds(1))
+            let last = try await withTimeLimit(.seconds(5)) {
+                var last: ConnectionState?
+                for await state in states { last = state }
+                return last
+            }
+            #expect(last?.phase == .failed)
+            #expect(last?.reason?.code == .connectionRefused)
+            #expect(last?.reason?.message.hasPrefix("gave up on \(endpoint) after 2 reconnect attempts: ") == true)
+            #expect(bannerText(for: last!)?.hasPrefix("Offline: gave up on") == true)
+            #expect(await connection.metrics.reconnectAttempts == 2)
         }
-        // The server has stopped: every attempt is refused.
-        let last = try await withTimeLimit(.seconds(5)) {
-            var last: ConnectionState?
-            for await state in connection.states { last = state }
-            return last
-        }
-        #expect(last?.phase == .failed)
-        #expect(last?.reason?.code == .connectionRefused)
-        #expect(last?.reason?.message.hasPrefix("gave up on \(endpoint) after 2 reconnect attempts: ") == true)
-        #expect(bannerText(for: last!)?.hasPrefix("Offline: gave up on") == true)
     }
 
     @Test("the banner follows the states, and the status ends offline when the connection closes")
@@ -205,8 +215,7 @@ struct ResilienceSnippets {
         #expect(bannerText(for: .connecting) == "Connecting…")
         #expect(bannerText(for: .reconnecting(attempt: 2, after: .seconds(2), reason: lost)) == "Connection lost. Reconnecting (attempt 2)…")
         #expect(bannerText(for: .failed(lost)) == "Offline: peer 127.0.0.1:9000 closed the connection")
-        try await withLocalServer(handlers: { _ in }) { _, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: .localTesting)
+        try await withNetworkConnection(handlers: { _ in }) { _, _, connection in
             let status = await ConnectionStatus()
             await connection.close()
             try await withTimeLimit(.seconds(5)) { await status.follow(connection) }

@@ -123,7 +123,70 @@ func withLocalServer<T: Sendable>(
     }
 }
 
+/// Runs a server on `network`, at `server:9000`, while `body` runs; then stops it and waits
+/// until it has. Its time is the network's clock: nothing in it waits in real time.
+func withNetworkServer<T: Sendable>(
+    on network: TestNetwork,
+    configure: (inout ServerConfiguration) -> Void = { _ in },
+    handlers: @escaping @Sendable (Server) -> Void,
+    _ body: (Server, Endpoint) async throws -> T
+) async throws -> T {
+    var configuration = ServerConfiguration.testing(on: network)
+    configure(&configuration)
+    return try await withTestServer(configuration: configuration, handlers: handlers) { server in
+        try await body(server.server, server.endpoint)
+    }
+}
+
+/// Runs `body` with a network, a server on it (with `handlers`), and a connection to it
+/// (``TetherTesting/ConnectionConfiguration/testing(on:)``, changed by `configure`) that the
+/// server has counted as connected; then closes the connection and stops the server.
+func withNetworkConnection(
+    handlers: @escaping @Sendable (Server) -> Void,
+    configure: (inout ConnectionConfiguration) -> Void = { _ in },
+    _ body: (TestNetwork, Server, Connection) async throws -> Void
+) async throws {
+    try await withTestNetwork { network in
+        try await withNetworkServer(on: network, handlers: handlers) { server, endpoint in
+            let events = server.events
+            var configuration = ConnectionConfiguration.testing(on: network)
+            configure(&configuration)
+            try await Connection.withConnection(to: endpoint, configuration: configuration) { connection in
+                _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
+                try await body(network, server, connection)
+            }
+        }
+    }
+}
+
 extension ConnectionConfiguration {
     /// For tests against a local server: ``testing``, quick to fail and to come back.
     static var localTesting: ConnectionConfiguration { .testing }
+}
+
+/// A gate that handlers wait at until the test opens it, with a signal for each request
+/// that reached it.
+final class RequestGate: Sendable {
+    private let state = Mutex<(isOpen: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    let (arrivals, arrival) = AsyncStream<Void>.makeStream()
+
+    func wait() async {
+        arrival.yield()
+        await withCheckedContinuation { continuation in
+            let isOpen = state.withLock { state in
+                if !state.isOpen { state.waiters.append(continuation) }
+                return state.isOpen
+            }
+            if isOpen { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let waiters = state.withLock { state in
+            state.isOpen = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
 }

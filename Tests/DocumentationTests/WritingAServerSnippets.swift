@@ -280,27 +280,38 @@ struct WritingAServerSnippets {
         }
     }
 
-    @Test("a peer that sends nothing is closed by the idle timeout, and one with no frame by the handshake timeout")
+    @Test("a peer that sends nothing is closed by the idle timeout, and one with no frame by the handshake timeout, each at its instant")
     func timeouts() async throws {
-        var quiet = ConnectionConfiguration.localTesting
-        quiet.reconnect = .disabled                        // heartbeats are off too
-        try await withLocalServer(configure: { $0.idleTimeout = .milliseconds(50); $0.handshakeTimeout = nil }, handlers: { _ in }) { server, endpoint in
-            let events = server.events
-            try await Connection.withConnection(to: endpoint, configuration: quiet) { _ in
-                let gone = try await firstElement(of: events.filter { $0.kind == .peerDisconnected })
-                #expect(gone?.reason?.code == .idleTimeout)
-                #expect(gone?.reason?.message.hasSuffix(" sent nothing for 50 ms") == true)
-                #expect(await server.metrics().idleTimeouts == 1)
+        try await withTestNetwork { network in
+            var quiet = ConnectionConfiguration.testing(on: network)
+            quiet.reconnect = .disabled                        // heartbeats are off too
+            try await withNetworkServer(on: network, configure: { $0.idleTimeout = .milliseconds(50); $0.handshakeTimeout = nil }, handlers: { _ in }) { server, endpoint in
+                let events = server.events
+                try await Connection.withConnection(to: endpoint, configuration: quiet) { _ in
+                    _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })   // its timers run from now
+                    await network.advance(by: .milliseconds(50) - .nanoseconds(1))
+                    #expect(server.peerCount == 1)
+                    await network.advance(by: .nanoseconds(1))
+                    let gone = try await firstElement(of: events.filter { $0.kind == .peerDisconnected })
+                    #expect(gone?.reason?.code == .idleTimeout)
+                    #expect(gone?.reason?.message.hasSuffix(" sent nothing for 50 ms") == true)
+                    #expect(await server.metrics().idleTimeouts == 1)
+                }
             }
-        }
-        try await withLocalServer(configure: { $0.handshakeTimeout = .milliseconds(50) }, handlers: { _ in }) { server, endpoint in
-            let events = server.events
-            try await Connection.withConnection(to: endpoint, configuration: quiet) { _ in
-                let gone = try await firstElement(of: events.filter { $0.kind == .peerDisconnected })
-                #expect(gone?.reason?.code == .handshakeTimeout)
-                #expect(gone?.reason?.message.hasSuffix(" sent no complete frame within 50 ms of connecting") == true)
-                #expect(await server.metrics().handshakeTimeouts == 1)
+            try await withNetworkServer(on: network, configure: { $0.handshakeTimeout = .milliseconds(50) }, handlers: { _ in }) { server, endpoint in
+                let events = server.events
+                try await Connection.withConnection(to: endpoint, configuration: quiet) { _ in
+                    _ = try await firstElement(of: events.filter { $0.kind == .peerConnected })
+                    await network.advance(by: .milliseconds(50) - .nanoseconds(1))
+                    #expect(server.peerCount == 1)
+                    await network.advance(by: .nanoseconds(1))
+                    let gone = try await firstElement(of: events.filter { $0.kind == .peerDisconnected })
+                    #expect(gone?.reason?.code == .handshakeTimeout)
+                    #expect(gone?.reason?.message.hasSuffix(" sent no complete frame within 50 ms of connecting") == true)
+                    #expect(await server.metrics().handshakeTimeouts == 1)
+                }
             }
+            #expect(network.clock.elapsed == .milliseconds(100))
         }
     }
 
@@ -312,8 +323,7 @@ struct WritingAServerSnippets {
         let (arrivals, arrival) = AsyncStream<Void>.makeStream()
         server.handle(type: 0x404) { _, _ in
             arrival.yield()
-            try await Task.sleep(for: .seconds(3600))      // cancelled by the shutdown
-            return Response()
+            try await suspendUntilCancelled()               // cancelled by the shutdown
         }
         let events = server.events
         try await withTimeLimit(.seconds(5)) {
