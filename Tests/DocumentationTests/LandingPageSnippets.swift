@@ -34,7 +34,7 @@ private func landingPageExample() async throws {
 struct LandingPageSnippets {
     @Test("the first-screen example prints the echo and returns once the server has stopped")
     func firstScreen() async throws {
-        let printed = try await withTimeLimit(.seconds(5)) {
+        let printed = try await withTimeLimit(testBound) {
             try await withPrintedLines { try await landingPageExample() }
         }
         #expect(printed == [#"{"echo":{"hello":"world"}}"#])

@@ -122,7 +122,7 @@ struct PushesAndHeartbeatsSnippets {
     @Test("a push written before the answer is there once the request returns")
     func subscribeFirst() async throws {
         try await withNetworkConnection(handlers: installWatchHandler) { _, _, connection in
-            let printed = try await withTimeLimit(.seconds(5)) {
+            let printed = try await withTimeLimit(testBound) {
                 try await withPrintedLines { try await subscribeFirstExample(connection: connection) }
             }
             #expect(printed == ["ACME 101.5"])
@@ -133,7 +133,7 @@ struct PushesAndHeartbeatsSnippets {
     func followEnds() async throws {
         try await withNetworkConnection(handlers: installWatchHandler) { _, _, connection in
             await connection.close()
-            let printed = try await withTimeLimit(.seconds(5)) {
+            let printed = try await withTimeLimit(testBound) {
                 await withPrintedLines { await follow(connection) }
             }
             #expect(printed.last == "state: closed")
@@ -226,7 +226,7 @@ struct PushesAndHeartbeatsSnippets {
                 #expect(await connection.currentState.phase == .connected)
                 #expect(await connection.metrics.heartbeatsMissed == 1)
                 await network.advance(by: .nanoseconds(1))                                         // 60 ms
-                let outcomes = try await withTimeLimit(.seconds(5)) {
+                let outcomes = try await withTimeLimit(testBound) {
                     var outcomes: [Heartbeat] = []
                     for await beat in beats { outcomes.append(beat) }
                     return outcomes
@@ -250,7 +250,7 @@ struct PushesAndHeartbeatsSnippets {
             let events = server.events
             // Not cancelled: its loop ends when the server stops and its events end.
             let greeter = Task { await greetPeers(events, on: server) }
-            let printed = try await withTimeLimit(.seconds(5)) {
+            let printed = try await withTimeLimit(testBound) {
                 try await withPrintedLines { try await subscribeBeforeConnectingExample(endpoint: endpoint) }
             }
             #expect(printed == [#"{"motd":"Welcome"}"#])
@@ -259,7 +259,7 @@ struct PushesAndHeartbeatsSnippets {
             try await Connection.withConnection(to: endpoint, configuration: .localTesting) { first in
                 try await Connection.withConnection(to: endpoint, configuration: .localTesting) { second in
                     let news = (first.notifications(ofType: 0x22), second.notifications(ofType: 0x22))
-                    _ = try await withTimeLimit(.seconds(5)) {
+                    _ = try await withTimeLimit(testBound) {
                         var count = 0
                         for await event in connected where event.kind == .peerConnected {
                             count += 1
@@ -274,6 +274,6 @@ struct PushesAndHeartbeatsSnippets {
             }
             return greeter
         }
-        try await withTimeLimit(.seconds(5)) { await greeter.value }
+        try await withTimeLimit(testBound) { await greeter.value }
     }
 }

@@ -212,7 +212,7 @@ struct RequestsAndTimeoutsSnippets {
     @Test("the configured default and a per-call timeout both answer (over real sockets: the example dials 127.0.0.1)")
     func defaultTimeout() async throws {
         try await withLocalServer(handlers: echoHandlers) { _, endpoint in
-            try await withTimeLimit(.seconds(5)) { try await defaultTimeoutExample(endpoint: endpoint) }
+            try await withTimeLimit(testBound) { try await defaultTimeoutExample(endpoint: endpoint) }
         }
     }
 
@@ -252,7 +252,7 @@ struct RequestsAndTimeoutsSnippets {
     @Test("a cancelled request ends at once with CancellationError, without its answer")
     func cancellation() async throws {
         try await withGatedServer { gate, connection in
-            let printed = try await withTimeLimit(.seconds(5)) {
+            let printed = try await withTimeLimit(testBound) {
                 try await withPrintedLines { try await cancellationExample(connection: connection) }
             }
             #expect(printed == ["cancelled"])

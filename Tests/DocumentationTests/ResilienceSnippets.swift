@@ -133,7 +133,7 @@ struct ResilienceSnippets {
             #expect(suspended.reason == nil)
             let waiting = Task { try await connection.request(Request(type: 0x402, json: ["n": 1])) }
             await appWillEnterForeground(connection)
-            let reply = try await withTimeLimit(.seconds(5)) { try await waiting.value }
+            let reply = try await withTimeLimit(testBound) { try await waiting.value }
             #expect(reply.json == ["echo": ["n": 1]])
             let phases = try await phasesUntilConnectedAgain(states)
             #expect(phases == [.connected, .suspended, .connecting, .connected])
@@ -195,7 +195,7 @@ struct ResilienceSnippets {
             #expect(second.attempt == 2)
             #expect(second.delay == .milliseconds(16))
             await network.advance(by: .nanoseconds(1))
-            let last = try await withTimeLimit(.seconds(5)) {
+            let last = try await withTimeLimit(testBound) {
                 var last: ConnectionState?
                 for await state in states { last = state }
                 return last
@@ -218,7 +218,7 @@ struct ResilienceSnippets {
         try await withNetworkConnection(handlers: { _ in }) { _, _, connection in
             let status = await ConnectionStatus()
             await connection.close()
-            try await withTimeLimit(.seconds(5)) { await status.follow(connection) }
+            try await withTimeLimit(testBound) { await status.follow(connection) }
             #expect(await status.isOnline == false)
             #expect(await status.banner == nil)
         }
@@ -227,7 +227,7 @@ struct ResilienceSnippets {
 
 /// The phases a connection goes through, from its current one until it is connected again.
 private func phasesUntilConnectedAgain(_ states: Subscription<ConnectionState>) async throws -> [ConnectionState.Phase] {
-    try await withTimeLimit(.seconds(5)) {
+    try await withTimeLimit(testBound) {
         var phases: [ConnectionState.Phase] = []
         for await state in states {
             phases.append(state.phase)

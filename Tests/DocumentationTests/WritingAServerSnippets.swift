@@ -204,7 +204,7 @@ struct WritingAServerSnippets {
     func eventsAndMetrics() async throws {
         let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
         server.handle(type: 0x402) { request, _ in Response(json: request.json ?? .null) }
-        let printed = try await withTimeLimit(.seconds(5)) {
+        let printed = try await withTimeLimit(testBound) {
             try await withPrintedLines {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     let disconnected = server.events.filter { $0.kind == .peerDisconnected }
@@ -256,7 +256,7 @@ struct WritingAServerSnippets {
                 let refused = try await firstElement(of: events.filter { $0.kind == .peerRejected })
                 #expect(refused?.reason?.code == .tooManyConnections)
                 #expect(refused?.reason?.message == "the server is at its limit of 1 connections")
-                let last = try await withTimeLimit(.seconds(5)) {
+                let last = try await withTimeLimit(testBound) {
                     var last: ConnectionState?
                     for await state in states { last = state }
                     return last
@@ -326,7 +326,7 @@ struct WritingAServerSnippets {
             try await suspendUntilCancelled()               // cancelled by the shutdown
         }
         let events = server.events
-        try await withTimeLimit(.seconds(5)) {
+        try await withTimeLimit(testBound) {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await server.run() }
                 let address = try await server.listeningAddress()
@@ -343,7 +343,7 @@ struct WritingAServerSnippets {
                 await connection.close()
             }
         }
-        let reasons = try await withTimeLimit(.seconds(5)) {
+        let reasons = try await withTimeLimit(testBound) {
             var reasons: [String] = []
             for await event in events where event.kind == .peerDisconnected {
                 reasons.append(event.reason?.message ?? "")
@@ -353,13 +353,13 @@ struct WritingAServerSnippets {
         #expect(reasons == ["server shut down"])
         // The example as written, then a second server on the port the first one freed.
         let first = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
-        let lines = try await withTimeLimit(.seconds(5)) {
+        let lines = try await withTimeLimit(testBound) {
             try await withPrintedLines { try await shutdownExample(server: first) }
         }
         let port = Int(lines.first?.split(separator: ":").last ?? "") ?? 0
         #expect(port > 0)
         let second = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: port))
-        try await withTimeLimit(.seconds(5)) { try await shutdownExample(server: second) }
+        try await withTimeLimit(testBound) { try await shutdownExample(server: second) }
     }
 }
 
