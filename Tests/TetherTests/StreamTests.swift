@@ -6,9 +6,9 @@ import TetherTesting
 struct StreamTests {
     @Test("two subscribers both receive every push, in order")
     func twoSubscribers() async throws {
-        try await withServer(handlers: echoHandlers) { server, endpoint in
+        try await withTestNetwork { network in try await withNetworkServer(on: network, handlers: echoHandlers) { server, endpoint in
             let events = server.events
-            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let connection = try await Connection.connect(to: endpoint, configuration: .testing(on: network))
             let first = connection.notifications
             let second = connection.notifications
             let onlyThree = connection.notifications(ofType: 0x3)
@@ -26,7 +26,7 @@ struct StreamTests {
             #expect(threes.allSatisfy { $0.type == 0x3 })
             #expect(await connection.metrics.notificationsReceived == 100)
             await connection.close()
-        }
+        } }
     }
 
     @Test("push to one peer reaches only that peer")
