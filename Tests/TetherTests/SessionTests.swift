@@ -25,16 +25,6 @@ func index(of frame: Frame) -> Int? {
     Int(String(decoding: frame.payload, as: UTF8.self))
 }
 
-/// A manual wall clock for mailbox ages.
-final class ManualMailboxClock: Sendable {
-    private let now = Atomic<Int64>(1_800_000_000_000)
-    func read() -> MailboxTime { MailboxTime(millisecondsSince1970: now.load(ordering: .relaxed)) }
-    func advance(by duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        now.add(seconds * 1000 + attoseconds / 1_000_000_000_000_000, ordering: .relaxed)
-    }
-}
-
 /// Requires that the server has `clientID` connected, once its connection has been
 /// welcomed (`connect()` returned, or the state became `.connected`): the server registers
 /// the client before it writes the welcome, so there is nothing to wait for.
