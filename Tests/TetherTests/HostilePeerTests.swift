@@ -301,60 +301,42 @@ struct HostilePeerTests {
         }
     }
 
-    @Test("a peer that starts a frame and sends nothing more is closed with frameTimeout, and the reason is reported")
+    @Test("a peer that starts a frame and sends nothing more is closed with frameTimeout at the timeout after the frame's first byte, and the reason is reported")
     func stalledFrame() async throws {
-        let timeout: Duration = .milliseconds(200)
-        let stuck = Lock<RawSocket?>(nil)
-        // What the checks on the peer's loop found: whether the peer had ended.
-        let openBeforeTimeout = Lock<Bool?>(nil)
-        let endedAfterTimeout = Lock<Bool?>(nil)
-        try await withServer(configure: {
-            $0.frameCompletionTimeout = timeout
-            $0.handshakeTimeout = nil
-            $0.idleTimeout = nil
-        }, handlers: { server in
-            // Runs on the peer's loop in the turn that read the first frame.
-            server.handle(type: 0x402) { _, peer in
-                // By a loop timer, the first 12 bytes of a second frame, and nothing more.
-                _ = peer.loop.schedule(after: .milliseconds(10)) {
-                    guard let socket = stuck.withLock({ $0 }) else { return }
-                    let written = MonotonicTime.now()
-                    try? socket.write(Array(seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100)).prefix(12)))
-                    // The bytes are read at `written` or later, so the peer must not end
-                    // before a timer due just before that plus the timeout.
-                    _ = peer.loop.schedule(at: written &+ MonotonicTime.nanoseconds(of: timeout) &- 1) {
-                        openBeforeTimeout.withLock { $0 = !peer.hasEnded }
-                    }
-                    // A later turn than the write: the bytes were read before this timer
-                    // fires, so the frame's time started before its now.
-                    _ = peer.loop.schedule(after: .milliseconds(1)) {
-                        _ = peer.loop.schedule(at: justAfter(timeout, from: MonotonicTime.now())) {
-                            endedAfterTimeout.withLock { $0 = peer.hasEnded }
-                        }
-                    }
-                }
-                return Response()
+        // Raw bytes over a real socket, the server's time on a manual clock.
+        try await withManualLoop { clock, group in
+            try await withServer(configure: {
+                $0.eventLoopGroup = group
+                $0.frameCompletionTimeout = .milliseconds(200)
+                $0.handshakeTimeout = nil
+                $0.idleTimeout = nil
+            }, handlers: echoHandlers) { server, endpoint in
+                let events = server.events
+                let socket = try RawSocket.connect(to: endpoint)
+                defer { socket.close() }
+                let local = try port(of: socket)
+                try socket.write(seedBytes(type: 0x402, serial: 1))
+                #expect(try await socket.readFrame()?.serial == 1)
+                let start = clock.now
+                // 10 ms later, the first 12 bytes of a second frame, and nothing more; the
+                // advance reads them before it moves the time.
+                await clock.advance(by: .milliseconds(10))
+                try socket.write(Array(seedBytes(type: 0x402, serial: 2, payload: Array(repeating: 0x20, count: 100)).prefix(12)))
+                await clock.advance(by: .milliseconds(200) - .nanoseconds(1))
+                #expect(server.peerCount == 1, "ended sooner than the timeout after the frame's first byte")
+                #expect(await server.metrics().frameTimeouts == 0)
+                await clock.advance(by: .nanoseconds(1))
+                #expect(clock.now == start + 210_000_000)
+                let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected }, "the peer to be closed")
+                #expect(try await socket.waitForClose())
+                let reason = try #require(gone.first?.reason)
+                #expect(reason.code == .frameTimeout)
+                #expect(reason.message == "peer 127.0.0.1:\(local) did not finish a frame within 200 ms of its first byte (12 bytes of it received)")
+                let metrics = await server.metrics()
+                #expect(metrics.frameTimeouts == 1)
+                #expect(metrics.idleTimeouts == 0)
+                #expect(metrics.framesIn == 1)
             }
-        }) { server, endpoint in
-            let events = server.events
-            let socket = try RawSocket.connect(to: endpoint)
-            stuck.withLock { $0 = socket }
-            let local = try port(of: socket)
-            try socket.write(seedBytes(type: 0x402, serial: 1))
-            #expect(try await socket.readFrame()?.serial == 1)
-            #expect(try await socket.waitForClose(timeout: eventBound))
-            _ = try await loopCheck(endedAfterTimeout, "the checks on the peer's loop")
-            #expect(openBeforeTimeout.withLock { $0 } == true, "ended sooner than the timeout after the frame's first byte")
-            #expect(endedAfterTimeout.withLock { $0 } == true, "not ended by the timeout after the frame's first byte")
-
-            let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected })
-            let reason = try #require(gone.first?.reason)
-            #expect(reason.code == .frameTimeout)
-            #expect(reason.message == "peer 127.0.0.1:\(local) did not finish a frame within 200 ms of its first byte (12 bytes of it received)")
-            let metrics = await server.metrics()
-            #expect(metrics.frameTimeouts == 1)
-            #expect(metrics.idleTimeouts == 0)
-            #expect(metrics.framesIn == 1)
         }
     }
 

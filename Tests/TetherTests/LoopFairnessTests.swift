@@ -36,7 +36,8 @@ private struct Spun: Sendable {
 }
 
 extension Connection {
-    /// On the loop: has `peer` write `bytes`, sets a 5 ms timer and has another thread
+    /// On the loop: has `peer` write `bytes`, sets a timer due at once (so no real time
+    /// needs to pass, only the loop's timer phase to run) and has another thread
     /// queue a job on the loop, then spins on `Task.yield()`, never suspending otherwise,
     /// until the push has been read, the timer has fired and the job has run.
     ///
@@ -45,7 +46,7 @@ extension Connection {
         let timerFired = Lock(false)
         let remoteJobRan = Lock(false)
         let loop = self.loop
-        loop.schedule(after: .milliseconds(5)) { timerFired.withLock { $0 = true } }
+        loop.schedule(after: .zero) { timerFired.withLock { $0 = true } }
         BlockingThread.run { loop.execute { remoteJobRan.withLock { $0 = true } } }
         try? peer.write(bytes)
         var yields = 0

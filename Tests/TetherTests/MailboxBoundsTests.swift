@@ -1,4 +1,5 @@
 import Testing
+import TetherTesting
 @testable import Tether
 @testable import TetherSQLite
 
@@ -106,60 +107,62 @@ struct MailboxBoundsTests {
         }
     }
 
-    @Test("a client that never comes back loses its mailbox to the periodic expiry, with no write or open to trigger it; a connected client keeps its own")
+    @Test("a client that never comes back loses its mailbox to the periodic expiry, on the server's clock, with no write or open to trigger it; a connected client keeps its own")
     func periodicExpiry() async throws {
-        let clock = ManualMailboxClock()
-        var configuration = MailboxConfiguration.inMemory
-        configuration.clock = { clock.read() }
-        configuration.limits.maximumAge = .seconds(60)
-        configuration.expiryInterval = .milliseconds(10)
-        try await withServer(configure: { $0.mailboxes = configuration }, handlers: echoHandlers) { server, endpoint in
-            let (alice, answer) = try await hello("alice", to: endpoint)
-            defer { alice.close() }
-            #expect(answer == welcome("alice"))
-            try await awaitClient("alice", on: server)
-            for number in 0..<3 { try await server.push(indexed(number), toClient: "ghost") }
-            #expect(try await server.clientIDs() == ["alice", "ghost"])
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: {
+                $0.mailboxes = .inMemory
+                $0.mailboxes?.limits.maximumAge = .seconds(60)
+                // The only pass comes 1 ms after the pushes are 60 s old.
+                $0.mailboxes?.expiryInterval = .milliseconds(60_001)
+                $0.idleTimeout = nil
+            }, handlers: echoHandlers) { server, endpoint in
+                let alice = try await Connection.connect(to: endpoint, configuration: session("alice", on: network))
+                let pushes = alice.notifications
+                try await awaitClient("alice", on: server)
+                let hub = try #require(server.hub)
+                let expiries = hub.expiries
+                for number in 0..<3 { try await server.push(indexed(number), toClient: "ghost") }
+                #expect(try await server.clientIDs() == ["alice", "ghost"])
 
-            clock.advance(by: .milliseconds(60_001))
-            let after = clock.read()
-            let hub = try #require(server.hub)
-            let expiry = try await bounded("an expiry pass after the clock moved") {
-                for await expiry in hub.expiries where expiry.now >= after { return expiry }
-                throw TimedOut(what: "an expiry pass: the hub stopped")
+                await network.advance(by: .seconds(60))
+                #expect(try await server.clientIDs() == ["alice", "ghost"], "expired before the pass")
+                await network.advance(by: .milliseconds(1))
+                let expiry = try #require(try await firstElement(of: expiries))
+                #expect(expiry.now == MailboxTime(millisecondsSince1970: 1_700_000_060_001))
+                #expect(try expiry.removed.get() == ["ghost"])
+                #expect(try await server.clientIDs() == ["alice"])
+                #expect(await server.metrics().mailboxesRemoved == 1)
+
+                // Nothing is left of ghost: it starts again from 1.
+                #expect(try await server.push(indexed(9), toClient: "ghost") == 1)
+                #expect(try await server.push(indexed(10), toClient: "alice") == 1)
+                #expect(try await collect(1, from: pushes, "alice's push") == [Frame(type: 0x10, serial: 1, payload: Array("10".utf8))])
+                await alice.close()
             }
-            #expect(try expiry.removed.get() == ["ghost"])
-            #expect(try await server.clientIDs() == ["alice"])
-            #expect(await server.metrics().mailboxesRemoved == 1)
-
-            // Nothing is left of ghost: it starts again from 1.
-            #expect(try await server.push(indexed(9), toClient: "ghost") == 1)
-            #expect(try await server.push(indexed(10), toClient: "alice") == 1)
-            #expect(try await alice.readFrame() == Frame(type: 0x10, serial: 1, payload: Array("10".utf8)))
         }
     }
 
     @Test("a store without removeExpired of its own gets the default: the periodic expiry drops expired pushes by opening each idle client's mailbox")
     func defaultExpiry() async throws {
         let store = GatedStore()
-        let clock = ManualMailboxClock()
-        var configuration = MailboxConfiguration(store: store)
-        configuration.clock = { clock.read() }
-        configuration.limits.maximumAge = .seconds(60)
-        configuration.expiryInterval = .milliseconds(10)
-        try await withServer(configure: { $0.mailboxes = configuration }, handlers: echoHandlers) { server, _ in
-            for number in 0..<2 { try await server.push(indexed(number), toClient: "ghost") }
-            clock.advance(by: .milliseconds(60_001))
-            let after = clock.read()
-            let hub = try #require(server.hub)
-            let expiry = try await bounded("an expiry pass after the clock moved") {
-                for await expiry in hub.expiries where expiry.now >= after { return expiry }
-                throw TimedOut(what: "an expiry pass: the hub stopped")
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: {
+                $0.mailboxes = MailboxConfiguration(store: store)
+                $0.mailboxes?.limits.maximumAge = .seconds(60)
+                $0.mailboxes?.expiryInterval = .milliseconds(60_001)
+            }, handlers: echoHandlers) { server, _ in
+                let hub = try #require(server.hub)
+                let expiries = hub.expiries
+                for number in 0..<2 { try await server.push(indexed(number), toClient: "ghost") }
+                await network.advance(by: .milliseconds(60_001))
+                let expiry = try #require(try await firstElement(of: expiries))
+                #expect(expiry.now == MailboxTime(millisecondsSince1970: 1_700_000_060_001))
+                #expect(try expiry.removed.get() == [])
+                #expect(try await store.inner.messages(for: "ghost", after: 0, limit: 10).isEmpty)
+                let summary = try await store.inner.openMailbox(for: "ghost", limits: MailboxLimits(), now: expiry.now)
+                #expect(summary == MailboxSummary(lastSequence: 2, acknowledged: 0, lostThrough: 2, lossReason: .expired, count: 0))
             }
-            #expect(try expiry.removed.get() == [])
-            #expect(try await store.inner.messages(for: "ghost", after: 0, limit: 10).isEmpty)
-            let summary = try await store.inner.openMailbox(for: "ghost", limits: MailboxLimits(), now: after)
-            #expect(summary == MailboxSummary(lastSequence: 2, acknowledged: 0, lostThrough: 2, lossReason: .expired, count: 0))
         }
     }
 
@@ -176,13 +179,12 @@ struct MailboxBoundsTests {
             try await bounded("the gated append to reach the store") {
                 for await _ in store.entered { break }
             }
-            let refused = Task { try await server.push(Frame(type: 0x666, payload: [2]), toClient: "bob") }
-            let good = Task { try await server.push(Frame(type: 0x10, payload: [3]), toClient: "bob") }
-            // Both wait in the hub's queue, to be stored in one append once the gate opens.
+            // Started here and run up to their first suspension, which is in the hub's queue:
+            // both wait there, to be stored in one append once the gate opens.
+            let refused = Task.immediate { try await server.push(Frame(type: 0x666, payload: [2]), toClient: "bob") }
+            let good = Task.immediate { try await server.push(Frame(type: 0x10, payload: [3]), toClient: "bob") }
             let hub = try #require(server.hub)
-            try await bounded("both pushes to queue") {
-                while hub.state.withLock({ $0.queue.count }) < 2 { try await Task.sleep(for: .milliseconds(1)) }
-            }
+            #expect(hub.state.withLock { $0.queue.count } == 2)
             store.releaseSink.yield()
 
             #expect(try await gated.value == 1)

@@ -1,5 +1,6 @@
 import Testing
 import TetherTLS
+import TetherTesting
 @testable import Tether
 
 /// The error the first connect of `connection` ends with, within the bound.
@@ -107,27 +108,32 @@ struct ManualTimeHandshakeTests {
 
     @Test("a server that never answers the session hello fails the connect exactly at the hello timeout")
     func helloTimeout() async throws {
-        try await withManualLoop { clock, group in
-            let (listener, endpoint) = try RawSocket.listen()
-            defer { listener.close() }
-            var session = SessionConfiguration(clientID: "quinn")
-            session.helloTimeout = .seconds(15)
-            let connection = Connection(to: endpoint, configuration: testConfiguration {
-                $0.eventLoopGroup = group
-                $0.session = session
-            })
-            let connecting = Task { try await connection.connect() }
-            let server = try await listener.accept()
-            defer { server.close() }
-            // The hello has gone out, so its timer is set.
-            let hello = try #require(try await server.readFrame())
-            #expect(hello.type == session.wireTypes.hello)
-            await clock.advance(by: .seconds(15) - .nanoseconds(1))
-            #expect(await connection.currentState.phase == .connecting)
-            await clock.advance(by: .nanoseconds(1))
-            let error = try await connectError(of: connecting)
-            #expect(error?.code == .timedOut)
-            #expect(error?.message.hasSuffix(" did not answer the session hello within 15 s") == true)
+        try await withTestNetwork { network in
+            let (checking, checkingSink) = AsyncStream.makeStream(of: String.self)
+            try await withNetworkServer(on: network, configure: {
+                $0.mailboxes = .inMemory
+            }, handlers: { server in
+                // The hello reaches the server, whose check never ends.
+                server.authenticate { hello in
+                    checkingSink.yield(hello.clientID)
+                    await untilCancelled()
+                }
+            }) { _, endpoint in
+                let connection = Connection(to: endpoint, configuration: session("quinn", on: network) {
+                    $0.reconnect = .disabled
+                    $0.session?.helloTimeout = .seconds(15)
+                })
+                let connecting = Task { try await connection.connect() }
+                // The hello has gone out, so its timer is set.
+                #expect(try await firstElement(of: checking) == "quinn")
+                await network.advance(by: .seconds(15) - .nanoseconds(1))
+                #expect(await connection.currentState.phase == .connecting)
+                await network.advance(by: .nanoseconds(1))
+                let error = try await connectError(of: connecting)
+                #expect(network.clock.elapsed == .seconds(15))
+                #expect(error?.code == .timedOut)
+                #expect(error?.message == "127.0.10.1:9000 did not answer the session hello within 15 s")
+            }
         }
     }
 

@@ -1,4 +1,5 @@
 import Testing
+import TetherTesting
 @testable import Tether
 import TetherTesting
 
@@ -6,14 +7,35 @@ import TetherTesting
 /// once, the client comes back by itself, and subscriptions keep running.
 @Suite("Resilience through the fault proxy", .timeLimit(.minutes(1)))
 struct ResilienceTests {
-    /// The server's handlers plus 0x408, which pushes `n` notifications to the caller.
+    /// The standard handlers, plus two that tell `arrivals` of each request's `id` as it
+    /// reaches them: 0x405 then holds the request until the server cancels it (its peer
+    /// ends), 0x406 echoes it at once.
+    static func handlers(_ arrivals: Broadcaster<Int>) -> @Sendable (Server) -> Void {
+        { server in
+            echoHandlers(server)
+            server.handle(type: 0x405) { request, _ in
+                arrivals.publish(request.json?["id"]?.intValue ?? -1)
+                await untilCancelled()
+                return Response()
+            }
+            server.handle(type: 0x406) { request, _ in
+                arrivals.publish(request.json?["id"]?.intValue ?? -1)
+                return Response(json: ["echo": request.json ?? nil])
+            }
+        }
+    }
+
+    /// The standard handlers, for tests that need nothing more.
     static func handlers(_ server: Server) {
         echoHandlers(server)
     }
 
     @Test("a cut mid-frame: requests in flight fail with connectionLost, the client reconnects within the backoff, requests and pushes flow again")
     func cutMidFrame() async throws {
-        try await withServer(handlers: Self.handlers) { server, endpoint in
+        let arrivals = Broadcaster<Int>(bufferSize: 16)
+        let arrived = arrivals.subscribe()
+        try await withServer(handlers: Self.handlers(arrivals)) { server, endpoint in
+            let serverEvents = server.events
             try await withFaultProxy(to: endpoint) { proxy in
                 let backoff = Duration.milliseconds(50)
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting(after: backoff))
@@ -25,14 +47,13 @@ struct ResilienceTests {
                 // after it, however late the loop runs. By then the attempt must have started.
                 let (attempts, attempt) = AsyncStream<(phase: ConnectionState.Phase, started: Int)>.makeStream()
                 let slow = Task {
-                    try await connection.observedRequest(Request(type: 0x404, json: ["delay_ms": 5000]), timeout: .seconds(10)) { connection, _ in
+                    try await connection.observedRequest(Request(type: 0x405, json: ["id": 1]), timeout: .seconds(10)) { connection, _ in
                         connection.afterTimers(dueBefore: justAfter(backoff, from: MonotonicTime.now())) { connection in
                             attempt.yield((connection.state.phase, connection.counters.reconnectAttempts))
                         }
                     }.get()
                 }
-                try await until("the slow request to be in flight", connection) { $0.inFlightRequests == 1 }
-                try await proxy.waitUntil("the slow request to reach the server") { $0.bytesUpstream > 0 }
+                #expect(try await collect(1, from: arrived, "the slow request to reach the server") == [1])
                 // The next request is cut 5 bytes into its header.
                 proxy.setMode(.cut(after: 5, counting: .upstream), for: .currentConnections)
                 let cut = Task { try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: .seconds(10)) }
@@ -55,9 +76,9 @@ struct ResilienceTests {
                 #expect(metrics.connects == 2)
                 let reply = try await connection.request(Request(type: 0x402, json: ["n": 2]))
                 #expect(reply.json == ["echo": ["n": 2]])
-                try await bounded("the server to see the new connection") {
-                    while server.peerCount != 1 { try await Task.sleep(for: .milliseconds(1)) }
-                }
+                // The new peer answered; the old one is gone once the server says so.
+                _ = try await firstEvent(serverEvents, "the cut peer to be gone on the server") { $0.kind == .peerDisconnected }
+                #expect(server.peerCount == 1)
                 await server.broadcast(Frame(type: 0x2, serial: 3, payload: [3]))
                 #expect(try await collect(1, from: notifications, "the push after reconnecting") == [Frame(type: 0x2, serial: 3, payload: [3])])
                 #expect(await connection.pendingRequestCount == 0)
@@ -67,32 +88,44 @@ struct ResilienceTests {
         }
     }
 
-    @Test("a stall (the socket open, nothing flowing) is detected within interval × (misses + 1), then the client reconnects")
+    @Test("a stall (the socket open, nothing flowing) is detected at interval × (misses + 1) after the last ack, not 1 ns before, then the client reconnects")
     func stall() async throws {
-        try await withServer(handlers: Self.handlers) { _, endpoint in
+        // Both sides on one loop of a test clock, over real sockets through the proxy: the
+        // heartbeats and their timeouts wait for the test's advances.
+        let clock = TestClock()
+        let group = clock.makeEventLoopGroup()
+        defer { clock.shutdown() }
+        let interval = Duration.milliseconds(400)
+        try await withServer(configure: { $0.eventLoopGroup = group }, handlers: Self.handlers) { _, endpoint in
             try await withFaultProxy(to: endpoint) { proxy in
-                let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting {
-                    // Margins wide enough that a healthy connection on a loaded 2-core machine
-                    // (the whole suite under the thread sanitizer included) never misses two
-                    // in a row: the test's last request must not be cut.
-                    // Three misses: with two, a healthy connection was seen lost under the
-                    // thread sanitizer while the 8 MiB round trip and the TLS suites ran.
-                    $0.heartbeat = .every(.milliseconds(400), timeout: .milliseconds(400), maximumMissed: 3)
+                let connection = Connection(to: proxy.endpoint, configuration: reconnecting {
+                    $0.eventLoopGroup = group
+                    $0.heartbeat = .every(interval, timeout: interval, maximumMissed: 3)
                 })
                 let watcher = StateWatcher(connection)
-                try await watcher.next(.connected)
                 let acked = connection.heartbeats.filter { $0.outcome == .acked }
-                _ = try await collect(1, from: acked, "a heartbeat ack before the stall")
-                let clock = ContinuousClock()
+                try await connection.connect()
+                // A heartbeat goes out as the connection opens and one at each interval
+                // after its ack; the acks cross the proxy, which the clock does not see, so
+                // each is awaited before time moves on. Then nothing is outstanding, and
+                // the stall is in place before the next heartbeat goes out.
+                #expect(try await collect(1, from: acked, "the first heartbeat's ack").map(\.serial) == [1])
+                await clock.advance(by: interval)
+                #expect(try await collect(1, from: acked, "the second heartbeat's ack").map(\.serial) == [2])
                 proxy.setMode(.stalled, for: .currentConnections)
-                let stalledAt = clock.now
+                #expect(clock.elapsed == interval)
+                await clock.advance(by: interval * 4 - .nanoseconds(1))
+                // Two misses so far, and still on the first connection: a loss would have
+                // reconnected by now, through the proxy, on the same clock.
+                let before = await connection.metrics
+                #expect(before.heartbeatsMissed == 2 && before.connects == 1 && before.reconnectAttempts == 0, "lost before interval × (misses + 1): \(before)")
+                #expect(await connection.currentState.phase == .connected)
+                await clock.advance(by: .nanoseconds(1))
+                #expect(await connection.currentState.phase == .reconnecting)
                 let lost = try await watcher.next(.reconnecting)
-                let detected = clock.now - stalledAt
-                Attachment.record("\(detected)", named: "stall-detection.txt")
+                #expect(await watcher.phases == [.idle, .connecting, .connected, .reconnecting])
                 #expect(lost.reason?.code == .heartbeatTimeout)
-                // Within interval × (misses + 1) = 1.6 s on a quiet machine; the bound only tells a
-                // heartbeat miss from a much later cause, since a loaded machine adds delay.
-                #expect(detected < .milliseconds(1600) + .seconds(2), "detected after \(detected)")
+                await clock.advance(by: lost.delay ?? .zero)
                 try await watcher.next(.connected)
                 let reply = try await connection.request(Request(type: 0x402, json: ["after": "stall"]))
                 #expect(reply.json == ["echo": ["after": "stall"]])
@@ -121,49 +154,45 @@ struct ResilienceTests {
 
     @Test("1,000 requests over 10 forced disconnects: each ends exactly once, none past its timeout, nothing left behind")
     func thousandOverTenDisconnects() async throws {
-        try await withServer(handlers: Self.handlers) { _, endpoint in
+        let arrivals = Broadcaster<Int>(bufferSize: 4096)
+        let arrived = arrivals.subscribe()
+        try await withServer(handlers: Self.handlers(arrivals)) { _, endpoint in
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting(after: .milliseconds(5)))
+                let watcher = StateWatcher(connection)
                 let timeout = Duration.seconds(2)
-                // A request the server holds far longer than the test runs, in flight before
-                // the first disconnect: that disconnect must fail it, whatever the timing of
-                // the others.
+                // A request the server holds until its peer ends, in flight before the first
+                // disconnect: that disconnect must fail it.
                 let held = Task {
-                    try await connection.request(Request(type: 0x404, json: ["id": .int(-1), "delay_ms": .int(300_000)]), timeout: .seconds(300))
+                    try await connection.request(Request(type: 0x405, json: ["id": .int(-1)]), timeout: .seconds(300))
                 }
-                try await until("the held request to be in flight", connection) { $0.inFlightRequests >= 1 }
+                #expect(try await collect(1, from: arrived, "the held request to reach the server") == [-1])
                 let outcomes = try await bounded("1,000 requests and 10 disconnects", .seconds(45)) {
-                    try await withThrowingTaskGroup(of: Outcome?.self) { group in
-                        group.addTask {
-                            // Ten disconnects, each once the previous one has been repaired.
-                            for round in 1...10 {
-                                try await until("connection \(round)", connection) { $0.connects >= round }
-                                try await Task.sleep(for: .milliseconds(20))
-                                if round % 2 == 0 { proxy.resetAll() } else { proxy.cutAll() }
-                            }
-                            try await until("the last reconnect", connection) { $0.connects >= 11 }
-                            return nil
-                        }
-                        for id in 0..<1000 {
-                            group.addTask {
-                                // Spread over the disconnects.
-                                try await Task.sleep(for: .microseconds((id * 7919) % 400_000))
-                                let clock = ContinuousClock()
-                                let start = clock.now
-                                do {
-                                    let reply = try await connection.request(
-                                        Request(type: 0x404, json: ["id": .int(id), "delay_ms": .int(id % 10)]),
-                                        timeout: timeout
-                                    )
-                                    return Outcome(id: id, reply: reply.json?["echo"]?["id"]?.intValue, error: nil, took: clock.now - start)
-                                } catch let error as TetherError {
-                                    return Outcome(id: id, reply: nil, error: error.code, took: clock.now - start)
+                    try await withThrowingTaskGroup(of: Outcome.self) { group in
+                        // Ten waves of 100 requests, one per connection: each connection is
+                        // cut (or reset) once half its wave has reached the server, with the
+                        // rest on the way, queued or answered.
+                        for round in 1...10 {
+                            try await watcher.next(.connected)
+                            let wave = (round - 1) * 100 ..< round * 100
+                            for id in wave {
+                                group.addTask {
+                                    let clock = ContinuousClock()
+                                    let start = clock.now
+                                    do {
+                                        let reply = try await connection.request(Request(type: 0x406, json: ["id": .int(id)]), timeout: timeout)
+                                        return Outcome(id: id, reply: reply.json?["echo"]?["id"]?.intValue, error: nil, took: clock.now - start)
+                                    } catch let error as TetherError {
+                                        return Outcome(id: id, reply: nil, error: error.code, took: clock.now - start)
+                                    }
                                 }
                             }
+                            _ = try await collect(50, from: arrived.filter { wave.contains($0) }, "half of wave \(round) at the server")
+                            if round % 2 == 0 { proxy.resetAll() } else { proxy.cutAll() }
                         }
+                        try await watcher.next(.connected)
                         var outcomes: [Int: Outcome] = [:]
                         for try await outcome in group {
-                            guard let outcome else { continue }
                             #expect(outcomes[outcome.id] == nil, "request \(outcome.id) ended twice")
                             outcomes[outcome.id] = outcome
                         }

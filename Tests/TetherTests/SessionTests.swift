@@ -1,5 +1,6 @@
 import Synchronization
 import Testing
+import TetherTesting
 @testable import Tether
 import TetherTesting
 
@@ -25,20 +26,58 @@ func index(of frame: Frame) -> Int? {
     Int(String(decoding: frame.payload, as: UTF8.self))
 }
 
-/// A manual wall clock for mailbox ages.
-final class ManualMailboxClock: Sendable {
-    private let now = Atomic<Int64>(1_800_000_000_000)
-    func read() -> MailboxTime { MailboxTime(millisecondsSince1970: now.load(ordering: .relaxed)) }
-    func advance(by duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        now.add(seconds * 1000 + attoseconds / 1_000_000_000_000_000, ordering: .relaxed)
+/// Requires that the server has `clientID` connected, once its connection has been
+/// welcomed (`connect()` returned, or the state became `.connected`): the server registers
+/// the client before it writes the welcome, so there is nothing to wait for.
+func awaitClient(_ clientID: String, on server: Server) async throws {
+    guard server.peer(forClient: clientID) != nil else {
+        throw TimedOut(what: "\(clientID) to be connected on the server, registered before its welcome")
     }
 }
 
-/// Waits, within the bound, until the server sees `clientID` connected (its hello accepted).
-func awaitClient(_ clientID: String, on server: Server) async throws {
-    try await bounded("\(clientID) to be connected on the server") {
-        while server.peer(forClient: clientID) == nil { try await Task.sleep(for: .milliseconds(1)) }
+/// A client on `network` with a session for `clientID`.
+func session(
+    _ clientID: String,
+    on network: TestNetwork,
+    _ change: (inout ConnectionConfiguration) -> Void = { _ in }
+) -> ConnectionConfiguration {
+    var configuration = ConnectionConfiguration.testing(on: network)
+    configuration.session = SessionConfiguration(clientID: clientID)
+    change(&configuration)
+    return configuration
+}
+
+/// An in-memory store that tells of every acknowledgement it has taken, in order.
+private final class AcknowledgementRecorder: MailboxStore {
+    let inner = InMemoryMailboxStore()
+    private let feed = Broadcaster<String>(bufferSize: 64)
+    /// "client sequence" for each acknowledgement taken; copies share one position, so
+    /// each wait goes on where the last one stopped.
+    let acknowledgements: Subscription<String>
+
+    init() {
+        acknowledgements = feed.subscribe()
+    }
+
+    func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
+        try await inner.append(messages, limits: limits, now: now)
+    }
+
+    func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
+        try await inner.openMailbox(for: clientID, limits: limits, now: now)
+    }
+
+    func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
+        try await inner.messages(for: clientID, after: sequence, limit: limit)
+    }
+
+    func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
+        try await inner.acknowledge(clientID, through: sequence)
+        feed.publish("\(clientID) \(sequence)")
+    }
+
+    func clientIDs() async throws -> [String] {
+        try await inner.clientIDs()
     }
 }
 
@@ -84,13 +123,14 @@ struct SessionTests {
             let notifications = connection.notifications
             try await watcher.next(.connected)
             try await awaitClient("bob", on: server)
+            let serverEvents = server.events
             await connection.suspend()
             try await watcher.next(.suspended)
-            try await bounded("bob to be gone on the server") {
-                while server.peer(forClient: "bob") != nil { try await Task.sleep(for: .milliseconds(1)) }
-            }
-            let offline = Lock<[UInt64]>([])
-            server.onOfflinePush { push in offline.withLock { $0.append(push.sequence) } }
+            // The server lets go of the client before it tells of the disconnect.
+            _ = try await firstEvent(serverEvents, "bob to be gone on the server") { $0.kind == .peerDisconnected }
+            #expect(server.peer(forClient: "bob") == nil)
+            let (offline, offlineSink) = AsyncStream.makeStream(of: UInt64.self)
+            server.onOfflinePush { push in offlineSink.yield(push.sequence) }
             for number in 0..<100 {
                 try await server.push(indexed(number), toClient: "bob")
             }
@@ -105,10 +145,7 @@ struct SessionTests {
             let live = try await collect(5, from: notifications, "the live pushes")
             #expect(live.map(index(of:)) == Array(100..<105))
             #expect(await connection.lastSequence == 105)
-            try await bounded("the offline callbacks") {
-                while offline.withLock({ $0.count }) < 100 { try await Task.sleep(for: .milliseconds(1)) }
-            }
-            #expect(offline.withLock { $0 } == Array(1...100))
+            #expect(try await collect(100, from: offline, "the offline callbacks") == Array(1...100))
             let metrics = await server.metrics()
             #expect(metrics.offlinePushes == 100)
             #expect(metrics.notificationsReplayed == 100)
@@ -122,6 +159,7 @@ struct SessionTests {
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: sessionConfiguration("carol", reconnectAfter: .milliseconds(5)))
                 let notifications = connection.notifications
+                let watcher = StateWatcher(connection)
                 try await awaitClient("carol", on: server)
                 var random = SplitMix(seed: 0x5EED_0008)
                 var cuts = Set<Int>()
@@ -129,15 +167,13 @@ struct SessionTests {
                 let receiving = Task {
                     try await collect(1000, from: notifications, "1,000 pushes")
                 }
-                var done = 0
                 for number in 0..<1000 {
                     if cuts.contains(number) {
                         // Each cut hits a live session: wait for the client to be back (its
                         // hello accepted) first. Pushes go on at once, while it is down and
                         // while it replays.
-                        try await until("session \(done + 1)", connection) { [done] in $0.connects == done + 1 }
+                        try await watcher.next(.connected)
                         proxy.cutAll()
-                        done += 1
                     }
                     try await server.push(indexed(number), toClient: "carol")
                 }
@@ -182,33 +218,38 @@ struct SessionTests {
         }
     }
 
-    @Test("messages older than the mailbox's age limit (an injected clock) are reported as expired")
+    @Test("messages older than the mailbox's age limit are reported as expired; one exactly that old is kept")
     func expiredGap() async throws {
-        let clock = ManualMailboxClock()
-        try await withServer(configure: {
-            $0.mailboxes = .inMemory
-            $0.mailboxes?.limits = MailboxLimits(maximumMessages: 100, maximumAge: .seconds(60))
-            $0.mailboxes?.clock = { clock.read() }
-        }, handlers: echoHandlers) { server, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("erin"))
-            let watcher = StateWatcher(connection)
-            let notifications = connection.notifications
-            let events = connection.sessionEvents
-            try await watcher.next(.connected)
-            await connection.suspend()
-            try await watcher.next(.suspended)
-            for number in 0..<3 { try await server.push(indexed(number), toClient: "erin") }
-            clock.advance(by: .seconds(61))
-            for number in 3..<5 { try await server.push(indexed(number), toClient: "erin") }
-            await connection.resume()
-            let seen = try await collect(2, from: events, "the events")
-            #expect(seen == [
-                SessionEvent(kind: .gap, lastSequence: 3, missed: 1...3, reason: .expired),
-                SessionEvent(kind: .resumed, lastSequence: 3, serverSequence: 5),
-            ])
-            let delivered = try await collect(2, from: notifications, "the 2 kept")
-            #expect(delivered.map(index(of:)) == [3, 4])
-            await connection.close()
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: {
+                $0.mailboxes = .inMemory
+                $0.mailboxes?.limits = MailboxLimits(maximumMessages: 100, maximumAge: .seconds(60))
+            }, handlers: echoHandlers) { server, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: session("erin", on: network))
+                let watcher = StateWatcher(connection)
+                let notifications = connection.notifications
+                let events = connection.sessionEvents
+                try await watcher.next(.connected)
+                await connection.suspend()
+                try await watcher.next(.suspended)
+                // Stored at 0 ms, 1 ms and 60,001 ms of the server's mailbox clock; the
+                // client resumes at 60,001 ms, when the first three are 1 ms past the limit
+                // and the fourth exactly at it.
+                for number in 0..<3 { try await server.push(indexed(number), toClient: "erin") }
+                await network.advance(by: .milliseconds(1))
+                try await server.push(indexed(3), toClient: "erin")
+                await network.advance(by: .seconds(60))
+                try await server.push(indexed(4), toClient: "erin")
+                await connection.resume()
+                let seen = try await collect(2, from: events, "the events")
+                #expect(seen == [
+                    SessionEvent(kind: .gap, lastSequence: 3, missed: 1...3, reason: .expired),
+                    SessionEvent(kind: .resumed, lastSequence: 3, serverSequence: 5),
+                ])
+                let delivered = try await collect(2, from: notifications, "the 2 kept")
+                #expect(delivered.map(index(of:)) == [3, 4])
+                await connection.close()
+            }
         }
     }
 
@@ -248,6 +289,7 @@ struct SessionTests {
     @Test("requests made while the hello waits for the server go out only after it is accepted")
     func requestsWaitForHello() async throws {
         let gate = Lock<CheckedContinuation<Void, Never>?>(nil)
+        let (held, heldSink) = AsyncStream.makeStream(of: Void.self)
         let hellos = Atomic<Int>(0)
         let handledBeforeAccept = Atomic<Int>(0)
         try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: { server in
@@ -258,7 +300,10 @@ struct SessionTests {
             server.authenticate { _ in
                 // The second hello (after the cut) waits until the test opens the gate.
                 if hellos.add(1, ordering: .relaxed).newValue == 2 {
-                    await withCheckedContinuation { continuation in gate.withLock { $0 = continuation } }
+                    await withCheckedContinuation { continuation in
+                        gate.withLock { $0 = continuation }
+                        heldSink.yield()
+                    }
                 }
             }
         }) { server, endpoint in
@@ -269,9 +314,7 @@ struct SessionTests {
                 proxy.cutAll()
                 try await watcher.next(.reconnecting)
                 try await watcher.next(.connecting)
-                try await bounded("the second hello to be held") {
-                    while gate.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(1)) }
-                }
+                _ = try await collect(1, from: held, "the second hello to be held")
                 let reply = Task { try await connection.request(Request(type: 0x402, json: ["n": 7])) }
                 try await until("the request to be queued", connection) { $0.queuedRequests == 1 }
                 #expect(await connection.currentState.phase == .connecting)
@@ -288,15 +331,15 @@ struct SessionTests {
         try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
             let old = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("hana") { $0.reconnect = .disabled })
             try await awaitClient("hana", on: server)
+            let serverEvents = server.events
             let fresh = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("hana"))
             let final = try await finalState(of: old)
             #expect(final.reason?.code == .peerClosed)
             let notifications = fresh.notifications
             try await server.push(indexed(1), toClient: "hana")
             #expect(try await collect(1, from: notifications, "the push").map(index(of:)) == [1])
-            try await bounded("the older peer to be gone on the server") {
-                while server.peerCount != 1 { try await Task.sleep(for: .milliseconds(1)) }
-            }
+            _ = try await firstEvent(serverEvents, "the older peer to be gone on the server") { $0.kind == .peerDisconnected }
+            #expect(server.peerCount == 1)
             await fresh.close()
         }
     }
@@ -334,62 +377,69 @@ struct SessionTests {
         await replacement.stop()
     }
 
-    @Test("with manual acknowledgement the mailbox keeps pushes until acknowledge(through:); automatic ones empty it as pushes arrive")
+    @Test("with manual acknowledgement the mailbox keeps pushes until acknowledge(through:); automatic ones empty it by count, and the rest at the acknowledgement delay, not 1 ns before")
     func acknowledgementsEmptyTheMailbox() async throws {
-        let store = InMemoryMailboxStore()
+        let store = AcknowledgementRecorder()
         let limits = MailboxLimits()
         let now = MailboxTime(millisecondsSince1970: 0)
-        try await withServer(configure: { $0.mailboxes = MailboxConfiguration(store: store) }, handlers: echoHandlers) { server, endpoint in
-            let manual = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("judy") {
-                $0.session?.acknowledgesAutomatically = false
-            })
-            let automatic = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("kim") {
-                $0.session?.acknowledgeEvery = 10
-            })
-            let manualPushes = manual.notifications
-            let automaticPushes = automatic.notifications
-            try await awaitClient("judy", on: server)
-            try await awaitClient("kim", on: server)
-            for number in 0..<25 {
-                try await server.push(indexed(number), toClients: ["judy", "kim"])
-            }
-            _ = try await collect(25, from: manualPushes, "judy's pushes")
-            _ = try await collect(25, from: automaticPushes, "kim's pushes")
-            // kim acknowledged at 10 and 20 by count, and the rest after the delay.
-            try await bounded("kim's mailbox to empty") {
-                while try await store.openMailbox(for: "kim", limits: limits, now: now).count > 0 {
-                    try await Task.sleep(for: .milliseconds(5))
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: {
+                $0.mailboxes = MailboxConfiguration(store: store)
+            }, handlers: echoHandlers) { server, endpoint in
+                let manual = try await Connection.connect(to: endpoint, configuration: session("judy", on: network) {
+                    $0.session?.acknowledgesAutomatically = false
+                })
+                let automatic = try await Connection.connect(to: endpoint, configuration: session("kim", on: network) {
+                    $0.session?.acknowledgeEvery = 10
+                })
+                let manualPushes = manual.notifications
+                let automaticPushes = automatic.notifications
+                try await awaitClient("judy", on: server)
+                try await awaitClient("kim", on: server)
+                // One at a time, each once kim has the one before: kim reads each alone, and
+                // counts to 10 exactly (pushes read together are counted together).
+                for number in 0..<25 {
+                    try await server.push(indexed(number), toClients: ["judy", "kim"])
+                    _ = try await collect(1, from: automaticPushes, "kim's push \(number)")
                 }
+                _ = try await collect(25, from: manualPushes, "judy's pushes")
+                // kim acknowledged at 10 and 20 by count, and the rest after the delay: two
+                // hellos and two acknowledgements have reached the server so far. (The
+                // server may hand the store both acknowledgements as one.)
+                await network.runUntilIdle()
+                #expect(await server.metrics().framesIn == 4)
+                _ = try await firstElement(of: store.acknowledgements.filter { $0 == "kim 20" })
+                #expect(try await store.openMailbox(for: "kim", limits: limits, now: now).count == 5)
+                await network.advance(by: SessionConfiguration(clientID: "kim").acknowledgeDelay - .nanoseconds(1))
+                #expect(await server.metrics().framesIn == 4, "acknowledged before the delay")
+                await network.advance(by: .nanoseconds(1))
+                #expect(await server.metrics().framesIn == 5, "not acknowledged at the delay")
+                #expect(network.clock.elapsed == .milliseconds(500))
+                #expect(try await collect(1, from: store.acknowledgements, "kim's acknowledgement after the delay") == ["kim 25"])
+                #expect(try await store.openMailbox(for: "kim", limits: limits, now: now).count == 0)
+                #expect(try await store.openMailbox(for: "judy", limits: limits, now: now).count == 25)
+                await manual.acknowledge(through: 20)
+                #expect(try await collect(1, from: store.acknowledgements, "judy's acknowledgement") == ["judy 20"])
+                let judy = try await store.openMailbox(for: "judy", limits: limits, now: now)
+                #expect(judy.count == 5)
+                #expect(try await store.messages(for: "judy", after: 0, limit: 100).map(\.sequence) == Array(21...25))
+                await manual.close()
+                await automatic.close()
             }
-            #expect(try await store.openMailbox(for: "judy", limits: limits, now: now).count == 25)
-            await manual.acknowledge(through: 20)
-            try await bounded("judy's acknowledgement to arrive") {
-                while try await store.openMailbox(for: "judy", limits: limits, now: now).acknowledged < 20 {
-                    try await Task.sleep(for: .milliseconds(5))
-                }
-            }
-            let judy = try await store.openMailbox(for: "judy", limits: limits, now: now)
-            #expect(judy.count == 5)
-            #expect(try await store.messages(for: "judy", after: 0, limit: 100).map(\.sequence) == Array(21...25))
-            await manual.close()
-            await automatic.close()
         }
     }
 
     @Test("pushes to a connected client are written live and do not reach the offline callback; pushes to one never seen do")
     func offlineCallback() async throws {
         try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
-            let calls = Lock<[OfflinePush]>([])
-            server.onOfflinePush { push in calls.withLock { $0.append(push) } }
+            let (calls, callSink) = AsyncStream.makeStream(of: OfflinePush.self)
+            server.onOfflinePush { push in callSink.yield(push) }
             let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("lena"))
             let notifications = connection.notifications
             try await awaitClient("lena", on: server)
             #expect(try await server.push(indexed(1), toClients: ["lena", "mo", "lena", "mo"]) == [1, 1, 2, 2])
             #expect(try await collect(2, from: notifications, "lena's pushes").map(\.serial) == [1, 2])
-            try await bounded("the offline callbacks") {
-                while calls.withLock({ $0.count }) < 2 { try await Task.sleep(for: .milliseconds(1)) }
-            }
-            #expect(calls.withLock { $0 } == [
+            #expect(try await collect(2, from: calls, "the offline callbacks") == [
                 OfflinePush(clientID: "mo", sequence: 1, frame: Frame(type: 0x10, serial: 1, payload: Array("1".utf8))),
                 OfflinePush(clientID: "mo", sequence: 2, frame: Frame(type: 0x10, serial: 2, payload: Array("1".utf8))),
             ])

@@ -103,18 +103,3 @@ extension Connection {
 func justAfter(_ duration: Duration, from start: UInt64) -> UInt64 {
     start &+ MonotonicTime.nanoseconds(of: duration) &+ 1
 }
-
-/// Waits, within the bound, until a check running on an event loop has stored its result
-/// in `slot`, and returns it.
-///
-/// - Parameters:
-///   - slot: Where the loop's check stores what it saw; `nil` until then.
-///   - what: What is awaited, for the timeout's message.
-func loopCheck<T: Sendable>(_ slot: Lock<T?>, _ what: String = "the checks on the loop") async throws -> T {
-    try await bounded(what) {
-        while true {
-            if let value = slot.withLock({ $0 }) { return value }
-            try await Task.sleep(for: .milliseconds(1))
-        }
-    }
-}

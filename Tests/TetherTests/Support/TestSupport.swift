@@ -1,4 +1,5 @@
 import Testing
+import TetherTesting
 @testable import Tether
 
 /// A bound on how long any awaited event may take in a test.
@@ -9,35 +10,35 @@ struct TimedOut: Error, CustomStringConvertible {
     var description: String { "timed out waiting for \(what)" }
 }
 
-/// Runs `operation`, failing with ``TimedOut`` if it takes longer than `limit`.
+/// Runs `operation`, failing with ``TimedOut`` if it takes longer than `limit` of real time.
 ///
-/// A race, not a task group: a group would wait for an operation that ignores cancellation
-/// (awaiting a stuck task's value, say), and the test would hang instead of failing. Here
-/// the first to finish wins; on timeout the operation is cancelled and left behind.
+/// TetherTesting's `withTimeLimit`, a race rather than a task group: a group would wait for
+/// an operation that ignores cancellation (awaiting a stuck task's value, say), and the test
+/// would hang instead of failing. On timeout the operation is cancelled and left behind, and
+/// the error names `what`.
 func bounded<T: Sendable>(
     _ what: String,
     _ limit: Duration = eventBound,
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    let outcome = Lock<CheckedContinuation<T, any Error>?>(nil)
-    let finish: @Sendable (Result<T, any Error>) -> Void = { result in
-        let continuation = outcome.withLock { slot -> CheckedContinuation<T, any Error>? in
-            defer { slot = nil }
-            return slot
-        }
-        continuation?.resume(with: result)
+    do {
+        return try await withTimeLimit(limit, what, operation)
+    } catch let exceeded as TimeLimitExceeded {
+        throw TimedOut(what: exceeded.what)
     }
-    return try await withCheckedThrowingContinuation { continuation in
-        // Stored before either racer starts, so neither can finish into an empty slot.
-        outcome.withLock { $0 = continuation }
-        let work = Task {
-            do { finish(.success(try await operation())) } catch { finish(.failure(error)) }
-        }
-        Task {
-            try? await Task.sleep(for: limit)
-            finish(.failure(TimedOut(what: what)))
-            work.cancel()
-        }
+}
+
+/// Waits until the calling task is cancelled, and returns then; nothing else ends it.
+///
+/// For a handler that must never answer: the server cancels it when the peer or the server
+/// goes away. No time passes in it, on any clock.
+func untilCancelled() async {
+    let (never, keeper) = AsyncStream<Void>.makeStream()
+    await withTaskCancellationHandler {
+        // An AsyncStream ends its iteration when the iterating task is cancelled.
+        for await _ in never {}
+    } onCancel: {
+        keeper.finish()
     }
 }
 
@@ -49,19 +50,17 @@ func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async th
     }
 }
 
-/// Collects the first `count` elements of a sequence, within the bound.
+/// Collects the first `count` elements of a sequence, within the bound: TetherTesting's
+/// `collect`, with the timeout named by `what`.
 func collect<S: AsyncSequence & Sendable>(
     _ count: Int,
     from sequence: S,
     _ what: String = "elements"
 ) async throws -> [S.Element] where S.Element: Sendable {
-    try await bounded(what) {
-        var elements: [S.Element] = []
-        var iterator = sequence.makeAsyncIterator()
-        while elements.count < count, let element = try await iterator.next() {
-            elements.append(element)
-        }
-        return elements
+    do {
+        return try await TetherTesting.collect(count, from: sequence, within: eventBound)
+    } catch is TimeLimitExceeded {
+        throw TimedOut(what: what)
     }
 }
 
