@@ -49,9 +49,8 @@ package final class EventLoop: @unchecked Sendable {
     private var selector: Selector
     private var handlers: [(any IOHandler)?] = []
     @exclusivity(unchecked) private var timers = TimerHeap()
-    /// When the loop's last wait returned with readiness events, or with jobs to run
-    /// (``now``): one clock read per turn that handlers can use instead of one per read.
-    /// Loop thread only.
+    /// When the loop's last wait returned with readiness events (``now``): one clock read
+    /// per turn that handlers can use instead of one per read. Loop thread only.
     private(set) var lastWake: UInt64 = 0
     /// Where the loop reads the time: `nil` for `CLOCK_MONOTONIC`, else a clock that moves
     /// only when a test advances it.
@@ -280,8 +279,8 @@ package final class EventLoop: @unchecked Sendable {
                 }
             }
             var worked = false
-            var stamped = false
             do {
+                var stamped = false
                 _ = try selector.wait(timeoutNanoseconds: timeout) { event in
                     if !stamped {
                         // Once per turn, when the wait returned, before any handler runs.
@@ -321,9 +320,6 @@ package final class EventLoop: @unchecked Sendable {
                 incoming.removeAll(keepingCapacity: true)
             }
             if !local.isEmpty || !flushQueue.isEmpty { worked = true }
-            // A turn with no readiness wakes for its jobs, and bytes that a job delivers (an
-            // in-memory transport's) arrived then, not at the last readiness.
-            if !stamped && !local.isEmpty { lastWake = now }
             runJobs()
             if worked { workTurns &+= 1 }
             quiet = !worked
