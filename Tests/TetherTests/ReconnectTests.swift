@@ -27,21 +27,6 @@ func reconnecting(
     }
 }
 
-/// Waits, within the bound, until `condition` holds for the connection.
-func until(_ what: String, _ connection: Connection, _ condition: @escaping @Sendable (ConnectionMetrics) -> Bool) async throws {
-    try await until(what) { condition(await connection.metrics) }
-}
-
-/// Waits, within the bound, until `condition` holds, looking every millisecond: for state
-/// that announces no event of its own (a server's peer count, a connection's metrics).
-func until(_ what: String, _ condition: @escaping @Sendable () async -> Bool) async throws {
-    try await bounded(what) {
-        while !(await condition()) {
-            try await Task.sleep(for: .milliseconds(1))
-        }
-    }
-}
-
 @Suite("Reconnect policy")
 struct ReconnectPolicyTests {
     @Test("delays start at the initial delay, grow by the multiplier and stop at the maximum")

@@ -292,7 +292,7 @@ struct SessionTests {
         let (held, heldSink) = AsyncStream.makeStream(of: Void.self)
         let hellos = Atomic<Int>(0)
         let handledBeforeAccept = Atomic<Int>(0)
-        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: { server in
+        try await withTestNetwork { network in try await withNetworkServer(on: network, configure: { $0.mailboxes = .inMemory }, handlers: { server in
             server.handle(type: 0x402) { request, peer in
                 if await peer.clientID == nil { handledBeforeAccept.add(1, ordering: .relaxed) }
                 return Response(json: ["echo": request.json ?? nil])
@@ -307,23 +307,25 @@ struct SessionTests {
                 }
             }
         }) { server, endpoint in
-            try await withFaultProxy(to: endpoint) { proxy in
-                let connection = try await Connection.connect(to: proxy.endpoint, configuration: sessionConfiguration("gina"))
+            do {
+                let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("gina") { $0.use(network) })
                 let watcher = StateWatcher(connection)
                 try await watcher.next(.connected)
-                proxy.cutAll()
-                try await watcher.next(.reconnecting)
+                await network.link(1).cut()
+                let lost = try await watcher.next(.reconnecting)
+                await network.advance(by: try #require(lost.delay))
                 try await watcher.next(.connecting)
                 _ = try await collect(1, from: held, "the second hello to be held")
-                let reply = Task { try await connection.request(Request(type: 0x402, json: ["n": 7])) }
-                try await until("the request to be queued", connection) { $0.queuedRequests == 1 }
+                // Settled on the network's clock: the request has reached the queue.
+                let reply = await connection.startRequest(Request(type: 0x402, json: ["n": 7]), settlingOn: network.clock)
+                #expect(await connection.metrics.queuedRequests == 1)
                 #expect(await connection.currentState.phase == .connecting)
                 gate.withLock { $0 }?.resume()
                 #expect(try await bounded("the reply") { try await reply.value }.json == ["echo": ["n": 7]])
                 #expect(handledBeforeAccept.load(ordering: .relaxed) == 0)
                 await connection.close()
             }
-        }
+        } }
     }
 
     @Test("the same client id connecting again closes its older connection; pushes go to the new one")
@@ -566,12 +568,16 @@ struct SessionTests {
         try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
             let drafts = Array(repeating: "uma", count: 3000)
             _ = try await server.push(indexed(0), toClients: drafts)
-            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("uma") {
+            let connection = Connection(to: endpoint, configuration: sessionConfiguration("uma") {
                 $0.limits.subscriberBufferSize = 16
             })
+            // Everything arrives before the subscriber reads a single element: a second
+            // subscriber, which takes each push as it comes, says when.
             let notifications = connection.notifications
-            // Everything arrives before the subscriber reads a single element.
-            try await until("the replay to arrive", connection) { $0.notificationsReceived == 3000 }
+            let counter = connection.notifications
+            try await connection.connect()
+            _ = try await collect(3000, from: counter, "the replay, as it arrives")
+            #expect(await connection.metrics.notificationsReceived == 3000)
             let received = try await collect(3000, from: notifications, "the replay")
             #expect(received.map(\.serial) == Array(1...3000))
             #expect(await connection.metrics.droppedElements == 0)

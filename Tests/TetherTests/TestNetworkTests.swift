@@ -71,8 +71,7 @@ struct TestNetworkTests {
             let server = Server(configuration: .testing(on: network))
             server.handle(type: 0x410) { _, _ in
                 arrival.yield()
-                try await Task.sleep(for: .seconds(3600))   // cancelled when the server stops
-                return Response()
+                try await suspendUntilCancelled()              // ends when the server stops
             }
             try await whileRunning(server) {
                 try await Connection.withConnection(to: endpoint, configuration: .testing(on: network)) { connection in
