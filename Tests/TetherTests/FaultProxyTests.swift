@@ -190,7 +190,7 @@ struct FaultProxyTests {
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: testConfiguration())
                 _ = try await connection.request(Request(type: 0x402))
                 let before = proxy.counters.bytesUpstream
-                let slow = Request(type: 0x404, json: ["delay_ms": 5000])
+                let slow = Request(type: 0x404, json: ["never": "answered"])
                 let pending = Task { try await connection.request(slow, timeout: .seconds(30)) }
                 let length = SeedCodec.headerLength + slow.payload.count
                 try await proxy.waitUntil("the slow request to reach the server") { $0.bytesUpstream == before + length }

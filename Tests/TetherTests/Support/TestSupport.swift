@@ -99,15 +99,14 @@ func withServer<T: Sendable>(
     return try result.get()
 }
 
-/// The standard test server handlers: 0x402 echo, 0x404 echo after `delay_ms`.
+/// The standard test server handlers: 0x402 echo; 0x404 never answers, and ends when the
+/// server cancels it.
 func echoHandlers(_ server: Server) {
     server.handle(type: 0x402) { request, _ in
         Response(json: ["echo": request.json ?? nil])
     }
-    server.handle(type: 0x404) { request, _ in
-        let delay = request.json?["delay_ms"]?.intValue ?? 0
-        try await Task.sleep(for: .milliseconds(delay))
-        return Response(json: ["echo": request.json ?? nil])
+    server.handle(type: 0x404) { _, _ in
+        try await suspendUntilCancelled()
     }
 }
 
