@@ -9,31 +9,6 @@ extension Connection {
     var acknowledgedThrough: UInt64? { session?.lastAcknowledged }
 }
 
-/// Heartbeat events of a connection, collected from before it connects.
-private actor HeartbeatLog {
-    private var iterator: Subscription<Heartbeat>.AsyncIterator
-    private(set) var seen: [Heartbeat] = []
-
-    init(_ connection: Connection) {
-        iterator = connection.heartbeats.makeAsyncIterator()
-    }
-
-    /// Consumes `count` more events, within the bound.
-    func take(_ count: Int) async throws -> [Heartbeat] {
-        try await bounded("\(count) heartbeat events") { [self] in await consume(count) }
-    }
-
-    private func consume(_ count: Int) async -> [Heartbeat] {
-        var local = iterator
-        var taken: [Heartbeat] = []
-        while taken.count < count, let event = await local.next(isolation: self) {
-            taken.append(event)
-        }
-        seen += taken
-        return taken
-    }
-}
-
 @Suite("Timeouts on a manual clock", .timeLimit(.minutes(1)))
 struct ManualTimeTests {
     let endpoint = Endpoint(host: "server", port: 9000)

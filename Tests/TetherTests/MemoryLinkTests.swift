@@ -406,28 +406,6 @@ private func withNetworkServer(_ body: (NetworkFixture) async throws -> Void) as
     }
 }
 
-/// Heartbeat events of a connection, collected from before it connects.
-private actor Heartbeats {
-    private var iterator: Subscription<Heartbeat>.AsyncIterator
-
-    init(_ connection: Connection) {
-        iterator = connection.heartbeats.makeAsyncIterator()
-    }
-
-    func take(_ count: Int) async throws -> [Heartbeat] {
-        try await bounded("\(count) heartbeat events") { [self] in await consume(count) }
-    }
-
-    private func consume(_ count: Int) async -> [Heartbeat] {
-        var local = iterator
-        var taken: [Heartbeat] = []
-        while taken.count < count, let event = await local.next(isolation: self) {
-            taken.append(event)
-        }
-        return taken
-    }
-}
-
 @Suite("Faults of an in-memory link, between a real server and connection", .timeLimit(.minutes(1)))
 struct MemoryLinkEndToEndTests {
     @Test("frames cut into 1-byte pieces both ways still decode: the handshake and a request of 300 bytes, each byte a read of its own")
@@ -499,7 +477,7 @@ struct MemoryLinkEndToEndTests {
             let connection = f.connection {
                 $0.heartbeat = .every(interval, timeout: interval, maximumMissed: 3)
             }
-            let heartbeats = Heartbeats(connection)
+            let heartbeats = HeartbeatLog(connection)
             let watcher = StateWatcher(connection)
             try await connection.connect()
             let start = f.clock.now

@@ -458,14 +458,7 @@ struct ReconnectTests {
         // Every heartbeat and miss is checked at its exact instant, and 1 ns before it,
         // against a server whose heartbeat handler never answers.
         try await withTestNetwork { network in
-            let (reached, arrival) = AsyncStream<UInt32>.makeStream()
-            try await withNetworkServer(on: network, configure: { $0.profile = heartbeatsAsRequests }, handlers: { server in
-                server.handle(type: 0x1) { request, _ in
-                    arrival.yield(request.serial)
-                    try await untilCancelledByServer()
-                    return Response()
-                }
-            }) { _, endpoint in
+            try await withSilentHeartbeatServer(on: network) { reached, endpoint in
                 let connection = Connection(to: endpoint, configuration: reconnecting(on: network) {
                     $0.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(100), maximumMissed: 2)
                 })

@@ -80,14 +80,7 @@ struct StreamTests {
     @Test("a peer that accepts but never acks heartbeats is closed with heartbeatTimeout at the second miss")
     func deadPeer() async throws {
         try await withTestNetwork { network in
-            let (reached, arrival) = AsyncStream<UInt32>.makeStream()
-            try await withNetworkServer(on: network, configure: { $0.profile = heartbeatsAsRequests }, handlers: { server in
-                server.handle(type: 0x1) { request, _ in
-                    arrival.yield(request.serial)
-                    try await untilCancelledByServer()
-                    return Response()
-                }
-            }) { _, endpoint in
+            try await withSilentHeartbeatServer(on: network) { reached, endpoint in
                 var configuration = ConnectionConfiguration.testing(on: network)
                 configuration.reconnect = .disabled
                 configuration.heartbeat = .every(.milliseconds(200), timeout: .milliseconds(20), maximumMissed: 2)

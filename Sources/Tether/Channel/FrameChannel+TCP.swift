@@ -30,7 +30,6 @@ extension FrameChannel {
         case .socket(let box):
             return try overTCP(box.take(), to: remoteAddress, on: loop, owner: owner, settings: settings, serverName: serverName)
         case .memory(let end):
-            guard let profile = settings.profile else { preconditionFailure("a channel needs settings made with a profile") }
             let transport: any ByteTransport
             if let tls = settings.tls {
                 do throws(TetherError) {
@@ -43,15 +42,26 @@ extension FrameChannel {
             } else {
                 transport = end
             }
-            let channel = FrameChannel(
-                transport: transport,
-                loop: loop,
-                codec: profile.makeCodec(settings.limits.maximumPayloadLength),
-                settings: settings
-            )
-            try channel.start(owner: owner, tlsHandshakeTimeout: settings.tls?.handshakeTimeout)
-            return channel
+            return try started(over: transport, on: loop, owner: owner, settings: settings)
         }
+    }
+
+    /// A channel over `transport` with the codec of the settings' profile, started.
+    private static func started(
+        over transport: any ByteTransport,
+        on loop: EventLoop,
+        owner: Owner,
+        settings: ChannelSettings
+    ) throws(TetherError) -> FrameChannel {
+        guard let profile = settings.profile else { preconditionFailure("a channel needs settings made with a profile") }
+        let channel = FrameChannel(
+            transport: transport,
+            loop: loop,
+            codec: profile.makeCodec(settings.limits.maximumPayloadLength),
+            settings: settings
+        )
+        try channel.start(owner: owner, tlsHandshakeTimeout: settings.tls?.handshakeTimeout)
+        return channel
     }
 
     /// A channel over a connected TCP socket, with TLS layered on it when `tls` is set,
@@ -76,7 +86,6 @@ extension FrameChannel {
         settings: ChannelSettings,
         serverName: String?
     ) throws(TetherError) -> FrameChannel {
-        guard let profile = settings.profile else { preconditionFailure("a channel over TCP needs settings made with a profile") }
         var session: (any TLSSession)?
         if let tls = settings.tls {
             session = try tls.provider.makeSession(host: serverName, remoteAddress: remoteAddress)
@@ -89,13 +98,6 @@ extension FrameChannel {
             sealed: session != nil
         )
         let transport: any ByteTransport = session.map { TLSTransport(over: tcp, session: $0, loop: loop) } ?? tcp
-        let channel = FrameChannel(
-            transport: transport,
-            loop: loop,
-            codec: profile.makeCodec(settings.limits.maximumPayloadLength),
-            settings: settings
-        )
-        try channel.start(owner: owner, tlsHandshakeTimeout: settings.tls?.handshakeTimeout)
-        return channel
+        return try started(over: transport, on: loop, owner: owner, settings: settings)
     }
 }

@@ -86,3 +86,46 @@ var heartbeatsAsRequests: Profile {
     profile.classify = { type in type == 0x1 ? .message : Profile.seedKind(of: type) }
     return profile
 }
+
+/// Heartbeat events of a connection, collected from before it connects.
+actor HeartbeatLog {
+    private var iterator: Subscription<Heartbeat>.AsyncIterator
+    private(set) var seen: [Heartbeat] = []
+
+    init(_ connection: Connection) {
+        iterator = connection.heartbeats.makeAsyncIterator()
+    }
+
+    /// Consumes `count` more events, within the bound.
+    func take(_ count: Int) async throws -> [Heartbeat] {
+        try await bounded("\(count) heartbeat events") { [self] in await consume(count) }
+    }
+
+    private func consume(_ count: Int) async -> [Heartbeat] {
+        var local = iterator
+        var taken: [Heartbeat] = []
+        while taken.count < count, let event = await local.next(isolation: self) {
+            taken.append(event)
+        }
+        seen += taken
+        return taken
+    }
+}
+
+/// A server on `network` that takes heartbeats for requests and never answers them, while
+/// `body` runs; `body` gets the serials of the heartbeats as they reach the server.
+func withSilentHeartbeatServer<T: Sendable>(
+    on network: TestNetwork,
+    _ body: (_ heartbeatsReceived: AsyncStream<UInt32>, _ endpoint: Endpoint) async throws -> T
+) async throws -> T {
+    let (reached, arrival) = AsyncStream<UInt32>.makeStream()
+    return try await withNetworkServer(on: network, configure: { $0.profile = heartbeatsAsRequests }, handlers: { server in
+        server.handle(type: 0x1) { request, _ in
+            arrival.yield(request.serial)
+            try await untilCancelledByServer()
+            return Response()
+        }
+    }) { _, endpoint in
+        try await body(reached, endpoint)
+    }
+}
