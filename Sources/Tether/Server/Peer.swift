@@ -110,6 +110,7 @@ public actor Peer {
         }
         startTimers()
         server?.peerConnected(self)
+        let owner = server
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
                 // Each wake-up takes every request decoded since the last one. A handler
@@ -124,7 +125,9 @@ public actor Peer {
                 tasks.cancelAll()
             }
         } onCancel: {
-            loop.execute { [self] in assumeIsolated { $0.shutdown() } }
+            // Cancelled as the server stops: close after its listener has.
+            let close: @Sendable () -> Void = { [self] in loop.execute { [self] in assumeIsolated { $0.shutdown() } } }
+            if let owner { owner.whenListenerClosed(close) } else { close() }
         }
         server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"), metrics: counts)
     }

@@ -47,6 +47,11 @@ public final class Server: Sendable {
         var failure: TetherError?
         var running = false
         var stopped = false
+        /// Set once the listener has closed as the server stops: no connection can land in
+        /// its queue any more.
+        var listenerClosed = false
+        /// Work that waits for the listener to close (peers closing as the server stops).
+        var afterListenerClosed: [@Sendable () -> Void] = []
         /// Counts of the server itself; the traffic counts in it are those of ended peers.
         var metrics = ServerMetrics()
     }
@@ -284,21 +289,43 @@ public final class Server: Sendable {
                 hub?.stop()
             }
         } onCancel: {
-            acceptLoop.execute { [configuration] in
-                listener?.close()
-                configuration.memoryNetwork?.stopListening(host: configuration.host, port: bound.port)
+            acceptLoop.execute { [self] in
+                closeListener(listener, port: bound.port)
                 acceptor.finish()
             }
         }
         // The accept loop above also ends by itself when the task is cancelled, possibly
         // before the close queued by the handler has run: close here too (idempotent) and
         // wait for it, so that once run() returns the port is free to listen on again.
-        try? await acceptLoop.submit { [configuration] in
-            listener?.close()
-            configuration.memoryNetwork?.stopListening(host: configuration.host, port: bound.port)
-        }
+        try? await acceptLoop.submit { [self] in closeListener(listener, port: bound.port) }
         state.withLock { $0.stopped = true }
         eventFeed.finish()
+    }
+
+    /// Closes the listener (idempotent), then runs what waited for that. On the accept loop.
+    private func closeListener(_ listener: Listener?, port: Int) {
+        listener?.close()
+        configuration.memoryNetwork?.stopListening(host: configuration.host, port: port)
+        let waiting = state.withLock { state in
+            state.listenerClosed = true
+            defer { state.afterListenerClosed.removeAll() }
+            return state.afterListenerClosed
+        }
+        for job in waiting { job() }
+    }
+
+    /// Runs `job` once the listener has closed as the server stops: at once if it has.
+    ///
+    /// A peer closes only after the listener, when the server stops: a client that
+    /// reconnects at once is refused, or reaches the next server on the port, and never
+    /// lands in the queue of a listener about to close (which would reset it).
+    func whenListenerClosed(_ job: @escaping @Sendable () -> Void) {
+        let now = state.withLock { state -> Bool in
+            if state.listenerClosed { return true }
+            state.afterListenerClosed.append(job)
+            return false
+        }
+        if now { job() }
     }
 
     private func bindAddress() async throws(TetherError) -> SocketAddress {
