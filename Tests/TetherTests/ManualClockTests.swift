@@ -189,12 +189,13 @@ struct ManualClockTests {
             let loop = group.loops[0]
             let deadline = clock.now + 5_000_000_000
             let woke = Lock<UInt64?>(nil)
-            let sleeper = Task {
+            // Both tasks start on the loop, so their timers are set by jobs on it, which the
+            // advance waits for however late the tasks would start elsewhere.
+            let sleeper = Task(executorPreference: loop.taskExecutor) {
                 try await loop.sleep(until: deadline)
                 woke.withLock { $0 = loop.now }
             }
-            let forever = Task { try await loop.sleep(until: .max) }
-            // The sleeper's timer is set by a job on the loop, which the advance waits for.
+            let forever = Task(executorPreference: loop.taskExecutor) { try await loop.sleep(until: .max) }
             await clock.advance(by: .seconds(5) - .nanoseconds(1))
             #expect(woke.withLock { $0 } == nil)
             await clock.advance(by: .nanoseconds(1))
