@@ -155,9 +155,9 @@ struct SessionTests {
 
     @Test("1,000 pushes while the connection is cut 20 times at random moments: the subscriber sees 0…999, each once, in order")
     func pushesAcrossCuts() async throws {
-        try await withServer(configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
-            try await withFaultProxy(to: endpoint) { proxy in
-                let connection = try await Connection.connect(to: proxy.endpoint, configuration: sessionConfiguration("carol", reconnectAfter: .milliseconds(5)))
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: { $0.mailboxes = .inMemory }, handlers: echoHandlers) { server, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("carol", reconnectAfter: .milliseconds(5)) { $0.use(network) })
                 let notifications = connection.notifications
                 let watcher = StateWatcher(connection)
                 try await awaitClient("carol", on: server)
@@ -168,22 +168,26 @@ struct SessionTests {
                     try await collect(1000, from: notifications, "1,000 pushes")
                 }
                 for number in 0..<1000 {
+                    var down = false
                     if cuts.contains(number) {
                         // Each cut hits a live session: wait for the client to be back (its
-                        // hello accepted) first. Pushes go on at once, while it is down and
-                        // while it replays.
+                        // hello accepted) first. This push is made while it is down, the next
+                        // ones while it reconnects and replays.
                         try await watcher.next(.connected)
-                        proxy.cutAll()
+                        network.links.last?.cut()
+                        try await watcher.next(.reconnecting)
+                        down = true
                     }
                     try await server.push(indexed(number), toClient: "carol")
+                    if down { await network.advance(by: .milliseconds(5)) }
                 }
                 let received = try await receiving.value
                 #expect(received.map(index(of:)) == Array(0..<1000))
                 #expect(await connection.lastSequence == 1000)
                 let metrics = await connection.metrics
-                Attachment.record("connects \(metrics.connects), duplicates dropped \(metrics.duplicateNotifications), proxy connections \(proxy.counters.accepted)", named: "cuts.txt")
+                Attachment.record("connects \(metrics.connects), duplicates dropped \(metrics.duplicateNotifications)", named: "cuts.txt")
                 #expect(metrics.connects == 21)
-                #expect(proxy.counters.accepted == 21)
+                #expect(network.links.count == 21)
                 await connection.close()
             }
         }

@@ -1,4 +1,5 @@
 import Testing
+import TetherTesting
 @testable import Tether
 
 @Suite("Transport", .timeLimit(.minutes(1)))
@@ -56,29 +57,35 @@ struct TransportTests {
 
     @Test("a peer that never reads fills the outbound buffer up to its limit, then sends fail with outboundBufferFull")
     func outboundLimit() async throws {
-        let (listener, endpoint) = try RawSocket.listen()
-        let connection = try await Connection.connect(
-            to: endpoint,
-            configuration: testConfiguration { $0.limits.maximumOutboundBytes = 1 << 20 }
-        )
-        let peer = try await listener.accept()
-        defer { peer.close() }
-        let chunk = Frame(type: 0x2, payload: Array(repeating: 7, count: 256 << 10))
-        let error = try await bounded("the outbound buffer to fill") { () -> TetherError? in
-            for _ in 0..<100_000 {
-                do {
-                    try await connection.send(chunk)
-                } catch let error as TetherError {
-                    return error
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network) { _, endpoint in
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.limits.maximumOutboundBytes = 1 << 20
+                let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+                // The server's end takes nothing more: the link holds what fits in its 256 KiB
+                // queue, and the rest waits in the client's outbound buffer.
+                network.links[0].faults.toServer = .stalled
+                let chunk = Frame(type: 0x2, payload: Array(repeating: 7, count: 256 << 10))
+                var sent = 0
+                var failure: TetherError?
+                while failure == nil, sent < 100 {
+                    do {
+                        try await connection.send(chunk)
+                        sent += 1
+                        await network.runUntilIdle()
+                    } catch let error as TetherError {
+                        failure = error
+                    }
                 }
-                await Task.yield()
+                // 256 KiB in the link, the rest of four frames waiting: a fifth would take the
+                // waiting bytes over 1 MiB.
+                #expect(sent == 4)
+                #expect(failure?.code == .outboundBufferFull)
+                #expect(failure?.message.hasSuffix("bytes are waiting to be written to 127.0.10.1:9000, over the 1 MiB limit") == true, "\(failure?.message ?? "")")
+                #expect(await connection.currentState.phase == .connected)
+                await connection.close()
             }
-            return nil
         }
-        #expect(error?.code == .outboundBufferFull)
-        #expect(error?.message.hasSuffix("bytes are waiting to be written to \(endpoint.host):\(endpoint.port), over the 1 MiB limit") == true)
-        #expect(await connection.currentState.phase == .connected)
-        await connection.close()
     }
 
     @Test("failures on several addresses are combined into one error that names each")
