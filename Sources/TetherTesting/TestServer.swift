@@ -138,6 +138,23 @@ public final class TestServer: Sendable {
     /// - Throws: What ``Tether/Server/run()`` throws when it cannot listen, such as
     ///   ``Tether/TetherError`` with ``Tether/TetherError/Code/bindFailed``; the server is then stopped.
     public func start() async throws {
+        // A restart listens on the port the server before it has just closed. Until a child
+        // process that another thread is starting reaches its `exec`, the child holds a copy
+        // of every descriptor, that closed listener's too, and the port is still in use: a
+        // few tries, 10 ms apart and at most 2 s in all, outlast that.
+        var tries = 0
+        while true {
+            do {
+                try await startOnce()
+                return
+            } catch let error as TetherError where error.code == .bindFailed && (error.underlying as? Errno)?.rawValue == EADDRINUSE && tries < 200 && state.withLock({ $0.port != 0 }) {
+                tries += 1
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+    }
+
+    private func startOnce() async throws {
         let server = state.withLock { state -> Server? in
             guard state.task == nil else { return nil }
             if state.used {
