@@ -133,7 +133,9 @@ public final class TestServer: Sendable {
     ///
     /// After a ``stop()`` it makes a new ``Tether/Server`` (a server runs only once), with the same
     /// configuration and handlers, on the same port. When the server is running already it
-    /// returns at once.
+    /// returns at once. When the port is still in use for a moment (a child process that
+    /// another thread is starting holds a copy of the closed listener until it runs its
+    /// program), it tries again every 10 ms, for up to 2 s.
     ///
     /// - Throws: What ``Tether/Server/run()`` throws when it cannot listen, such as
     ///   ``Tether/TetherError`` with ``Tether/TetherError/Code/bindFailed``; the server is then stopped.
