@@ -47,40 +47,6 @@ func session(
     return configuration
 }
 
-/// An in-memory store that tells of every acknowledgement it has taken, in order.
-private final class AcknowledgementRecorder: MailboxStore {
-    let inner = InMemoryMailboxStore()
-    private let feed = Broadcaster<String>(bufferSize: 64)
-    /// "client sequence" for each acknowledgement taken; copies share one position, so
-    /// each wait goes on where the last one stopped.
-    let acknowledgements: Subscription<String>
-
-    init() {
-        acknowledgements = feed.subscribe()
-    }
-
-    func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
-        try await inner.append(messages, limits: limits, now: now)
-    }
-
-    func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
-        try await inner.openMailbox(for: clientID, limits: limits, now: now)
-    }
-
-    func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
-        try await inner.messages(for: clientID, after: sequence, limit: limit)
-    }
-
-    func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
-        try await inner.acknowledge(clientID, through: sequence)
-        feed.publish("\(clientID) \(sequence)")
-    }
-
-    func clientIDs() async throws -> [String] {
-        try await inner.clientIDs()
-    }
-}
-
 @Suite("Sessions and mailboxes", .timeLimit(.minutes(1)))
 struct SessionTests {
     @Test("pushes to a connected client carry its sequence 1, 2, 3 in their serials, and the hello is the first frame")
@@ -387,7 +353,7 @@ struct SessionTests {
 
     @Test("with manual acknowledgement the mailbox keeps pushes until acknowledge(through:); automatic ones empty it by count, and the rest at the acknowledgement delay, not 1 ns before")
     func acknowledgementsEmptyTheMailbox() async throws {
-        let store = AcknowledgementRecorder()
+        let store = WatchedMailboxStore(InMemoryMailboxStore())
         let limits = MailboxLimits()
         let now = MailboxTime(millisecondsSince1970: 0)
         try await withTestNetwork { network in
