@@ -9,7 +9,12 @@ import TetherTesting
 struct TestServerTests {
     /// Restarts `host` under a connected client and checks that the new server has the same
     /// port and takes the client back.
-    private func restartAndReconnect(_ host: TestServer, client configuration: ConnectionConfiguration) async throws {
+    ///
+    /// Over sockets, a reconnect can land in the old listener's queue after the server has
+    /// closed it, when a child process that another test is starting still holds a copy of
+    /// its descriptor: that connection is reset, and the client connects once more. So the
+    /// connects are counted exactly only in memory (`exactConnects`).
+    private func restartAndReconnect(_ host: TestServer, client configuration: ConnectionConfiguration, exactConnects: Bool) async throws {
         let port = host.port
         #expect(port != 0)
         let connection = try await Connection.connect(to: host.endpoint, configuration: configuration)
@@ -32,14 +37,20 @@ struct TestServerTests {
         try await watcher.next(.closed)
         let phases = await watcher.phases
         #expect(phases.first == .connected)
-        #expect(phases.filter { $0 == .connected }.count == 2, "\(phases)")
+        let connects = phases.filter { $0 == .connected }.count
+        if exactConnects {
+            #expect(connects == 2, "\(phases)")
+        } else {
+            #expect(connects >= 2, "\(phases)")
+        }
+        #expect(phases.last == .closed)
     }
 
     @Test("restart() on sockets keeps the port, and a connected client reconnects to the new server")
     func restartOnSockets() async throws {
         try await withTestServer(handlers: echoHandlers) { host in
             #expect(host.endpoint.host == "127.0.0.1")
-            try await restartAndReconnect(host, client: reconnecting())
+            try await restartAndReconnect(host, client: reconnecting(), exactConnects: false)
         }
     }
 
@@ -59,7 +70,7 @@ struct TestServerTests {
         try await restartAndReconnect(host, client: reconnecting {
             $0.eventLoopGroup = group
             $0.memoryNetwork = network
-        })
+        }, exactConnects: true)
         await host.stop()
         #expect(!network.isListening(host.endpoint))
     }
