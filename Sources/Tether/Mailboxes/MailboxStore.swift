@@ -199,6 +199,12 @@ public struct MailboxSummary: Sendable, Hashable {
     public var lossReason: MailboxLossReason?
     /// How many messages the mailbox holds.
     public var count: Int
+    /// Which history of the client's sequence this is: the same for as long as the store
+    /// keeps the client's sequence, different once the mailbox is made anew (the first time,
+    /// after it was removed for being idle, after the store was wiped or replaced). A client
+    /// that resumes with another epoch than the one it last saw is told its history is gone
+    /// rather than resumed into the wrong sequence. `nil` when the store does not tell.
+    public var epoch: String?
 
     /// Creates a summary.
     ///
@@ -208,12 +214,15 @@ public struct MailboxSummary: Sendable, Hashable {
     ///   - lostThrough: The highest sequence number dropped unacknowledged.
     ///   - lossReason: Why the last one lost was dropped.
     ///   - count: How many messages the mailbox holds.
-    public init(lastSequence: UInt64, acknowledged: UInt64, lostThrough: UInt64, lossReason: MailboxLossReason?, count: Int) {
+    ///   - epoch: Which history of the client's sequence this is; `nil` when the store does
+    ///     not tell.
+    public init(lastSequence: UInt64, acknowledged: UInt64, lostThrough: UInt64, lossReason: MailboxLossReason?, count: Int, epoch: String? = nil) {
         self.lastSequence = lastSequence
         self.acknowledged = acknowledged
         self.lostThrough = lostThrough
         self.lossReason = lossReason
         self.count = count
+        self.epoch = epoch
     }
 
     /// The lowest sequence number the mailbox can still replay.
