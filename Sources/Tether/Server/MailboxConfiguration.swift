@@ -36,11 +36,25 @@ public struct MailboxConfiguration: Sendable {
     /// The wall clock that stamps and ages messages. Default the system's; tests inject their own.
     public var clock: @Sendable () -> MailboxTime = { MailboxTime.now() }
 
+    /// The cluster this server is a node of, if any: it shares ``store`` with the other
+    /// nodes, and routes pushes and takeovers between them (``SessionCluster``). `nil`, the
+    /// default, for a server on its own.
+    public var cluster: (any SessionCluster)?
+
     /// Mailboxes in `store`.
     ///
     /// - Parameter store: Where the mailboxes are kept.
     public init(store: any MailboxStore) {
         self.store = store
+    }
+
+    /// Mailboxes shared by the nodes of `cluster`, in its store: the server becomes one of
+    /// its nodes when it runs.
+    ///
+    /// - Parameter cluster: The cluster engine.
+    public init(cluster: any SessionCluster) {
+        self.store = cluster.store
+        self.cluster = cluster
     }
 
     /// Mailboxes in memory, lost when the process ends.

@@ -29,6 +29,7 @@ final class MailboxHub: Sendable {
         case append([MailboxMessage.Draft], CheckedContinuation<[UInt64], any Error>)
         case resume(Resume, CheckedContinuation<Void, any Error>)
         case acknowledge(clientID: String, through: UInt64)
+        case release(clientID: String, generation: UInt64)
         case expire
     }
 
@@ -46,6 +47,10 @@ final class MailboxHub: Sendable {
         var stopped = false
         /// The peer each connected client is on.
         var peers: [String: Peer] = [:]
+        /// In a cluster, the generation of the claim each connected client's peer holds.
+        var generations: [String: UInt64] = [:]
+        /// The peers a broadcast from another node reaches: the server's.
+        var localPeers: (@Sendable () -> [Peer])?
         var authenticator: Authenticator?
         var offlineCallback: OfflineCallback?
         var metrics = Counts()
@@ -58,9 +63,12 @@ final class MailboxHub: Sendable {
         var rejected = 0
         var callbacksDropped = 0
         var mailboxesRemoved = 0
+        var clusterBroadcastsFailed = 0
     }
 
     let configuration: MailboxConfiguration
+    /// The cluster this server is a node of, if any.
+    let cluster: (any SessionCluster)?
     /// Whether the store works on threads of its own (``SelfThreadedMailboxStore``).
     private let storeHasOwnThreads: Bool
     let state = Lock(State())
@@ -72,6 +80,7 @@ final class MailboxHub: Sendable {
 
     init(configuration: MailboxConfiguration) {
         self.configuration = configuration
+        cluster = configuration.cluster
         storeHasOwnThreads = configuration.store is any SelfThreadedMailboxStore
         (offlineFeed, offlineSink) = AsyncStream.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, configuration.offlineCallbackBufferSize))
@@ -132,8 +141,13 @@ final class MailboxHub: Sendable {
 
     /// `peer` ended: pushes for its client go to the mailbox only from now on.
     func detach(_ clientID: String, peer: Peer) {
-        state.withLock { state in
-            if state.peers[clientID] === peer { state.peers.removeValue(forKey: clientID) }
+        let released = state.withLock { state -> UInt64? in
+            guard state.peers[clientID] === peer else { return nil }
+            state.peers.removeValue(forKey: clientID)
+            return state.generations.removeValue(forKey: clientID)
+        }
+        if let released, cluster != nil {
+            enqueue(.release(clientID: clientID, generation: released))
         }
     }
 
@@ -167,7 +181,7 @@ final class MailboxHub: Sendable {
         switch operation {
         case .append(_, let continuation): continuation.resume(throwing: error)
         case .resume(_, let continuation): continuation.resume(throwing: error)
-        case .acknowledge, .expire: break
+        case .acknowledge, .release, .expire: break
         }
     }
 
@@ -265,6 +279,9 @@ final class MailboxHub: Sendable {
                     // A failed acknowledgement only leaves messages to be replayed again.
                     try? await callStore { try await $0.acknowledge(clientID, through: sequence) }
                 }
+            case .release(let clientID, let generation):
+                index += 1
+                await cluster?.release(clientID, generation: generation)
             case .expire:
                 // Passes queued while one ran add nothing: one does for all.
                 while index < batch.count, case .expire = batch[index] { index += 1 }
@@ -316,6 +333,11 @@ final class MailboxHub: Sendable {
             for (waiter, _) in waiters { waiter.resume(throwing: failure) }
             return
         }
+        if let cluster {
+            await cluster.stored(zip(drafts, sequences).map { draft, sequence in
+                MailboxMessage(clientID: draft.clientID, sequence: sequence, type: draft.type, payload: draft.payload, storedAt: now)
+            })
+        }
         let (peers, callback) = state.withLock { state in
             state.metrics.stored += drafts.count
             return (drafts.map { state.peers[$0.clientID] }, state.offlineCallback)
@@ -346,9 +368,15 @@ final class MailboxHub: Sendable {
     private func begin(_ request: Resume, _ continuation: CheckedContinuation<Void, any Error>) async {
         let (clientID, peer, helloSerial) = (request.clientID, request.peer, request.helloSerial)
         let summary: MailboxSummary
+        var generation: UInt64?
         let (limits, now) = (configuration.limits, configuration.clock())
         do {
-            summary = try await callStore { try await $0.openMailbox(for: clientID, limits: limits, now: now) }
+            if let cluster {
+                let claim = try await cluster.claim(clientID, limits: limits, now: now)
+                (summary, generation) = (claim.summary, claim.generation)
+            } else {
+                summary = try await callStore { try await $0.openMailbox(for: clientID, limits: limits, now: now) }
+            }
         } catch let error as TetherError where error.code == .mailboxesFull {
             continuation.resume(throwing: error)
             return
@@ -362,12 +390,19 @@ final class MailboxHub: Sendable {
             // Only frees space: a failure leaves those messages to be acknowledged later.
             try? await callStore { try await $0.acknowledge(clientID, through: acknowledged) }
         }
-        let replaced = state.withLock { state -> Peer? in
+        let (replaced, attached) = state.withLock { state -> (Peer?, Bool) in
             // A peer that ended before this point has already detached: do not attach it.
-            guard !peer.hasEnded else { return nil }
+            guard !peer.hasEnded else { return (nil, false) }
             state.metrics.resumed += 1
-            defer { state.peers[clientID] = peer }
-            return state.peers[clientID]
+            defer {
+                state.peers[clientID] = peer
+                state.generations[clientID] = generation
+            }
+            return (state.peers[clientID], true)
+        }
+        if !attached, let generation, let cluster {
+            // Its claim was recorded: give it back, unless a later one replaced it.
+            await cluster.release(clientID, generation: generation)
         }
         if let replaced, replaced !== peer {
             let address = peer.remoteAddress
@@ -410,4 +445,86 @@ public struct OfflinePush: Sendable, Hashable {
     public var sequence: UInt64
     /// The push as it will be written when the client comes back.
     public var frame: Frame
+}
+
+// MARK: - As a node of a cluster
+
+extension MailboxHub {
+    /// Joins the cluster, if the server is a node of one.
+    func join() async throws {
+        guard let cluster else { return }
+        try await cluster.join(ClusterNode(hub: self))
+    }
+
+    /// Leaves the cluster, if the server is a node of one.
+    func leave() async {
+        await cluster?.leave()
+    }
+
+    /// Where broadcasts from other nodes go: the server's peers.
+    func broadcast(to peers: @escaping @Sendable () -> [Peer]) {
+        state.withLock { $0.localPeers = peers }
+    }
+
+    /// The clients held here, with their claims' generations.
+    func heldSessions() -> [ClusterSession] {
+        state.withLock { state in
+            state.generations.map { ClusterSession(clientID: $0.key, generation: $0.value) }
+        }
+    }
+
+    /// A push stored elsewhere for `clientID`: to its peer here, if it has one.
+    func deliver(_ frame: Frame, sequence: UInt64, to clientID: String) {
+        guard let peer = peer(for: clientID) else { return }
+        peer.loop.execute {
+            peer.assumeIsolated { $0.deliverSequenced(frame, sequence: sequence, for: clientID) }
+        }
+    }
+
+    /// Pushes stored elsewhere for `clientID` through `sequence`: its peer here, if any,
+    /// reads what it has not written from the store.
+    func wake(_ clientID: String, through sequence: UInt64) {
+        guard let peer = peer(for: clientID) else { return }
+        peer.loop.execute {
+            peer.assumeIsolated { $0.catchUp(through: sequence, for: clientID) }
+        }
+    }
+
+    /// Another node claimed `clientID`: the peer here goes if its claim is older.
+    func takenOver(_ clientID: String, generation: UInt64, by node: String) {
+        let stale = state.withLock { state -> Peer? in
+            guard let held = state.generations[clientID], held < generation, let peer = state.peers[clientID] else { return nil }
+            state.peers.removeValue(forKey: clientID)
+            state.generations.removeValue(forKey: clientID)
+            return peer
+        }
+        guard let stale else { return }
+        stale.loop.execute {
+            stale.assumeIsolated { $0.replaced(clientID: clientID, byNode: node) }
+        }
+    }
+
+    /// A broadcast from another node: to every peer here.
+    func broadcastLocally(_ frame: Frame) {
+        let peers = state.withLock { $0.localPeers }?() ?? []
+        for peer in peers {
+            peer.loop.execute {
+                peer.assumeIsolated { try? $0.push(frame) }
+            }
+        }
+    }
+
+    /// Closes every session peer here with `reason`.
+    func closeSessions(reason: String) {
+        let peers = state.withLock { state in
+            state.generations.removeAll()
+            defer { state.peers.removeAll() }
+            return Array(state.peers.values)
+        }
+        for peer in peers {
+            peer.loop.execute {
+                peer.assumeIsolated { $0.end(TetherError(code: .connectionClosed, message: reason), graceful: true) }
+            }
+        }
+    }
 }

@@ -84,7 +84,8 @@ extension Peer {
         if session?.replaying == true { startReplay() }
     }
 
-    /// A push stored for this peer's client: written at once, unless a replay is catching up.
+    /// A push stored for this peer's client: written at once when it is the next of the
+    /// sequence, unless a replay is catching up.
     func deliverSequenced(_ frame: Frame, sequence: UInt64, for clientID: String) {
         guard var current = session, current.clientID == clientID, let channel else { return }
         defer { session = current }
@@ -93,9 +94,11 @@ extension Peer {
             return
         }
         guard sequence > current.lastWritten else { return }
-        if channel.pendingOutboundBytes > configuration.limits.outboundHighWaterMark {
-            // A client that reads slowly catches up from the store once its buffer drains,
-            // rather than growing the buffer without bound.
+        // A push after one not written yet (stored by another node, whose wake-up has not
+        // come) reads what comes before it from the store, so none is skipped; so does a
+        // client that reads slowly, once its buffer drains, rather than growing the buffer
+        // without bound.
+        if sequence > current.lastWritten + 1 || channel.pendingOutboundBytes > configuration.limits.outboundHighWaterMark {
             current.replaying = true
             current.replayTarget = sequence
             startReplay()
@@ -107,6 +110,17 @@ extension Peer {
         } catch {
             end(error, graceful: false)
         }
+    }
+
+    /// Pushes were stored for this peer's client through `sequence` elsewhere: write what
+    /// this connection has not had, reading it from the store.
+    func catchUp(through sequence: UInt64, for clientID: String) {
+        guard var current = session, current.clientID == clientID, channel != nil, sequence > current.lastWritten else { return }
+        current.replayTarget = max(current.replayTarget, sequence)
+        let start = !current.replaying
+        current.replaying = true
+        session = current
+        if start { startReplay() }
     }
 
     private func startReplay() {
@@ -177,6 +191,15 @@ extension Peer {
         end(TetherError(
             code: .connectionClosed,
             message: "client \(clientID) connected again from \(address); closed its older connection from \(remoteAddress)"
+        ), graceful: true)
+    }
+
+    /// Another node of the cluster claimed this peer's client: this connection goes.
+    func replaced(clientID: String, byNode node: String) {
+        guard session?.clientID == clientID || claimedClientID == clientID else { return }
+        end(TetherError(
+            code: .connectionClosed,
+            message: "client \(clientID) connected again on node \(node); closed its older connection from \(remoteAddress)"
         ), graceful: true)
     }
 

@@ -72,9 +72,11 @@ public final class Server: Sendable {
     public init(configuration: ServerConfiguration = .init()) {
         self.configuration = configuration
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
-        hub = configuration.mailboxes.map(MailboxHub.init)
+        let hub = configuration.mailboxes.map(MailboxHub.init)
+        self.hub = hub
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
         channelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
+        hub?.broadcast { [weak self] in self?.peers ?? [] }
     }
 
     /// Registers the handler for requests of `type`, replacing any earlier one.
@@ -139,6 +141,7 @@ public final class Server: Sendable {
             metrics.sessionsRejected = counts.rejected
             metrics.offlineCallbacksDropped = counts.callbacksDropped
             metrics.mailboxesRemoved = counts.mailboxesRemoved
+            metrics.clusterBroadcastsFailed = counts.clusterBroadcastsFailed
         }
         for peer in live {
             metrics.add(await peer.metrics)
@@ -183,10 +186,22 @@ public final class Server: Sendable {
     /// returns. To push to a client as soon as it arrives, wait for its
     /// ``ServerEvent/Kind/peerConnected`` event in ``events``.
     ///
+    /// When the server is a node of a cluster (``MailboxConfiguration/cluster``), the frame
+    /// also goes to the peers of every other node, through the cluster; if the cluster
+    /// cannot take it, only this server's peers get it, and
+    /// ``ServerMetrics/clusterBroadcastsFailed`` counts it.
+    ///
     /// - Parameter frame: The notification to send.
-    /// - Returns: How many peers it was queued for.
+    /// - Returns: How many peers of this server it was queued for.
     @discardableResult
     public func broadcast(_ frame: Frame) async -> Int {
+        if let cluster = hub?.cluster {
+            do {
+                try await cluster.broadcast(frame)
+            } catch {
+                hub?.state.withLock { $0.metrics.clusterBroadcastsFailed += 1 }
+            }
+        }
         var delivered = 0
         for peer in peers {
             do {
@@ -262,6 +277,15 @@ public final class Server: Sendable {
             listener = socketListener
             bound = socketListener.address
         }
+        // A node of a cluster joins it before it accepts anyone.
+        do {
+            try await hub?.join()
+        } catch {
+            let failure = TetherError(code: .storeFailed, message: "could not join the cluster: \(error)", underlying: error as? TetherError)
+            try? await acceptLoop.submit { [self] in closeListener(listener, port: bound.port) }
+            fail(failure)
+            throw failure
+        }
         // Before anyone hears that the server listens, so a push made as soon as
         // listeningAddress() returns is accepted.
         hub?.start()
@@ -288,6 +312,7 @@ public final class Server: Sendable {
                 // Pushes already queued are still stored; later ones fail.
                 hub?.stop()
             }
+            await hub?.leave()
         } onCancel: {
             acceptLoop.execute { [self] in
                 closeListener(listener, port: bound.port)

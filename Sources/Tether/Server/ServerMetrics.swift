@@ -90,6 +90,9 @@ public struct ServerMetrics: Sendable, Hashable {
     /// Mailboxes removed by expiry because their clients were idle for longer than
     /// ``MailboxLimits/maximumAge``.
     public var mailboxesRemoved = 0
+    /// Broadcasts the cluster could not take (``MailboxConfiguration/cluster``): only this
+    /// server's peers got them.
+    public var clusterBroadcastsFailed = 0
 
     /// Adds the traffic counts of one peer.
     mutating func add(_ peer: PeerMetrics) {
