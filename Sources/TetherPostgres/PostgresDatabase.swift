@@ -68,7 +68,13 @@ final class PostgresDatabase: Sendable {
     ///   ``Tether/TetherError`` when the transaction could not begin or commit.
     func transaction<T: Sendable>(_ body: @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await withSession { session in
-            try session.execute("BEGIN")
+            do {
+                try session.execute("BEGIN")
+            } catch where Self.connectionLost(error) {
+                // Nothing ran yet: on a new connection, the transaction can start afresh.
+                try session.reconnect()
+                try session.execute("BEGIN")
+            }
             do {
                 let value = try body(session)
                 try session.execute("COMMIT")
@@ -78,6 +84,30 @@ final class PostgresDatabase: Sendable {
                 throw error
             }
         }
+    }
+
+    /// ``withSession(_:)`` for work that is safe to repeat, such as reads: when it fails
+    /// because the connection was lost (the server restarted since the connection's last
+    /// use), it runs once more on a new connection.
+    ///
+    /// - Parameter body: The work, given the connection; it may run twice.
+    /// - Returns: What `body` returned.
+    /// - Throws: What `body` threw the last time, or ``Tether/TetherError`` when no
+    ///   connection could be had.
+    func read<T: Sendable>(_ body: @Sendable (PostgresSession) throws -> T) async throws -> T {
+        try await withSession { session in
+            do {
+                return try body(session)
+            } catch where Self.connectionLost(error) {
+                try session.reconnect()
+                return try body(session)
+            }
+        }
+    }
+
+    /// Whether `error` says the connection was lost.
+    static func connectionLost(_ error: any Error) -> Bool {
+        ((error as? TetherError)?.underlying as? PostgresFailure)?.connectionLost == true
     }
 
     /// Lets the calls already queued run, refuses new ones, closes every connection and

@@ -73,12 +73,14 @@ public final class PostgresMailboxStore: MailboxStore {
         await database.close()
     }
 
+    /// Runs `body` in a transaction, or (`transaction: false`, for reads) as a read that
+    /// is repeated once on a new connection when the old one turns out lost.
     private func run<T: Sendable>(_ step: String, transaction: Bool = true, _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws(TetherError) -> T {
         do {
             if transaction {
                 return try await database.transaction(body)
             }
-            return try await database.withSession(body)
+            return try await database.read(body)
         } catch {
             throw Self.failure(database, step, error)
         }

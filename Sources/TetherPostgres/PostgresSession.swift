@@ -57,13 +57,37 @@ final class PostgresSession {
         try connect()
     }
 
-    /// Whether the server closed an idle connection: it is readable (a closing notice or
-    /// the end of the stream) and reading it leaves it broken.
+    /// Whether the server closed an idle connection: what it sent meanwhile (a FATAL
+    /// notice as it shuts down, the end of the stream) leaves the connection broken.
     private func idleConnectionBroke(_ connection: OpaquePointer) -> Bool {
-        var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
-        guard poll(&descriptor, 1, 0) > 0 else { return false }
-        if PQconsumeInput(connection) == 0 { return true }
-        return PQstatus(connection) != CONNECTION_OK
+        while true {
+            var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 0) > 0 else { break }
+            // Reads what arrived, or finds the end of the stream; parsing it (PQisBusy)
+            // hands an error sent while idle to the notice receiver.
+            if PQconsumeInput(connection) == 0 { return true }
+            _ = PQisBusy(connection)
+            if terminated || PQstatus(connection) != CONNECTION_OK { return true }
+        }
+        return terminated || PQstatus(connection) != CONNECTION_OK
+    }
+
+    /// Set when the server sent a FATAL or PANIC message outside any statement: it is
+    /// closing the connection (it shuts down, or an administrator ended the backend).
+    private var terminated = false
+
+    /// Notices the server sends (warnings, and errors outside a statement) go here instead
+    /// of libpq's default, which prints them on stderr.
+    private func receiveNotice(_ result: OpaquePointer) {
+        guard let severity = PQresultErrorField(result, Int32(UInt8(ascii: "V"))) else { return }
+        let text = String(cString: severity)
+        if text == "FATAL" || text == "PANIC" { terminated = true }
+    }
+
+    /// Makes a new connection in place of the current one.
+    func reconnect() throws(TetherError) {
+        disconnect()
+        try connect()
     }
 
     private func connect() throws(TetherError) {
@@ -104,6 +128,12 @@ final class PostgresSession {
         }
         connection = started
         prepared = [:]
+        terminated = false
+        // The session outlives the connection: `disconnect` finishes it first.
+        PQsetNoticeReceiver(started, { context, result in
+            guard let context, let result else { return }
+            Unmanaged<PostgresSession>.fromOpaque(context).takeUnretainedValue().receiveNotice(result)
+        }, Unmanaged.passUnretained(self).toOpaque())
         let timeout = configuration.queryTimeout.postgresMilliseconds
         try execute("SET statement_timeout = \(timeout)")
     }

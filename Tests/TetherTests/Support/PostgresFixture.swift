@@ -124,6 +124,16 @@ final class PostgresInstance: Sendable {
     /// Starts the server (again) on the same port with the same data, and returns once it
     /// accepts connections (`pg_ctl start -w`, bounded).
     func restart() async throws {
+        do {
+            try await start()
+        } catch {
+            let log = (try? String(contentsOfFile: "\(directory)/log", encoding: .utf8)) ?? ""
+            let tail = log.split(separator: "\n").suffix(8).joined(separator: "\n")
+            throw PostgresFixtureError(description: "\(error)\nthe server's log ends with:\n\(tail)")
+        }
+    }
+
+    private func start() async throws {
         try await Self.run("\(binaries)/pg_ctl", [
             "-D", "\(directory)/data", "-l", "\(directory)/log", "-w", "-t", "60",
             "-o", "-h 127.0.0.1 -p \(port) -k \(directory) -c fsync=off -c full_page_writes=off -c max_connections=300",
@@ -145,6 +155,12 @@ final class PostgresInstance: Sendable {
         for child in children { _ = Glibc.kill(child, SIGKILL) }
         _ = try? await offThread {
             Self.waitUntilGone([postmaster] + children, within: eventBound)
+        }
+        // The killed postmaster may stay a zombie for a while (nothing here is its parent to
+        // reap it), and a zombie's pid still passes PostgreSQL's check that its lock files
+        // is stale: remove it, and the socket's, as the postmaster would on a clean stop.
+        for file in ["data/postmaster.pid", ".s.PGSQL.\(port).lock", ".s.PGSQL.\(port)"] {
+            unlink("\(directory)/\(file)")
         }
     }
 
@@ -177,7 +193,7 @@ final class PostgresInstance: Sendable {
     }
 
     /// A port free on 127.0.0.1 now.
-    private static func freePort() throws -> UInt16 {
+    static func freePort() throws -> UInt16 {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw PostgresFixtureError(description: "socket failed: errno \(errno)") }
         defer { close(descriptor) }
