@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "TetherTLS", targets: ["TetherTLS"]),
         .library(name: "TetherSQLite", targets: ["TetherSQLite"]),
         .library(name: "TetherHTTP", targets: ["TetherHTTP"]),
+        .library(name: "TetherPostgres", targets: ["TetherPostgres"]),
         .library(name: "TetherTesting", targets: ["TetherTesting"]),
         .executable(name: "tether", targets: ["tether"]),
     ],
@@ -40,6 +41,13 @@ let package = Package(
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"]), .brew(["openssl@3"])]
         ),
+        // libpq from the system, for TetherPostgres only: code that keeps its mailboxes
+        // elsewhere never needs its headers or library.
+        .systemLibrary(
+            name: "CPostgres",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"]), .brew(["libpq"])]
+        ),
         .target(
             name: "Tether",
             dependencies: ["CTetherShims", "CZlib"],
@@ -55,6 +63,13 @@ let package = Package(
         .target(
             name: "TetherSQLite",
             dependencies: ["Tether", "CSQLite"],
+            swiftSettings: strict
+        ),
+        // Mailboxes in PostgreSQL, shared by several servers: its own module so programs
+        // that never use PostgreSQL never link libpq.
+        .target(
+            name: "TetherPostgres",
+            dependencies: ["Tether", "CPostgres"],
             swiftSettings: strict
         ),
         // The server side of HTTP through the channel: performs the requests clients send
@@ -75,19 +90,19 @@ let package = Package(
         ),
         .executableTarget(
             name: "tether",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting", "CSQLite", "COpenSSL", "CZlib"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherTesting", "CSQLite", "COpenSSL", "CZlib", "CPostgres"],
             swiftSettings: strict
         ),
         // The code examples of the documentation and the README, compiled (and the
         // self-contained ones run) so they cannot drift from the API.
         .testTarget(
             name: "DocumentationTests",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting", "TetherPostgres"],
             swiftSettings: strict
         ),
     ],

@@ -2,14 +2,16 @@ import Testing
 import TetherTesting
 @testable import Tether
 @testable import TetherSQLite
+import TetherPostgres
 
 /// Mailboxes of `kind` for a server test, with `change` applied; a SQLite file lives in
-/// `directory`.
-private func mailboxes(_ kind: MailboxStoreKind, in directory: TemporaryDirectory, _ change: (inout MailboxConfiguration) -> Void = { _ in }) throws -> MailboxConfiguration {
+/// `directory`, PostgreSQL tables in a database of their own.
+private func mailboxes(_ kind: MailboxStoreKind, in directory: TemporaryDirectory, _ change: (inout MailboxConfiguration) -> Void = { _ in }) async throws -> MailboxConfiguration {
     var configuration: MailboxConfiguration
     switch kind {
     case .inMemory: configuration = .inMemory
     case .sqlite: configuration = try .sqlite(path: directory.file("mail.sqlite"))
+    case .postgres: configuration = MailboxConfiguration(store: try await PostgresMailboxStore(url: try await PostgresFixture.freshDatabase()))
     }
     change(&configuration)
     return configuration
@@ -74,7 +76,7 @@ struct MailboxBoundsTests {
     func mailboxBound(kind: MailboxStoreKind) async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let configuration = try mailboxes(kind, in: directory) { $0.limits.maximumMailboxes = 2 }
+        let configuration = try await mailboxes(kind, in: directory) { $0.limits.maximumMailboxes = 2 }
         try await withServer(configure: { $0.mailboxes = configuration }, handlers: echoHandlers) { server, endpoint in
             let (alice, aliceAnswer) = try await hello("alice", to: endpoint)
             defer { alice.close() }

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 @testable import Tether
 import TetherSQLite
+import TetherPostgres
 
 // MARK: - Fixtures
 
@@ -10,6 +11,7 @@ import TetherSQLite
 enum MailboxStoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case inMemory
     case sqlite
+    case postgres
 
     var testDescription: String { rawValue }
 }
@@ -32,7 +34,7 @@ struct TemporaryDirectory {
 }
 
 /// Runs `body` with a new, empty store of `kind`; a SQLite one lives in a temporary
-/// directory that is removed afterwards.
+/// directory that is removed afterwards, a PostgreSQL one in a database of its own.
 private func withStore(_ kind: MailboxStoreKind, _ body: (any MailboxStore) async throws -> Void) async throws {
     switch kind {
     case .inMemory:
@@ -41,6 +43,48 @@ private func withStore(_ kind: MailboxStoreKind, _ body: (any MailboxStore) asyn
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         try await body(try SQLiteMailboxStore(path: directory.file("mail.sqlite")))
+    case .postgres:
+        let store = try await PostgresMailboxStore(url: try await PostgresFixture.freshDatabase())
+        do {
+            try await body(EpochBlindStore(inner: store))
+        } catch {
+            await store.close()
+            throw error
+        }
+        await store.close()
+    }
+}
+
+/// A store whose summaries leave the epoch out, so they compare equal to the summaries
+/// the contract spells out without one.
+private struct EpochBlindStore: MailboxStore {
+    let inner: any MailboxStore
+
+    func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
+        try await inner.append(messages, limits: limits, now: now)
+    }
+
+    func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
+        var summary = try await inner.openMailbox(for: clientID, limits: limits, now: now)
+        #expect(summary.epoch?.isEmpty == false, "every summary carries the mailbox's epoch")
+        summary.epoch = nil
+        return summary
+    }
+
+    func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
+        try await inner.messages(for: clientID, after: sequence, limit: limit)
+    }
+
+    func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
+        try await inner.acknowledge(clientID, through: sequence)
+    }
+
+    func clientIDs() async throws -> [String] {
+        try await inner.clientIDs()
+    }
+
+    func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String] {
+        try await inner.removeExpired(limits: limits, now: now, keeping: connected)
     }
 }
 
