@@ -514,13 +514,9 @@ extension MailboxHub {
         }
     }
 
-    /// Closes every session peer here with `reason`.
+    /// Closes every session peer here with `reason`; each releases its claim as it ends.
     func closeSessions(reason: String) {
-        let peers = state.withLock { state in
-            state.generations.removeAll()
-            defer { state.peers.removeAll() }
-            return Array(state.peers.values)
-        }
+        let peers = state.withLock { Array($0.peers.values) }
         for peer in peers {
             peer.loop.execute {
                 peer.assumeIsolated { $0.end(TetherError(code: .connectionClosed, message: reason), graceful: true) }

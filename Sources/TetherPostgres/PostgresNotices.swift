@@ -1,0 +1,102 @@
+import Foundation
+internal import Tether
+
+/// The notices nodes send each other with `NOTIFY`: one line of text each, well under
+/// PostgreSQL's limit of 8,000 bytes per payload. A notice only wakes a node; what it tells
+/// is always in the tables too.
+///
+/// - `p SEQUENCE TYPE STORED_AT CLIENT PAYLOAD` — a push, content included (client id and
+///   payload in base64);
+/// - `w SEQUENCE CLIENT` — pushes stored through `SEQUENCE`, to read from the mailbox;
+/// - `t GENERATION CLIENT NODE` — `NODE` claimed the client with `GENERATION`;
+/// - `b ORIGIN TYPE PAYLOAD` — a broadcast from node `ORIGIN`, on the broadcast channel;
+/// - `r ORIGIN ID` — a broadcast too large for a notice, in `tether_broadcasts` row `ID`.
+enum PostgresNotice: Equatable {
+    case push(MailboxMessage)
+    case wake(clientID: String, through: UInt64)
+    case takeover(clientID: String, generation: UInt64, node: String)
+    case broadcast(origin: String, type: UInt32, payload: [UInt8])
+    case storedBroadcast(origin: String, id: Int64)
+
+    /// The most bytes a notice may have: PostgreSQL refuses payloads of 8,000 bytes and more.
+    static let maximumLength = 7_999
+
+    /// The channel of node `name`.
+    static func channel(ofNode name: String) -> String { "tether.node.\(name)" }
+
+    /// The channel every node listens on for broadcasts.
+    static let broadcastChannel = "tether.broadcast"
+
+    /// Whether `name` can name a node: 1 to 48 letters, digits, `.`, `-` or `_`, so its
+    /// channel name stays within PostgreSQL's 63 bytes and needs no quoting inside notices.
+    static func isValidNodeName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= 48 && name.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == 0x2E || byte == 0x2D || byte == 0x5F
+        }
+    }
+
+    var text: String {
+        switch self {
+        case .push(let push):
+            return "p \(push.sequence) \(push.type) \(push.storedAt.millisecondsSince1970) \(Self.encode(Array(push.clientID.utf8))) \(Self.encode(push.payload))"
+        case .wake(let clientID, let through):
+            return "w \(through) \(Self.encode(Array(clientID.utf8)))"
+        case .takeover(let clientID, let generation, let node):
+            return "t \(generation) \(Self.encode(Array(clientID.utf8))) \(node)"
+        case .broadcast(let origin, let type, let payload):
+            return "b \(origin) \(type) \(Self.encode(payload))"
+        case .storedBroadcast(let origin, let id):
+            return "r \(origin) \(id)"
+        }
+    }
+
+    /// The wake-up for a stored push: with its content when the notice stays within
+    /// `inlineLimit` bytes and PostgreSQL's bound, otherwise without.
+    static func wakeUp(for push: MailboxMessage, inlineLimit: Int) -> PostgresNotice {
+        // Base64 makes 4 bytes of 3; the rest of the line is under 100 bytes.
+        let estimate = (push.payload.count + 2) / 3 * 4 + (push.clientID.utf8.count + 2) / 3 * 4 + 100
+        if estimate <= min(inlineLimit, maximumLength) { return .push(push) }
+        return .wake(clientID: push.clientID, through: push.sequence)
+    }
+
+    /// Reads a notice; `nil` for anything malformed, which a node ignores.
+    init?(_ text: String) {
+        let fields = text.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+        guard let kind = fields.first else { return nil }
+        switch (kind, fields.count) {
+        case ("p", 6):
+            guard let sequence = UInt64(fields[1]), let type = UInt32(fields[2]), let storedAt = Int64(fields[3]),
+                  let client = Self.decode(fields[4]), let payload = Self.decode(fields[5]) else { return nil }
+            self = .push(MailboxMessage(
+                clientID: String(decoding: client, as: UTF8.self),
+                sequence: sequence,
+                type: type,
+                payload: payload,
+                storedAt: MailboxTime(millisecondsSince1970: storedAt)
+            ))
+        case ("w", 3):
+            guard let through = UInt64(fields[1]), let client = Self.decode(fields[2]) else { return nil }
+            self = .wake(clientID: String(decoding: client, as: UTF8.self), through: through)
+        case ("t", 4):
+            guard let generation = UInt64(fields[1]), let client = Self.decode(fields[2]) else { return nil }
+            self = .takeover(clientID: String(decoding: client, as: UTF8.self), generation: generation, node: fields[3])
+        case ("b", 4):
+            guard let type = UInt32(fields[2]), let payload = Self.decode(fields[3]) else { return nil }
+            self = .broadcast(origin: fields[1], type: type, payload: payload)
+        case ("r", 3):
+            guard let id = Int64(fields[2]) else { return nil }
+            self = .storedBroadcast(origin: fields[1], id: id)
+        default:
+            return nil
+        }
+    }
+
+    private static func encode(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString()
+    }
+
+    private static func decode(_ text: String) -> [UInt8]? {
+        Data(base64Encoded: text).map(Array.init)
+    }
+}
