@@ -36,6 +36,7 @@ final class PostgresDatabase: Sendable {
     ///   ``Tether/TetherError/Code/storeFailed`` when no connection could be had: the
     ///   server is unreachable, the pool is closed, or every connection stayed busy for
     ///   longer than ``PostgresConfiguration/queryTimeout``.
+    @discardableResult
     func withSession<T: Sendable>(_ body: @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await withoutActuallyEscaping(body) { body in
             // The job lets go of `body` before it resumes the caller: once this returns,
@@ -66,6 +67,7 @@ final class PostgresDatabase: Sendable {
     /// - Returns: What `body` returned, once committed.
     /// - Throws: What `body` threw (then nothing it did stays), or
     ///   ``Tether/TetherError`` when the transaction could not begin or commit.
+    @discardableResult
     func transaction<T: Sendable>(_ body: @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await withSession { session in
             do {
@@ -94,6 +96,7 @@ final class PostgresDatabase: Sendable {
     /// - Returns: What `body` returned.
     /// - Throws: What `body` threw the last time, or ``Tether/TetherError`` when no
     ///   connection could be had.
+    @discardableResult
     func read<T: Sendable>(_ body: @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await withSession { session in
             do {
