@@ -30,6 +30,9 @@ final class PostgresDatabase: Sendable {
 
     /// Runs `body` on one pooled connection's thread (reconnecting it first if it broke).
     ///
+    /// `body` blocks that thread while it waits for the database, and must not wait for
+    /// another call to this pool (it might wait for its own connection).
+    ///
     /// - Parameter body: The work, given the connection; it must not keep the session.
     /// - Returns: What `body` returned.
     /// - Throws: What `body` threw, or ``Tether/TetherError`` with
