@@ -30,12 +30,16 @@ final class PostgresDatabase: Sendable {
 
     /// Runs `body` on one pooled connection's thread (reconnecting it first if it broke).
     ///
+    /// `body` blocks that thread while it waits for the database, and must not wait for
+    /// another call to this pool (it might wait for its own connection).
+    ///
     /// - Parameter body: The work, given the connection; it must not keep the session.
     /// - Returns: What `body` returned.
     /// - Throws: What `body` threw, or ``Tether/TetherError`` with
     ///   ``Tether/TetherError/Code/storeFailed`` when no connection could be had: the
     ///   server is unreachable, the pool is closed, or every connection stayed busy for
     ///   longer than ``PostgresConfiguration/queryTimeout``.
+    @discardableResult
     func withSession<T: Sendable>(_ body: @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await withoutActuallyEscaping(body) { body in
             // The job lets go of `body` before it resumes the caller: once this returns,
@@ -66,6 +70,7 @@ final class PostgresDatabase: Sendable {
     /// - Returns: What `body` returned, once committed.
     /// - Throws: What `body` threw (then nothing it did stays), or
     ///   ``Tether/TetherError`` when the transaction could not begin or commit.
+    @discardableResult
     func transaction<T: Sendable>(_ body: @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await withSession { session in
             do {
@@ -94,6 +99,7 @@ final class PostgresDatabase: Sendable {
     /// - Returns: What `body` returned.
     /// - Throws: What `body` threw the last time, or ``Tether/TetherError`` when no
     ///   connection could be had.
+    @discardableResult
     func read<T: Sendable>(_ body: @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await withSession { session in
             do {

@@ -19,7 +19,8 @@ internal import Tether
 ///
 /// The callbacks run on the listener's thread, one at a time, and must return promptly.
 /// ``stop()`` is prompt: the thread waits in `poll` on the connection and on a pipe that
-/// `stop` writes to.
+/// `stop` writes to. The thread keeps the listener alive until it is stopped: call
+/// ``stop()`` when done with it.
 final class PostgresListener: Sendable {
     private let configuration: PostgresConfiguration
     private let channels: [String]

@@ -205,7 +205,13 @@ extension PostgresMailboxStore {
     /// Appends inside the caller's transaction. Returns per message: its sequence, and the
     /// holder/generation of its client's mailbox row as they stand after the row lock.
     ///
-    /// Locks the mailboxes of the batch in client id order; the totals row last.
+    /// Must run inside a transaction (``PostgresDatabase/transaction(_:)``): its statements
+    /// are only atomic together, and a store-wide bound it finds passed is thrown after the
+    /// rows were written, for the rollback to undo. It locks the mailbox rows of the batch
+    /// in client id order (bytewise, `COLLATE "C"`), then the row of `tether_totals`, in
+    /// its last statement; a transaction that locks more rows should take them in the same
+    /// order (mailboxes by client id, totals last), or PostgreSQL may end one of two
+    /// transactions with a deadlock error.
     func append(_ drafts: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime, in session: PostgresSession) throws -> [(sequence: UInt64, holder: String?, generation: UInt64)] {
         guard !drafts.isEmpty else { return [] }
         // Per client, in the order first touched: how many messages and their bytes.
@@ -305,6 +311,10 @@ extension PostgresMailboxStore {
     }
 
     /// openMailbox inside the caller's transaction, row locked.
+    ///
+    /// Like ``append(_:limits:now:in:)``, it must run inside a transaction; it locks the
+    /// client's mailbox row, and the row of `tether_totals` when it creates the mailbox or
+    /// drops messages.
     func open(_ clientID: String, limits: MailboxLimits, now: MailboxTime, in session: PostgresSession) throws -> MailboxSummary {
         let locked = try session.execute(SQL.upsertOne, parameters: [
             PostgresParameter(.text(clientID)),

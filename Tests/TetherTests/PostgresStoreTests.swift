@@ -269,6 +269,132 @@ struct PostgresStoreTests {
     }
 }
 
+@Suite("PostgreSQL mailbox store: tables and rows", .timeLimit(.minutes(1)))
+struct PostgresMailboxTableTests {
+    @Test("two stores on one database, as two servers would be, append to the same clients at once: each client's sequences are 1…N with none given twice, and the mailbox bound counts both")
+    func twoServers() async throws {
+        let url = try await PostgresFixture.freshDatabase()
+        let first = try await PostgresMailboxStore(url: url)
+        let second = try await PostgresMailboxStore(url: url)
+        let clients = ["a", "b", "c"]
+        let given = try await withThrowingTaskGroup(of: [String: [UInt64]].self) { group in
+            for store in [first, second] {
+                for task in 0..<2 {
+                    group.addTask {
+                        var given: [String: [UInt64]] = [:]
+                        for round in 0..<20 {
+                            // Batches that touch the clients in different orders.
+                            let batch = (round + task).isMultiple(of: 2) ? clients : clients.reversed()
+                            let sequences = try await store.append(batch.map { draft($0, "\(round)") }, limits: roomy, now: t0)
+                            for (clientID, sequence) in zip(batch, sequences) { given[clientID, default: []].append(sequence) }
+                        }
+                        return given
+                    }
+                }
+            }
+            var all: [String: [UInt64]] = [:]
+            for try await part in group {
+                for (clientID, sequences) in part { all[clientID, default: []] += sequences }
+            }
+            return all
+        }
+        for clientID in clients {
+            #expect(given[clientID]?.sorted() == Array(1...80))
+            #expect(try await first.messages(for: clientID, after: 0, limit: 1000).map(\.sequence) == Array(1...80))
+        }
+        var limits = roomy
+        limits.maximumMailboxes = 4
+        _ = try await first.openMailbox(for: "d", limits: limits, now: t0)
+        let error = await failure { _ = try await second.openMailbox(for: "e", limits: limits, now: t0) }
+        #expect(error?.code == .mailboxesFull)
+        await first.close()
+        await second.close()
+    }
+
+    @Test("each mailbox row gets a random epoch when it is created: it stays across appends, acknowledgements and a new store on the same tables, and is new once the mailbox was removed")
+    func epochs() async throws {
+        let url = try await PostgresFixture.freshDatabase()
+        let store = try await PostgresMailboxStore(url: url)
+        let limits = MailboxLimits(maximumMessages: 100, maximumAge: .seconds(60))
+        let first = try #require(try await store.openMailbox(for: "a", limits: limits, now: t0).epoch)
+        let other = try #require(try await store.openMailbox(for: "b", limits: limits, now: t0).epoch)
+        #expect(first.count == 36, "a UUID: \(first)")
+        #expect(first != other)
+        _ = try await store.append([draft("a", "1"), draft("a", "2")], limits: limits, now: t0)
+        try await store.acknowledge("a", through: 1)
+        #expect(try await store.openMailbox(for: "a", limits: limits, now: t0).epoch == first)
+        await store.close()
+
+        let reopened = try await PostgresMailboxStore(url: url)
+        #expect(try await reopened.openMailbox(for: "a", limits: limits, now: t0).epoch == first)
+        #expect(try await reopened.removeExpired(limits: limits, now: t0.adding(.seconds(61)), keeping: []).sorted() == ["a", "b"])
+        let again = try await reopened.openMailbox(for: "a", limits: limits, now: t0.adding(.seconds(61)))
+        #expect(again.lastSequence == 0)
+        #expect(again.epoch != nil && again.epoch != first)
+        await reopened.close()
+    }
+
+    @Test("an append that fails part-way stores none of its messages and uses no sequence; the error names the step and what PostgreSQL said")
+    func atomicAppend() async throws {
+        let url = try await PostgresFixture.freshDatabase()
+        let store = try await PostgresMailboxStore(url: url)
+        _ = try await store.append([draft("a", "1"), draft("a", "2")], limits: roomy, now: t0)
+        // A trigger fails the insert of a message of type 666, so the batch below fails
+        // after the mailbox rows of "a", "b" and "c" were written.
+        try await store.database.withSession { session in
+            try session.execute("""
+                CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN IF NEW.type = 666 THEN RAISE EXCEPTION 'refused by trigger'; END IF; RETURN NEW; END $$;
+                CREATE TRIGGER refuse BEFORE INSERT ON tether_messages FOR EACH ROW EXECUTE FUNCTION refuse();
+                """)
+        }
+        var refused = draft("a", "3")
+        refused.type = 666
+        let error = await failure {
+            _ = try await store.append([draft("a", "x"), draft("b", "x"), refused, draft("c", "x")], limits: roomy, now: t0)
+        }
+        #expect(error?.code == .storeFailed)
+        #expect(error?.message == "appending 4 messages failed: PostgreSQL at \(PostgresDatabase.endpoint(of: url)): ERROR: refused by trigger")
+        #expect((error?.underlying as? PostgresFailure)?.sqlState == "P0001")
+        #expect(try await store.clientIDs().sorted() == ["a"])
+        #expect(try await store.messages(for: "a", after: 0, limit: 10).map(\.sequence) == [1, 2])
+        try await store.database.withSession { try $0.execute("DROP TRIGGER refuse ON tether_messages") }
+        #expect(try await store.append([draft("b", "y"), draft("a", "y")], limits: roomy, now: t0) == [1, 3])
+        await store.close()
+    }
+
+    @Test("the append hook returns, for each message, the holder and generation of its client's row as the lock found them")
+    func appendHook() async throws {
+        let store = try await PostgresMailboxStore(url: try await PostgresFixture.freshDatabase())
+        _ = try await store.openMailbox(for: "held", limits: roomy, now: t0)
+        try await store.database.withSession { session in
+            try session.execute("UPDATE tether_mailboxes SET holder = $1, generation = $2 WHERE client_id = $3", [.text("node-a"), .int(3), .text("held")])
+        }
+        let drafts = [draft("held", "1"), draft("free", "1"), draft("held", "2")]
+        let appended = try await store.database.transaction { [store] session in
+            try store.append(drafts, limits: roomy, now: t0, in: session).map { "\($0.sequence) \($0.holder ?? "-") \($0.generation)" }
+        }
+        #expect(appended == ["1 node-a 3", "1 - 0", "2 node-a 3"])
+        let summary = try await store.database.transaction { [store] session in
+            try store.open("held", limits: roomy, now: t0, in: session)
+        }
+        #expect(summary.lastSequence == 2)
+        #expect(summary.count == 2)
+        await store.close()
+    }
+
+    @Test("tables of another schema version are refused, naming the versions")
+    func otherSchemaVersion() async throws {
+        let url = try await PostgresFixture.freshDatabase()
+        let store = try await PostgresMailboxStore(url: url)
+        try await store.database.withSession { try $0.execute("UPDATE tether_meta SET value = '2' WHERE key = 'schema_version'") }
+        await store.close()
+        let error = await failure { _ = try await PostgresMailboxStore(url: url) }
+        #expect(error?.code == .storeFailed)
+        #expect(error?.message == "creating the mailbox tables failed: PostgreSQL at \(PostgresDatabase.endpoint(of: url)): the mailbox tables have schema version 2; this version of Tether reads version 1")
+    }
+}
+
 /// The port a URL of the fixture names.
 private func port(of url: String) async throws -> String {
     String(PostgresDatabase.endpoint(of: url).split(separator: ":").last ?? "")
