@@ -24,6 +24,14 @@ extension Connection {
     /// as it had seen of the old one.
     public var sessionEpoch: String? { session?.epoch }
 
+    /// ``lastSequence`` and ``sessionEpoch`` read together, in one step on the connection:
+    /// what to save when the app stops, and pass as ``SessionConfiguration/resumeAfter`` and
+    /// ``SessionConfiguration/resumeEpoch`` next time.
+    ///
+    /// Reading the two properties one after the other could pair a sequence with the epoch
+    /// of a history that began in between; this cannot.
+    public var sessionPosition: (lastSequence: UInt64, epoch: String?) { (lastSequence, sessionEpoch) }
+
     /// Session events, with ``ConnectionConfiguration/session``: each resume, each gap (pushes
     /// the server could no longer deliver, with the range), and a reset of the server's
     /// sequence. It ends when the connection closes for good.
