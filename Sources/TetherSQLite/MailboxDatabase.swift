@@ -95,7 +95,7 @@ final class MailboxDatabase {
                     lostThrough: row.lostThrough,
                     lossReason: row.lossReason,
                     count: try count(clientID),
-                    epoch: row.epoch
+                    epoch: row.epoch.isEmpty ? nil : row.epoch
                 )
             }
         } catch {
