@@ -94,7 +94,8 @@ final class MailboxDatabase {
                     acknowledged: row.acknowledged,
                     lostThrough: row.lostThrough,
                     lossReason: row.lossReason,
-                    count: try count(clientID)
+                    count: try count(clientID),
+                    epoch: row.epoch.isEmpty ? nil : row.epoch
                 )
             }
         } catch {
@@ -230,7 +231,8 @@ final class MailboxDatabase {
             lastSequence: UInt64(sql: statement.int64(0)),
             acknowledged: UInt64(sql: statement.int64(1)),
             lostThrough: UInt64(sql: statement.int64(2)),
-            lossReason: statement.isNull(3) ? nil : MailboxLossReason(rawValue: statement.text(3))
+            lossReason: statement.isNull(3) ? nil : MailboxLossReason(rawValue: statement.text(3)),
+            epoch: statement.text(4)
         )
     }
 
@@ -239,12 +241,14 @@ final class MailboxDatabase {
         guard mailboxCount < limits.maximumMailboxes else {
             throw SQLiteFailure(bound: limits.tooManyMailboxes(for: clientID))
         }
+        let row = ClientRow(epoch: randomEpoch())
         let statement = statements.insertClient
         try statement.bind(1, clientID)
         try statement.bind(2, now.millisecondsSince1970)
+        try statement.bind(3, row.epoch)
         try statement.run()
         mailboxCount += 1
-        return ClientRow()
+        return row
     }
 
     /// Writes a client's row; `activeAt` moves its last active time forward, if given.
@@ -341,4 +345,14 @@ final class MailboxDatabase {
         guard try statement.step(), !statement.isNull(0) else { return nil }
         return statement.int64(0)
     }
+}
+
+/// A new epoch: 128 random bits as 32 lowercase hexadecimal digits, like the in-memory
+/// store's.
+private func randomEpoch() -> String {
+    var generator = SystemRandomNumberGenerator()
+    return (0..<2).map { _ in
+        let digits = String(generator.next() as UInt64, radix: 16)
+        return String(repeating: "0", count: 16 - digits.count) + digits
+    }.joined()
 }

@@ -5,7 +5,7 @@ internal import Tether
 private let applicationID: Int64 = 0x544D_4258
 
 /// `PRAGMA user_version`: the schema this code reads and writes.
-private let schemaVersion: Int64 = 2
+private let schemaVersion: Int64 = 3
 
 private let schema = """
     BEGIN IMMEDIATE;
@@ -15,7 +15,8 @@ private let schema = """
         acknowledged INTEGER NOT NULL DEFAULT 0,
         lost_through INTEGER NOT NULL DEFAULT 0,
         loss_reason TEXT,
-        active_at INTEGER NOT NULL DEFAULT 0
+        active_at INTEGER NOT NULL DEFAULT 0,
+        epoch TEXT NOT NULL DEFAULT ''
     ) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS messages (
         client TEXT NOT NULL,
@@ -30,17 +31,29 @@ private let schema = """
     COMMIT;
     """
 
-/// Brings a version 1 store to version 2: clients get the time they were last active,
-/// which starts at the time of the upgrade (`?1` is not available in a script, so the
-/// caller puts the time in).
-private func upgradeFromVersion1(now: MailboxTime) -> String {
-    """
-    BEGIN IMMEDIATE;
-    ALTER TABLE clients ADD COLUMN active_at INTEGER NOT NULL DEFAULT 0;
-    UPDATE clients SET active_at = \(now.millisecondsSince1970);
-    PRAGMA user_version = 2;
-    COMMIT;
-    """
+/// Brings an older store to the current version, in one transaction that reads the version
+/// again, so two processes opening the same old file do not both upgrade it.
+///
+/// - Version 1 to 2: clients get the time they were last active, which starts at the time
+///   of the upgrade.
+/// - Version 2 to 3: clients get an epoch, a new random one each. Their clients saved none
+///   yet, so they resume as before and learn it from the welcome.
+private func upgrade(_ handle: OpaquePointer, now: MailboxTime) throws(SQLiteFailure) {
+    try MailboxDatabase.exec(handle, "BEGIN IMMEDIATE")
+    let version = try MailboxDatabase.scalar(handle, "PRAGMA user_version")
+    if version < 2 {
+        try MailboxDatabase.exec(handle, """
+            ALTER TABLE clients ADD COLUMN active_at INTEGER NOT NULL DEFAULT 0;
+            UPDATE clients SET active_at = \(now.millisecondsSince1970);
+            """)
+    }
+    if version < 3 {
+        try MailboxDatabase.exec(handle, """
+            ALTER TABLE clients ADD COLUMN epoch TEXT NOT NULL DEFAULT '';
+            UPDATE clients SET epoch = lower(hex(randomblob(16)));
+            """)
+    }
+    try MailboxDatabase.exec(handle, "PRAGMA user_version = \(schemaVersion); COMMIT;")
 }
 
 extension MailboxDatabase {
@@ -108,7 +121,7 @@ extension MailboxDatabase {
                     : "it belongs to another application (application_id 0x\(String(UInt32(truncatingIfNeeded: application), radix: 16)))"
                 throw TetherError(code: .storeFailed, message: "mailbox store \(path) is not a Tether mailbox store: \(owner)")
             }
-            guard version == schemaVersion || version == 1 else {
+            guard (1...schemaVersion).contains(version) else {
                 throw TetherError(
                     code: .storeFailed,
                     message: "mailbox store \(path) has schema version \(version); this version of Tether reads version \(schemaVersion)"
@@ -130,8 +143,8 @@ extension MailboxDatabase {
             if isNew {
                 // Idempotent, in case another process initialises the same file at once.
                 try exec(handle, schema)
-            } else if version == 1 {
-                try exec(handle, upgradeFromVersion1(now: .now()))
+            } else if version < schemaVersion {
+                try upgrade(handle, now: .now())
             }
         } catch {
             if sqlite3_get_autocommit(handle) == 0 { try? exec(handle, "ROLLBACK") }
@@ -165,7 +178,7 @@ extension MailboxDatabase {
         return "quick_check found " + findings.joined(separator: "; ")
     }
 
-    private static func exec(_ handle: OpaquePointer, _ sql: String) throws(SQLiteFailure) {
+    static func exec(_ handle: OpaquePointer, _ sql: String) throws(SQLiteFailure) {
         let code = sqlite3_exec(handle, sql, nil, nil, nil)
         guard code == SQLITE_OK else { throw SQLiteFailure(handle, code: code) }
     }
@@ -185,7 +198,7 @@ extension MailboxDatabase {
     }
 
     /// The integer in the first row of a one-off statement.
-    private static func scalar(_ handle: OpaquePointer, _ sql: String) throws(SQLiteFailure) -> Int64 {
+    static func scalar(_ handle: OpaquePointer, _ sql: String) throws(SQLiteFailure) -> Int64 {
         var prepared: OpaquePointer?
         let code = sqlite3_prepare_v2(handle, sql, -1, &prepared, nil)
         guard code == SQLITE_OK, let prepared else { throw SQLiteFailure(handle, code: code) }

@@ -119,6 +119,8 @@ struct ClientRow {
     var acknowledged: UInt64 = 0
     var lostThrough: UInt64 = 0
     var lossReason: MailboxLossReason?
+    /// The history of the client's sequence: a new random one each time the row is made.
+    var epoch = ""
 }
 
 /// Every statement the store runs, prepared once when it opens.
@@ -156,9 +158,9 @@ struct Statements {
         commit = try prepare("COMMIT")
         rollback = try prepare("ROLLBACK")
         selectClient = try prepare(
-            "SELECT last_sequence, acknowledged, lost_through, loss_reason FROM clients WHERE id = ?1"
+            "SELECT last_sequence, acknowledged, lost_through, loss_reason, epoch FROM clients WHERE id = ?1"
         )
-        insertClient = try prepare("INSERT INTO clients (id, active_at) VALUES (?1, ?2)")
+        insertClient = try prepare("INSERT INTO clients (id, active_at, epoch) VALUES (?1, ?2, ?3)")
         updateClient = try prepare(
             "UPDATE clients SET last_sequence = ?2, acknowledged = ?3, lost_through = ?4, loss_reason = ?5, active_at = max(active_at, ?6) WHERE id = ?1"
         )

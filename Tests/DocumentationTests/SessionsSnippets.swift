@@ -12,6 +12,7 @@ private func print(_ items: Any..., separator: String = " ", terminator: String 
 // Stand-ins for the application code the article's examples call.
 private func show(_ push: Frame) {}
 private func refetchHistory() async {}
+private func discardLocalHistory() async {}
 private struct Accounts: Sendable {
     func check(_ clientID: String, token: String?) async throws -> Bool { token == "secret" }
 }
@@ -23,18 +24,23 @@ private let apns = PushService()
 
 // MARK: - Overview
 
-func sessionsClient(endpoint: Endpoint, token: String, savedSequence: UInt64) async throws -> UInt64 {
-    var savedSequence = savedSequence
+func sessionsClient(
+    endpoint: Endpoint,
+    token: String,
+    saved: (lastSequence: UInt64, epoch: String?)
+) async throws -> (lastSequence: UInt64, epoch: String?) {
+    var saved = saved
     // Client: who it is, and where it left off last time the app ran.
     var configuration = ConnectionConfiguration()
     configuration.session = SessionConfiguration(clientID: "alice", token: token,
-                                                 resumeAfter: savedSequence)
+                                                 resumeAfter: saved.lastSequence,
+                                                 resumeEpoch: saved.epoch)
     let connection = try await Connection.connect(to: endpoint, configuration: configuration)
     for await push in connection.notifications {
         show(push)
-        savedSequence = await connection.lastSequence
+        saved = await connection.sessionPosition
     }
-    return savedSequence
+    return saved
 }
 
 func sessionsServer(body: [UInt8]) async throws {
@@ -74,6 +80,20 @@ func sessionsGaps(_ connection: Connection) async {
             print("lost \(missed) (\(event.reason!))")   // lost 1...15 (overflow)
             await refetchHistory()
         }
+    }
+}
+
+// MARK: - When the history is gone
+
+func sessionsHistoryGone(endpoint: Endpoint, saved: (lastSequence: UInt64, epoch: String?)) async throws {
+    var configuration = ConnectionConfiguration()
+    configuration.session = SessionConfiguration(clientID: "alice", resumeAfter: saved.lastSequence,
+                                                 resumeEpoch: saved.epoch)
+    let connection = Connection(to: endpoint, configuration: configuration)
+    let events = connection.sessionEvents
+    try await connection.connect()
+    for await event in events where event.kind == .reset {
+        await discardLocalHistory()   // the pushes that follow are a new history, from 1
     }
 }
 

@@ -28,7 +28,7 @@ private func hello(_ clientID: String, to endpoint: Endpoint, serial: UInt32 = 1
         throw TimedOut(what: "the answer to the hello of \(clientID)")
     }
     #expect(answer.serial == serial)
-    return (raw, answer.payload)
+    return (raw, withoutEpoch(answer.payload))
 }
 
 private func welcome(_ clientID: String) -> [UInt8] {
@@ -163,7 +163,7 @@ struct MailboxBoundsTests {
                 #expect(try expiry.removed.get() == [])
                 #expect(try await store.inner.messages(for: "ghost", after: 0, limit: 10).isEmpty)
                 let summary = try await store.inner.openMailbox(for: "ghost", limits: MailboxLimits(), now: expiry.now)
-                #expect(summary == MailboxSummary(lastSequence: 2, acknowledged: 0, lostThrough: 2, lossReason: .expired, count: 0))
+                #expect(summary.withoutEpoch == MailboxSummary(lastSequence: 2, acknowledged: 0, lostThrough: 2, lossReason: .expired, count: 0))
             }
         }
     }

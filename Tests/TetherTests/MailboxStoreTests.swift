@@ -107,8 +107,19 @@ private extension MailboxStore {
         try await messages(for: clientID, after: 0, limit: .max).map(\.sequence)
     }
 
+    /// The summary of a client's mailbox without its epoch, which is random: see the epoch
+    /// tests for that.
     func summary(of clientID: String, limits: MailboxLimits = roomy, now: MailboxTime = t0) async throws -> MailboxSummary {
-        try await openMailbox(for: clientID, limits: limits, now: now)
+        try await openMailbox(for: clientID, limits: limits, now: now).withoutEpoch
+    }
+}
+
+extension MailboxSummary {
+    /// A copy with no epoch, to compare what stores report apart from their random epochs.
+    var withoutEpoch: MailboxSummary {
+        var copy = self
+        copy.epoch = nil
+        return copy
     }
 }
 
@@ -266,7 +277,7 @@ struct MailboxStoreContractTests {
 
             let later = t0.adding(.seconds(90))
             let summary = try await store.openMailbox(for: "a", limits: limits, now: later)
-            #expect(summary == MailboxSummary(lastSequence: 6, acknowledged: 0, lostThrough: 2, lossReason: .expired, count: 4))
+            #expect(summary.withoutEpoch == MailboxSummary(lastSequence: 6, acknowledged: 0, lostThrough: 2, lossReason: .expired, count: 4))
 
             // Expiry first, then overflow: the later reason is the one kept.
             let tight = MailboxLimits(maximumMessages: 1, maximumAge: .seconds(60))
@@ -298,12 +309,12 @@ struct MailboxStoreContractTests {
             let limits = MailboxLimits(maximumMessages: 100, maximumAge: .seconds(5))
 
             let summary = try await store.openMailbox(for: "a", limits: limits, now: t0.adding(.seconds(12)))
-            #expect(summary == MailboxSummary(lastSequence: 5, acknowledged: 0, lostThrough: 3, lossReason: .expired, count: 2))
+            #expect(summary.withoutEpoch == MailboxSummary(lastSequence: 5, acknowledged: 0, lostThrough: 3, lossReason: .expired, count: 2))
             #expect(summary.firstAvailable == 4)
             #expect(try await store.sequences(of: "a") == [4, 5])
 
             let all = try await store.openMailbox(for: "a", limits: limits, now: t0.adding(.seconds(100)))
-            #expect(all == MailboxSummary(lastSequence: 5, acknowledged: 0, lostThrough: 5, lossReason: .expired, count: 0))
+            #expect(all.withoutEpoch == MailboxSummary(lastSequence: 5, acknowledged: 0, lostThrough: 5, lossReason: .expired, count: 0))
             #expect(try await store.sequences(of: "a") == [])
         }
     }
@@ -459,9 +470,9 @@ struct MailboxStoreBoundsTests {
             #expect(try await store.sequences(of: "gone") == [])
             // Kept mailboxes lose what expired, and are told.
             #expect(try await store.sequences(of: "kept") == [])
-            #expect(try await store.openMailbox(for: "kept", limits: limits, now: now) == MailboxSummary(lastSequence: 1, acknowledged: 0, lostThrough: 1, lossReason: .expired, count: 0))
+            #expect(try await store.openMailbox(for: "kept", limits: limits, now: now).withoutEpoch == MailboxSummary(lastSequence: 1, acknowledged: 0, lostThrough: 1, lossReason: .expired, count: 0))
             #expect(try await store.sequences(of: "recent") == [2])
-            #expect(try await store.openMailbox(for: "recent", limits: limits, now: now) == MailboxSummary(lastSequence: 2, acknowledged: 0, lostThrough: 1, lossReason: .expired, count: 1))
+            #expect(try await store.openMailbox(for: "recent", limits: limits, now: now).withoutEpoch == MailboxSummary(lastSequence: 2, acknowledged: 0, lostThrough: 1, lossReason: .expired, count: 1))
 
             // The freed places take new clients; a removed client starts again from 1.
             #expect(try await store.append([draft("gone"), draft("new")], limits: limits, now: now) == [1, 1])
@@ -490,6 +501,43 @@ struct MailboxStoreBoundsTests {
             }
             #expect(try await store.removeExpired(limits: limits, now: t0.adding(.seconds(11)), keeping: ["b"]) == ["a"])
             #expect(try await store.append([draft("b", 1, payload), draft("c", 1, payload)], limits: limits, now: t0.adding(.seconds(11))) == [2, 1])
+        }
+    }
+
+    @Test("a mailbox's epoch stays through appends, acknowledgements, losses and opens; a mailbox made again after removal, or in another store, has another", arguments: MailboxStoreKind.allCases)
+    func epochs(kind: MailboxStoreKind) async throws {
+        try await withStore(kind) { store async throws in
+            let limits = storeWide(age: .seconds(60))
+            _ = try await store.append(drafts("a", count: 5), limits: limits, now: t0)
+            let epoch = try #require(try await store.openMailbox(for: "a", limits: limits, now: t0).epoch)
+            #expect(!epoch.isEmpty)
+            try await store.acknowledge("a", through: 1)
+            _ = try await store.append(drafts("a", count: 2), limits: limits, now: t0.adding(.seconds(30)))
+            let later = try await store.openMailbox(for: "a", limits: limits, now: t0.adding(.seconds(61)))
+            #expect(later.lossReason == .expired, "messages were dropped meanwhile: the history goes on")
+            #expect(later.epoch == epoch)
+            #expect(try await store.removeExpired(limits: limits, now: t0.adding(.seconds(62)), keeping: []) == [])
+            #expect(try await store.openMailbox(for: "a", limits: limits, now: t0.adding(.seconds(62))).epoch == epoch)
+
+            // Opened first or written first, each client's mailbox has an epoch of its own.
+            let opened = try #require(try await store.openMailbox(for: "b", limits: limits, now: t0).epoch)
+            #expect(try await store.append([draft("b")], limits: limits, now: t0.adding(.seconds(1))) == [1])
+            #expect(try await store.openMailbox(for: "b", limits: limits, now: t0.adding(.seconds(1))).epoch == opened)
+            #expect(opened != epoch)
+
+            // Removed as idle: the client starts again from 1, in a history of another epoch.
+            #expect(try await store.removeExpired(limits: limits, now: t0.adding(.seconds(200)), keeping: []).sorted() == ["a", "b"])
+            #expect(try await store.append([draft("a")], limits: limits, now: t0.adding(.seconds(200))) == [1])
+            let again = try #require(try await store.openMailbox(for: "a", limits: limits, now: t0.adding(.seconds(200))).epoch)
+            #expect(again != epoch)
+
+            // Another store, as after a wipe or a restart in memory: another epoch for the same client.
+            try await withStore(kind) { other async throws in
+                _ = try await other.append(drafts("a", count: 5), limits: limits, now: t0)
+                let elsewhere = try #require(try await other.openMailbox(for: "a", limits: limits, now: t0).epoch)
+                #expect(elsewhere != epoch)
+                #expect(elsewhere != again)
+            }
         }
     }
 }
@@ -671,8 +719,8 @@ struct SQLiteMailboxStoreTests {
         defer { directory.remove() }
         let path = directory.file("mail.sqlite")
         _ = try SQLiteMailboxStore(path: path)
-        try runSQL(path, "PRAGMA user_version = 3;")
-        #expect(openingFails(path) == "mailbox store \(path) has schema version 3; this version of Tether reads version 2")
+        try runSQL(path, "PRAGMA user_version = 4;")
+        #expect(openingFails(path) == "mailbox store \(path) has schema version 4; this version of Tether reads version 3")
     }
 
     @Test("a file that cannot be created is refused")
@@ -744,6 +792,71 @@ struct SQLiteMailboxStoreTests {
         #expect(try await store.removeExpired(limits: limits, now: t0.adding(.seconds(61)), keeping: []) == [])
         #expect(try await store.summary(of: "old", limits: limits, now: t0.adding(.seconds(61))) == MailboxSummary(lastSequence: 2, acknowledged: 1, lostThrough: 2, lossReason: .expired, count: 0))
         #expect(try await store.append([draft("old")], limits: limits, now: t0.adding(.seconds(61))) == [3])
+    }
+
+    @Test("each mailbox's epoch survives closing the store and opening the file again")
+    func epochAfterReopen() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("mail.sqlite")
+        var store: SQLiteMailboxStore? = try SQLiteMailboxStore(path: path)
+        _ = try await store!.append(drafts("a", count: 3), limits: roomy, now: t0)
+        let a = try #require(try await store!.openMailbox(for: "a", limits: roomy, now: t0).epoch)
+        let b = try #require(try await store!.openMailbox(for: "b", limits: roomy, now: t0).epoch)
+        #expect(a != b)
+        store = nil
+
+        let reopened = try SQLiteMailboxStore(path: path)
+        #expect(try await reopened.openMailbox(for: "a", limits: roomy, now: t0).epoch == a)
+        #expect(try await reopened.openMailbox(for: "b", limits: roomy, now: t0).epoch == b)
+        #expect(try await reopened.append([draft("a")], limits: roomy, now: t0) == [4])
+        #expect(try await reopened.openMailbox(for: "a", limits: roomy, now: t0).epoch == a)
+    }
+
+    @Test("a store of schema version 2 is upgraded in place: its mailboxes stay, each with an epoch of its own that then stays")
+    func upgradeFromVersion2() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("mail.sqlite")
+        try runSQL(path, """
+            CREATE TABLE clients (
+                id TEXT PRIMARY KEY NOT NULL,
+                last_sequence INTEGER NOT NULL DEFAULT 0,
+                acknowledged INTEGER NOT NULL DEFAULT 0,
+                lost_through INTEGER NOT NULL DEFAULT 0,
+                loss_reason TEXT,
+                active_at INTEGER NOT NULL DEFAULT 0
+            ) WITHOUT ROWID;
+            CREATE TABLE messages (
+                client TEXT NOT NULL,
+                sequence INTEGER NOT NULL,
+                type INTEGER NOT NULL,
+                payload BLOB NOT NULL,
+                stored_at INTEGER NOT NULL,
+                PRIMARY KEY (client, sequence)
+            ) WITHOUT ROWID;
+            INSERT INTO clients (id, last_sequence, acknowledged, active_at) VALUES ('old', 2, 1, \(t0.millisecondsSince1970));
+            INSERT INTO clients (id, last_sequence, active_at) VALUES ('other', 0, \(t0.millisecondsSince1970));
+            INSERT INTO messages VALUES ('old', 2, 5, x'0102', \(t0.millisecondsSince1970));
+            PRAGMA application_id = 1414349400;
+            PRAGMA user_version = 2;
+            """)
+        var store: SQLiteMailboxStore? = try SQLiteMailboxStore(path: path)
+        #expect(try await store!.messages(for: "old", after: 0, limit: 10) == [
+            MailboxMessage(clientID: "old", sequence: 2, type: 5, payload: [1, 2], storedAt: t0),
+        ])
+        let old = try await store!.openMailbox(for: "old", limits: roomy, now: t0)
+        #expect(old.withoutEpoch == MailboxSummary(lastSequence: 2, acknowledged: 1, lostThrough: 0, lossReason: nil, count: 1))
+        let epoch = try #require(old.epoch)
+        #expect(epoch.count == 32)
+        let other = try #require(try await store!.openMailbox(for: "other", limits: roomy, now: t0).epoch)
+        #expect(other.count == 32)
+        #expect(other != epoch)
+        store = nil
+
+        let reopened = try SQLiteMailboxStore(path: path)
+        #expect(try await reopened.openMailbox(for: "old", limits: roomy, now: t0).epoch == epoch)
+        #expect(try await reopened.append([draft("old")], limits: roomy, now: t0) == [3])
     }
 
     @Test("an append that fails part-way stores none of its messages and uses no sequence")

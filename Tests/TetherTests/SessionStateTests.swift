@@ -91,8 +91,8 @@ struct SessionStateTests {
         #expect(state.receive(serial: 1) == .deliver(1))
     }
 
-    static func summary(last: UInt64, acknowledged: UInt64 = 0, lost: UInt64 = 0, reason: MailboxLossReason? = nil) -> MailboxSummary {
-        MailboxSummary(lastSequence: last, acknowledged: acknowledged, lostThrough: lost, lossReason: reason, count: 0)
+    static func summary(last: UInt64, acknowledged: UInt64 = 0, lost: UInt64 = 0, reason: MailboxLossReason? = nil, epoch: String? = nil) -> MailboxSummary {
+        MailboxSummary(lastSequence: last, acknowledged: acknowledged, lostThrough: lost, lossReason: reason, count: 0, epoch: epoch)
     }
 
     @Test("resume plans: from the client's sequence when the mailbox reaches back that far, otherwise from the first available with a gap")
@@ -109,6 +109,81 @@ struct SessionStateTests {
         #expect(replaced == ResumePlan.make(last: 4, after: 0, gap: nil))
         let upToDate = ResumePlan(clientSequence: 9, summary: Self.summary(last: 9, acknowledged: 9))
         #expect(upToDate == ResumePlan.make(last: 9, after: 9, gap: nil))
+    }
+
+    @Test("resume plans with epochs: another epoch resumes from the new history's floor with no gap and applies no acknowledgement; the same one, or one unknown on either side, plans as without")
+    func plansWithEpochs() {
+        var replaced = ResumePlan.make(last: 8, after: 0, gap: nil)
+        replaced.epoch = "new"
+        replaced.historyReplaced = true
+        let fresh = ResumePlan(clientSequence: 5, clientEpoch: "old", summary: Self.summary(last: 8, epoch: "new"))
+        #expect(fresh == replaced)
+        #expect(fresh.acknowledgement(5, clientSequence: 5) == 0)
+        #expect(fresh.welcome(for: "a") == SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 8, resumeAfter: 0, gap: nil, epoch: "new"))
+
+        // The new history lost its start too: the client resumes after what is left of it, told no gap.
+        let trimmed = ResumePlan(clientSequence: 5, clientEpoch: "old", summary: Self.summary(last: 40, acknowledged: 3, lost: 30, reason: .overflow, epoch: "new"))
+        #expect(trimmed.resumeAfter == 30)
+        #expect(trimmed.gap == nil)
+        #expect(trimmed.historyReplaced)
+        // Fewer pushes than the client saw, in another history: the same.
+        let shorter = ResumePlan(clientSequence: 50, clientEpoch: "old", summary: Self.summary(last: 4, epoch: "new"))
+        #expect(shorter.resumeAfter == 0)
+        #expect(shorter.historyReplaced)
+
+        var same = ResumePlan.make(last: 9, after: 5, gap: nil)
+        same.epoch = "e"
+        let kept = ResumePlan(clientSequence: 5, clientEpoch: "e", summary: Self.summary(last: 9, acknowledged: 3, epoch: "e"))
+        #expect(kept == same)
+        #expect(kept.acknowledgement(4, clientSequence: 5) == 4)
+        #expect(kept.acknowledgement(7, clientSequence: 5) == 5)
+        let unknownToClient = ResumePlan(clientSequence: 5, clientEpoch: nil, summary: Self.summary(last: 9, acknowledged: 3, epoch: "e"))
+        #expect(unknownToClient == same)
+        let unknownToStore = ResumePlan(clientSequence: 5, clientEpoch: "e", summary: Self.summary(last: 9, acknowledged: 3))
+        #expect(unknownToStore == ResumePlan.make(last: 9, after: 5, gap: nil))
+        #expect(unknownToStore.acknowledgement(5, clientSequence: 5) == 5)
+    }
+
+    @Test("a welcome of another epoch than the client's is a reset to its resume point, even when the server has more pushes; the epoch is kept from each welcome")
+    func welcomesWithEpochs() {
+        var state = ClientSessionState(resumeAfter: 5, epoch: "old")
+        state.record(6, .held)
+        #expect(state.lastReceived == 6)
+        let fresh = SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 8, resumeAfter: 0, epoch: "new")
+        #expect(state.welcomed(fresh) == [
+            SessionEvent(kind: .reset, lastSequence: 0, serverSequence: 8),
+            SessionEvent(kind: .resumed, lastSequence: 0, serverSequence: 8),
+        ])
+        #expect(state.epoch == "new")
+        #expect(state.held == [])
+        #expect(state.lastAcknowledged == 0)
+        #expect(state.receive(serial: 1) == .deliver(1))
+        state.record(1, .taken)
+
+        // The same epoch again: a plain resume.
+        let again = SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 8, resumeAfter: 1, epoch: "new")
+        #expect(state.welcomed(again) == [SessionEvent(kind: .resumed, lastSequence: 1, serverSequence: 8)])
+        #expect(state.epoch == "new")
+
+        // A server that tells no epoch: resumed as without epochs, and the client knows none.
+        let silent = SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 8, resumeAfter: 1)
+        #expect(state.welcomed(silent) == [SessionEvent(kind: .resumed, lastSequence: 1, serverSequence: 8)])
+        #expect(state.epoch == nil)
+        // A client that knows none takes the server's without a reset.
+        let told = SessionWire.Welcome(accepted: true, clientID: "a", lastSequence: 8, resumeAfter: 1, epoch: "other")
+        #expect(state.welcomed(told) == [SessionEvent(kind: .resumed, lastSequence: 1, serverSequence: 8)])
+        #expect(state.epoch == "other")
+    }
+
+    @Test("the hello carries the epoch the client knows, and none when it knows none")
+    func helloEpoch() throws {
+        let with = SessionWire.encode(SessionWire.Hello(clientID: "a", lastSequence: 5, acknowledged: 5, epoch: "e"))
+        #expect(String(decoding: with, as: UTF8.self) == #"{"acknowledged":5,"clientID":"a","epoch":"e","lastSequence":5}"#)
+        let without = SessionWire.encode(SessionWire.Hello(clientID: "a", lastSequence: 5, acknowledged: 5))
+        #expect(String(decoding: without, as: UTF8.self) == #"{"acknowledged":5,"clientID":"a","lastSequence":5}"#)
+        // An older peer's answer, without the field, still decodes.
+        let old = try #require(SessionWire.decode(SessionWire.Welcome.self, from: Array(#"{"accepted":true,"clientID":"a","lastSequence":3,"resumeAfter":1}"#.utf8)))
+        #expect(old.epoch == nil)
     }
 }
 

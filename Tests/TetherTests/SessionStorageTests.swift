@@ -1,3 +1,4 @@
+import Synchronization
 import Foundation
 import Testing
 @testable import Tether
@@ -36,6 +37,56 @@ struct SessionStorageTests {
         try await server.server.push(indexed(7), toClient: "olga")
         #expect(try await collect(1, from: notifications, "a live push after the restart") == [Frame(type: 0x10, serial: 8, payload: Array("7".utf8))])
         #expect(await connection.metrics.duplicateNotifications == 0)
+        await connection.close()
+        await server.stop()
+    }
+
+    @Test("a client at 5 whose SQLite mailbox was removed as idle while it was away, then given 8 pushes: told reset, it gets all 8 in order")
+    func mailboxRemovedWhileAway() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let store = try SQLiteMailboxStore(path: directory.file("mailboxes.sqlite"))
+        let now = Mutex(MailboxTime(millisecondsSince1970: 1_700_000_000_000))
+        var mailboxes = MailboxConfiguration(store: store)
+        mailboxes.limits.maximumAge = .seconds(60)
+        mailboxes.expiryInterval = nil
+        mailboxes.clock = { now.withLock { $0 } }
+        var configuration = TestServer.defaultConfiguration
+        configuration.mailboxes = mailboxes
+        let server = try TestServer(configuration: configuration, handlers: echoHandlers)
+        try await server.start()
+        let connection = try await Connection.connect(to: server.endpoint, configuration: sessionConfiguration("pia"))
+        let watcher = StateWatcher(connection)
+        let notifications = connection.notifications
+        let events = connection.sessionEvents
+        try await watcher.next(.connected)
+        try await awaitClient("pia", on: server.server)
+        for number in 0..<5 { try await server.server.push(indexed(number), toClient: "pia") }
+        #expect(try await collect(5, from: notifications, "the pushes of the first history").map(\.serial) == [1, 2, 3, 4, 5])
+        let epoch = try #require(await connection.sessionEpoch)
+        await connection.suspend()
+        try await watcher.next(.suspended)
+
+        // Idle for longer than the age bound: the mailbox goes, and a new one takes 8 pushes.
+        let later = now.withLock { time in
+            time = time.adding(.seconds(61))
+            return time
+        }
+        #expect(try await store.removeExpired(limits: mailboxes.limits, now: later, keeping: []) == ["pia"])
+        for number in 100..<108 { try await server.server.push(indexed(number), toClient: "pia") }
+        await connection.resume()
+        try await watcher.next(.connected)
+
+        let first = try await collect(3, from: notifications, "the start of the new history")
+        try #require(first.map(\.serial) == [1, 2, 3], "the new history's first pushes must not be taken for ones already seen")
+        let rest = try await collect(5, from: notifications, "the rest of the new history")
+        #expect((first + rest).map(index(of:)) == Array(100..<108))
+        #expect(try await collect(2, from: events, "the events of the welcome") == [
+            SessionEvent(kind: .reset, lastSequence: 0, serverSequence: 8),
+            SessionEvent(kind: .resumed, lastSequence: 0, serverSequence: 8),
+        ])
+        #expect(await connection.sessionEpoch != epoch)
+        #expect(await connection.lastSequence == 8)
         await connection.close()
         await server.stop()
     }

@@ -484,7 +484,7 @@ struct SessionTests {
                 let answer = try #require(try await twice.readFrame())
                 answers[answer.serial] = answer
             }
-            #expect(answers[1]?.payload == SessionWire.encode(SessionWire.Welcome(accepted: true, clientID: "quinn", lastSequence: 0, resumeAfter: 0)))
+            #expect(withoutEpoch(answers[1])?.payload == SessionWire.encode(SessionWire.Welcome(accepted: true, clientID: "quinn", lastSequence: 0, resumeAfter: 0)))
             #expect(answers[2]?.payload == SessionWire.encode(SessionWire.Refusal(error: "this connection is already identified as quinn", rejected: true)))
             // A garbage acknowledgement is ignored; the session goes on.
             try twice.write(seedBytes(type: 0x400, serial: 9, payload: Array("{]".utf8)))

@@ -8,9 +8,29 @@ extension Connection {
     /// A push that no subscriber takes is held (see
     /// ``SessionConfiguration/maximumHeldPushes``) and keeps this below it until one does.
     ///
-    /// Save it when the app stops, and pass it as ``SessionConfiguration/resumeAfter`` next
+    /// Save it when the app stops, with ``sessionEpoch``, and pass them as
+    /// ``SessionConfiguration/resumeAfter`` and ``SessionConfiguration/resumeEpoch`` next
     /// time, to resume where it left off.
     public var lastSequence: UInt64 { session?.lastSequence ?? 0 }
+
+    /// The epoch of the server's mailbox history that ``lastSequence`` belongs to, as the
+    /// last welcome said; `nil` without a session, before the first welcome, or when the
+    /// server's mailbox store does not tell.
+    ///
+    /// Save it with ``lastSequence`` and pass it as ``SessionConfiguration/resumeEpoch``
+    /// next time: if the server's history is then another one (its mailbox was removed, or
+    /// its store wiped or replaced), the connection publishes a ``SessionEvent/Kind/reset``
+    /// and takes the new history from its start, rather than skipping as many of its pushes
+    /// as it had seen of the old one.
+    public var sessionEpoch: String? { session?.epoch }
+
+    /// ``lastSequence`` and ``sessionEpoch`` read together, in one step on the connection:
+    /// what to save when the app stops, and pass as ``SessionConfiguration/resumeAfter`` and
+    /// ``SessionConfiguration/resumeEpoch`` next time.
+    ///
+    /// Reading the two properties one after the other could pair a sequence with the epoch
+    /// of a history that began in between; this cannot.
+    public var sessionPosition: (lastSequence: UInt64, epoch: String?) { (lastSequence, sessionEpoch) }
 
     /// Session events, with ``ConnectionConfiguration/session``: each resume, each gap (pushes
     /// the server could no longer deliver, with the range), and a reset of the server's
@@ -43,7 +63,8 @@ extension Connection {
             clientID: settings.clientID,
             token: settings.token,
             lastSequence: state.lastReceived,
-            acknowledged: state.lastAcknowledged
+            acknowledged: state.lastAcknowledged,
+            epoch: state.epoch
         )
         do {
             try write(Frame(type: settings.wireTypes.hello, serial: 0, payload: SessionWire.encode(hello)), on: channel)

@@ -151,7 +151,7 @@ public actor Connection {
         heartbeatFeed = Broadcaster(bufferSize: size)
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
         sessionFeed = Broadcaster(bufferSize: size)
-        session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter) }
+        session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter, epoch: $0.resumeEpoch) }
         stateFeed.publish(.idle)
         if sessions {
             let loop = loop

@@ -1,8 +1,11 @@
 /// A ``MailboxStore`` in memory: for tests, and for servers whose clients can afford to lose
 /// their mailboxes when the server restarts.
 ///
-/// Clients that resume against a restarted server with an in-memory store are told that
-/// the server's sequence went back (``SessionEvent/Kind/reset``).
+/// Each mailbox gets a new random ``MailboxSummary/epoch`` when it is made: when its client
+/// is first seen, and again after an idle mailbox was removed. So clients that resume
+/// against a restarted server with an in-memory store, or after their mailbox was removed,
+/// are told that their history is gone (``SessionEvent/Kind/reset``) and take the new one
+/// from its start.
 public final class InMemoryMailboxStore: MailboxStore {
     private struct Mailbox {
         var summary = MailboxSummary(lastSequence: 0, acknowledged: 0, lostThrough: 0, lossReason: nil, count: 0)
@@ -16,6 +19,7 @@ public final class InMemoryMailboxStore: MailboxStore {
 
         init(activeAt: MailboxTime) {
             self.activeAt = activeAt
+            summary.epoch = randomEpoch()
         }
 
         /// What an append can change, to put back when it fails.
@@ -267,6 +271,15 @@ public final class InMemoryMailboxStore: MailboxStore {
             return removed
         }
     }
+}
+
+/// A new epoch: 128 random bits as 32 lowercase hexadecimal digits.
+private func randomEpoch() -> String {
+    var generator = SystemRandomNumberGenerator()
+    return (0..<2).map { _ in
+        let digits = String(generator.next() as UInt64, radix: 16)
+        return String(repeating: "0", count: 16 - digits.count) + digits
+    }.joined()
 }
 
 extension Collection {

@@ -23,6 +23,8 @@ final class MailboxHub: Sendable {
         var lastSequence: UInt64
         var acknowledged: UInt64
         var helloSerial: UInt32
+        /// The epoch of the history `lastSequence` belongs to, when the client knows it.
+        var epoch: String? = nil
     }
 
     enum Operation {
@@ -384,8 +386,8 @@ final class MailboxHub: Sendable {
             continuation.resume(throwing: TetherError(code: .storeFailed, message: "the mailbox of \(clientID) could not be opened: \(error)", underlying: error as? TetherError))
             return
         }
-        let plan = ResumePlan(clientSequence: request.lastSequence, summary: summary)
-        let acknowledged = min(request.acknowledged, request.lastSequence, summary.lastSequence)
+        let plan = ResumePlan(clientSequence: request.lastSequence, clientEpoch: request.epoch, summary: summary)
+        let acknowledged = plan.acknowledgement(request.acknowledged, clientSequence: request.lastSequence)
         if acknowledged > summary.acknowledged {
             // Only frees space: a failure leaves those messages to be acknowledged later.
             try? await callStore { try await $0.acknowledge(clientID, through: acknowledged) }

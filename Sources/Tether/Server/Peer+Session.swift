@@ -50,7 +50,8 @@ extension Peer {
                 peer: self,
                 lastSequence: hello.lastSequence,
                 acknowledged: hello.acknowledged ?? hello.lastSequence,
-                helloSerial: frame.serial
+                helloSerial: frame.serial,
+                epoch: hello.epoch
             ))
         } catch {
             claimedClientID = nil

@@ -35,10 +35,14 @@ struct ClientSessionState {
     private(set) var turningAway = false
     /// The last sequence acknowledged to the server, or that it had when it last answered a hello.
     private(set) var lastAcknowledged: UInt64
+    /// The epoch of the mailbox history the sequences belong to, as the last welcome said;
+    /// `nil` before one that told, or when the server's store does not tell.
+    private(set) var epoch: String?
 
-    init(resumeAfter: UInt64) {
+    init(resumeAfter: UInt64, epoch: String? = nil) {
         lastReceived = resumeAfter
         lastAcknowledged = resumeAfter
+        self.epoch = epoch
     }
 
     /// The last sequence such that it and every one before it was taken by a subscriber (or
@@ -83,7 +87,9 @@ struct ClientSessionState {
     mutating func welcomed(_ welcome: SessionWire.Welcome) -> [SessionEvent] {
         var events: [SessionEvent] = []
         turningAway = false
-        if lastReceived > welcome.lastSequence {
+        let historyReplaced = epoch != nil && welcome.epoch != nil && epoch != welcome.epoch
+        epoch = welcome.epoch
+        if historyReplaced || lastReceived > welcome.lastSequence {
             // The held pushes stay with the subscriber-to-be; their sequences no longer count.
             held.removeAll()
             lastReceived = welcome.resumeAfter

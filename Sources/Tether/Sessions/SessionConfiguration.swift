@@ -36,7 +36,8 @@ public struct SessionWireTypes: Sendable, Hashable {
 /// ```swift
 /// var configuration = ConnectionConfiguration()
 /// configuration.session = SessionConfiguration(clientID: "alice", token: savedToken,
-///                                              resumeAfter: savedSequence)
+///                                              resumeAfter: savedSequence,
+///                                              resumeEpoch: savedEpoch)
 /// ```
 public struct SessionConfiguration: Sendable, Hashable {
     /// The client's stable identity: its mailbox on the server. At most 256 bytes of UTF-8.
@@ -47,6 +48,13 @@ public struct SessionConfiguration: Sendable, Hashable {
     /// for example one saved from ``Connection/lastSequence`` before the app was last
     /// stopped; pushes up to it are not replayed. Default 0: everything the mailbox holds.
     public var resumeAfter: UInt64 = 0
+    /// The epoch of the server's mailbox history that ``resumeAfter`` belongs to, saved from
+    /// ``Connection/sessionEpoch`` with it. When the server's history is another one by now
+    /// (the mailbox was removed as idle, or the store wiped or replaced), the connection
+    /// publishes a ``SessionEvent/Kind/reset`` and takes the new history from its start:
+    /// none of its pushes is taken for one already seen. `nil`, the default, resumes after
+    /// ``resumeAfter`` in whatever history the server has.
+    public var resumeEpoch: String?
     /// The frame types of hello and acknowledgement.
     public var wireTypes = SessionWireTypes()
     /// Whether the connection acknowledges pushes by itself as it delivers them to
@@ -80,15 +88,18 @@ public struct SessionConfiguration: Sendable, Hashable {
     ///   - clientID: The client's stable identity.
     ///   - token: A credential for the server to check.
     ///   - resumeAfter: The last sequence the app already has; 0 for none.
-    public init(clientID: String, token: String? = nil, resumeAfter: UInt64 = 0) {
+    ///   - resumeEpoch: The epoch that sequence belongs to, from ``Connection/sessionEpoch``;
+    ///     `nil` for none known.
+    public init(clientID: String, token: String? = nil, resumeAfter: UInt64 = 0, resumeEpoch: String? = nil) {
         self.clientID = clientID
         self.token = token
         self.resumeAfter = resumeAfter
+        self.resumeEpoch = resumeEpoch
     }
 }
 
 /// Something that happened to a client's session: it was resumed, pushes were lost, or
-/// the server's sequence went back.
+/// the history the client resumed from is gone.
 public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
     /// What happened.
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
@@ -102,8 +113,11 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
         /// Pushes ``SessionEvent/missed`` can no longer be delivered: the mailbox dropped
         /// them (``SessionEvent/reason`` says why). The next push delivered follows them.
         public static let gap = Kind(value: .gap)
-        /// The server knows fewer pushes than this client had seen (its mailbox store was
-        /// replaced or emptied); the client's sequence restarts at ``SessionEvent/lastSequence``.
+        /// The history this client resumed from is gone: the server knows fewer pushes than
+        /// it had seen, or its mailbox's epoch is another than the one the client's sequence
+        /// belongs to (``Connection/sessionEpoch``): the mailbox was removed, or the store
+        /// wiped or replaced. The client's sequence restarts at ``SessionEvent/lastSequence``,
+        /// and the new history's pushes after it follow.
         public static let reset = Kind(value: .reset)
 
         /// A short textual form, for logs and messages.
@@ -133,7 +147,7 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
             let range = missed.map { "\($0.lowerBound)…\($0.upperBound)" } ?? "?"
             return "lost \(range)" + (reason.map { " (\($0))" } ?? "")
         case .reset:
-            return "server sequence went back to \(serverSequence ?? 0); restarting after \(lastSequence)"
+            return "the server's history was replaced (its sequence is at \(serverSequence ?? 0)); restarting after \(lastSequence)"
         }
     }
 }

@@ -10,6 +10,9 @@ enum SessionWire {
         var lastSequence: UInt64
         /// What the client's app has acknowledged: the mailbox may delete up to it.
         var acknowledged: UInt64?
+        /// The epoch of the mailbox history `lastSequence` belongs to, as the last welcome
+        /// said; absent when the client knows none (a first connection, an older client).
+        var epoch: String?
     }
 
     /// Server to client, the answer to an accepted hello.
@@ -21,6 +24,9 @@ enum SessionWire {
         /// The server replays everything after this.
         var resumeAfter: UInt64
         var gap: Gap?
+        /// The epoch of the mailbox history the sequences belong to; absent when the store
+        /// does not tell.
+        var epoch: String?
     }
 
     struct Gap: Codable, Hashable {
@@ -68,14 +74,27 @@ struct ResumePlan: Hashable, Sendable {
     /// Everything after this is replayed.
     var resumeAfter: UInt64
     var gap: SessionWire.Gap?
+    /// The epoch of the mailbox's history, for the welcome.
+    var epoch: String?
+    /// Whether the client's sequence belongs to another history of the mailbox than the
+    /// store's (the epochs differ): nothing the client has counts in this one.
+    var historyReplaced = false
 
     /// - Parameters:
     ///   - clientSequence: The last sequence the client says it has.
+    ///   - clientEpoch: The epoch of the history that sequence belongs to, if the client knows it.
     ///   - summary: What the client's mailbox holds.
-    init(clientSequence: UInt64, summary: MailboxSummary) {
+    init(clientSequence: UInt64, clientEpoch: String? = nil, summary: MailboxSummary) {
         lastSequence = summary.lastSequence
+        epoch = summary.epoch
         let floor = min(summary.firstAvailable - 1, summary.lastSequence)
-        if clientSequence > summary.lastSequence {
+        if let clientEpoch, let epoch = summary.epoch, clientEpoch != epoch {
+            // The history the client resumes from is gone (the mailbox was removed, or the
+            // store wiped or replaced): it starts this one where the mailbox starts, with no
+            // gap, since none of its sequences is of this history.
+            historyReplaced = true
+            resumeAfter = floor
+        } else if clientSequence > summary.lastSequence {
             // The client has seen more than the server ever gave: the store was replaced.
             resumeAfter = floor
         } else if clientSequence < floor {
@@ -87,7 +106,19 @@ struct ResumePlan: Hashable, Sendable {
         }
     }
 
+    /// How far the acknowledgement in a hello applies to the mailbox: not past the client's
+    /// sequence nor the mailbox's, and not at all when the client's history was replaced (its
+    /// sequences number other pushes).
+    ///
+    /// - Parameters:
+    ///   - acknowledged: What the hello says the client acknowledged.
+    ///   - clientSequence: The last sequence the hello says the client has.
+    /// - Returns: The sequence to acknowledge in the mailbox through; 0 for none.
+    func acknowledgement(_ acknowledged: UInt64, clientSequence: UInt64) -> UInt64 {
+        historyReplaced ? 0 : min(acknowledged, clientSequence, lastSequence)
+    }
+
     func welcome(for clientID: String) -> SessionWire.Welcome {
-        SessionWire.Welcome(accepted: true, clientID: clientID, lastSequence: lastSequence, resumeAfter: resumeAfter, gap: gap)
+        SessionWire.Welcome(accepted: true, clientID: clientID, lastSequence: lastSequence, resumeAfter: resumeAfter, gap: gap, epoch: epoch)
     }
 }
