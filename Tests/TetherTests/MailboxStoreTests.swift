@@ -46,45 +46,12 @@ private func withStore(_ kind: MailboxStoreKind, _ body: (any MailboxStore) asyn
     case .postgres:
         let store = try await PostgresMailboxStore(url: try await PostgresFixture.freshDatabase())
         do {
-            try await body(EpochBlindStore(inner: store))
+            try await body(store)
         } catch {
             await store.close()
             throw error
         }
         await store.close()
-    }
-}
-
-/// A store whose summaries leave the epoch out, so they compare equal to the summaries
-/// the contract spells out without one.
-private struct EpochBlindStore: MailboxStore {
-    let inner: any MailboxStore
-
-    func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
-        try await inner.append(messages, limits: limits, now: now)
-    }
-
-    func openMailbox(for clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> MailboxSummary {
-        var summary = try await inner.openMailbox(for: clientID, limits: limits, now: now)
-        #expect(summary.epoch?.isEmpty == false, "every summary carries the mailbox's epoch")
-        summary.epoch = nil
-        return summary
-    }
-
-    func messages(for clientID: String, after sequence: UInt64, limit: Int) async throws -> [MailboxMessage] {
-        try await inner.messages(for: clientID, after: sequence, limit: limit)
-    }
-
-    func acknowledge(_ clientID: String, through sequence: UInt64) async throws {
-        try await inner.acknowledge(clientID, through: sequence)
-    }
-
-    func clientIDs() async throws -> [String] {
-        try await inner.clientIDs()
-    }
-
-    func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String] {
-        try await inner.removeExpired(limits: limits, now: now, keeping: connected)
     }
 }
 
