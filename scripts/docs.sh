@@ -4,8 +4,8 @@
 #
 #   scripts/docs.sh
 #
-# 1. Symbol graphs. The library modules Tether, TetherTLS, TetherSQLite, TetherHTTP and
-#    TetherTesting are built with the compiler's own symbol graph output, in .build-docs (its flags differ
+# 1. Symbol graphs. The library modules Tether, TetherTLS, TetherSQLite, TetherPostgres,
+#    TetherHTTP and TetherTesting are built with the compiler's own symbol graph output, in .build-docs (its flags differ
 #    from a normal build, so it keeps a build directory of its own and stays incremental):
 #
 #      swift build --scratch-path .build-docs --target MODULE \
@@ -30,11 +30,11 @@
 # 4. Example packages: each Examples/*/Package.swift (Examples/Bridging, when it exists) is
 #    built with `swift build --package-path`, so the code that step 3 finds there compiles.
 #
-# 5. Rendering: `docc convert` on Documentation.docc with the symbol graphs of all five
+# 5. Rendering: `docc convert` on Documentation.docc with the symbol graphs of all six
 #    modules, warnings as errors, into .build-docs/Tether.doccarchive, transformed for static
-#    hosting at the root of a site (no hosting base path). One catalog takes all five
+#    hosting at the root of a site (no hosting base path). One catalog takes all six
 #    modules: Tether.md stays the Tether module's page (/documentation/tether, with the
-#    articles beneath it), and TetherTLS, TetherSQLite, TetherHTTP and TetherTesting get module pages of
+#    articles beneath it), and TetherTLS, TetherSQLite, TetherPostgres, TetherHTTP and TetherTesting get module pages of
 #    their own (/documentation/tethertls, /documentation/tethersqlite,
 #    /documentation/tetherhttp, /documentation/tethertesting) with their symbols; their extensions of Tether types
 #    (TLSConfiguration.client(...), MailboxConfiguration.sqlite(...)) appear on those
@@ -61,7 +61,7 @@ scratch="$root/.build-docs"
 graphs="$scratch/symbol-graphs"
 archive="$scratch/Tether.doccarchive"
 logs="$scratch/logs"
-modules=(Tether TetherTLS TetherSQLite TetherHTTP TetherTesting)
+modules=(Tether TetherTLS TetherSQLite TetherPostgres TetherHTTP TetherTesting)
 started=$(date +%s%N)
 failures=()
 

@@ -209,6 +209,41 @@ struct PostgresClusterTests {
         await proxy.stop()
     }
 
+    @Test("the cluster's mailboxes wiped while a client is away, then 8 pushes: the client is told its history is gone and gets all 8 from 1")
+    func wipedHistory() async throws {
+        try await withPostgresNodes(2) { nodes, url in
+            let client = try await clusterClient("wade", nodes[0].endpoint)
+            let watcher = StateWatcher(client)
+            let notifications = client.notifications
+            let events = client.sessionEvents
+            for number in 0..<5 { try await nodes[1].server.push(indexed(number), toClient: "wade") }
+            #expect(try await TetherTesting.collect(5, from: notifications, within: .seconds(10)).map(\.serial) == [1, 2, 3, 4, 5])
+            let before = await client.sessionPosition
+            #expect(before.lastSequence == 5)
+            await client.suspend()
+            try await watcher.next(.suspended)
+            // An operator empties the tables: every mailbox, and its sequence, is gone.
+            let database = PostgresDatabase(configuration: PostgresConfiguration(url: url))
+            try await database.transaction { session in
+                try session.execute("TRUNCATE tether_mailboxes, tether_messages")
+                try session.execute("UPDATE tether_totals SET mailboxes = 0, stored_bytes = 0")
+            }
+            await database.close()
+            for number in 100..<108 { try await nodes[1].server.push(indexed(number), toClient: "wade") }
+            await client.resume()
+            try await watcher.next(.connected)
+            let frames = try await TetherTesting.collect(8, from: notifications, within: .seconds(10))
+            #expect(frames.map(index(of:)) == Array(100..<108))
+            #expect(frames.map(\.serial) == Array(1...8))
+            let welcome = try await TetherTesting.collect(2, from: events, within: .seconds(10))
+            #expect(welcome.map(\.kind) == [.reset, .resumed])
+            let after = await client.sessionPosition
+            #expect(after.lastSequence == 8)
+            #expect(after.epoch != before.epoch)
+            await client.close()
+        }
+    }
+
     @Test("a node name that cannot name a channel is refused before anything connects")
     func badNodeName() async throws {
         await #expect(throws: TetherError.self) {

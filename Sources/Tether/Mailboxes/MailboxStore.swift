@@ -6,10 +6,12 @@
 /// the mailbox's limits drop it. A client that reconnects says the last sequence it has and
 /// gets everything after it replayed in order.
 ///
-/// Tether ships two stores: ``InMemoryMailboxStore``, and the durable
-/// ``TetherSQLite/SQLiteMailboxStore`` in the module `TetherSQLite`. A deployment that runs
-/// several servers can keep mailboxes in its own database by implementing this protocol.
-/// The rules an implementation must keep:
+/// Tether ships three stores: ``InMemoryMailboxStore``, the durable
+/// ``TetherSQLite/SQLiteMailboxStore`` in the module `TetherSQLite`, and
+/// ``TetherPostgres/PostgresMailboxStore`` in `TetherPostgres`, which several servers can
+/// share (with ``TetherPostgres/PostgresCluster`` they also route pushes between them; see
+/// ``SessionCluster``). Mailboxes can live in any other database by implementing this
+/// protocol. The rules an implementation must keep:
 ///
 /// - **Sequences.** ``append(_:limits:now:)`` gives each message the next number of its
 ///   client's sequence, in the order of the array, and a number is never given twice, even
@@ -29,6 +31,10 @@
 ///   mailbox, and removes the mailboxes of clients idle for longer than the age bound.
 /// - **Concurrency.** Calls may come from several tasks at once; reads must see every
 ///   append that has returned.
+/// - **Epochs.** Each mailbox gets a new random ``MailboxSummary/epoch`` when it is made
+///   (the first time, and again after it was removed), kept for as long as the mailbox,
+///   and returned by ``openMailbox(for:limits:now:)``; a store that returns `nil` opts
+///   out, and clients resuming into a history it lost are not told.
 ///
 /// **Threads.** A server never calls a store on an event loop thread. It calls it from one
 /// task for appends, acknowledgements and expiry, in order; from each resuming peer's task

@@ -9,6 +9,12 @@ import Synchronization
 /// at a point in the queue (pushes before it are replayed from the store, pushes after it
 /// are written live), and both kinds reach a peer through its event loop, in queue order.
 ///
+/// On a node of a cluster (``MailboxConfiguration/cluster``) a resume is a claim
+/// (``SessionCluster/claim(_:limits:now:)``), an ended peer's claim is released in queue
+/// order, and pushes stored elsewhere arrive through the ``ClusterNode``: with their content
+/// or as a wake-up, handed to the client's peer, which writes them in sequence order and
+/// reads from the store what it was not handed.
+///
 /// Every call to the store goes through ``callStore(_:)``, which runs it on the
 /// ``StoreExecutor``'s threads, never on an event loop: peers read their replays through
 /// ``messages(for:after:limit:)`` and the server lists clients through ``clientIDs()``.

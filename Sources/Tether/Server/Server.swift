@@ -195,13 +195,6 @@ public final class Server: Sendable {
     /// - Returns: How many peers of this server it was queued for.
     @discardableResult
     public func broadcast(_ frame: Frame) async -> Int {
-        if let cluster = hub?.cluster {
-            do {
-                try await cluster.broadcast(frame)
-            } catch {
-                hub?.state.withLock { $0.metrics.clusterBroadcastsFailed += 1 }
-            }
-        }
         var delivered = 0
         for peer in peers {
             do {
@@ -209,6 +202,13 @@ public final class Server: Sendable {
                 delivered += 1
             } catch {
                 continue
+            }
+        }
+        if let cluster = hub?.cluster {
+            do {
+                try await cluster.broadcast(frame)
+            } catch {
+                hub?.state.withLock { $0.metrics.clusterBroadcastsFailed += 1 }
             }
         }
         return delivered

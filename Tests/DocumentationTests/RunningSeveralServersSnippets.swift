@@ -1,0 +1,18 @@
+// The code of Documentation.docc/RunningSeveralServers.md, compiled.
+import Tether
+import TetherPostgres
+
+func runningSeveralServersNode() async throws {
+    let cluster = try await PostgresCluster(url: "postgresql://tether@db.internal/chat", node: "gw-1")
+    var configuration = ServerConfiguration(host: "0.0.0.0", port: 9000)
+    configuration.mailboxes = .postgres(cluster)
+    let server = Server(configuration: configuration)
+    try await server.run()          // joins the cluster, then accepts clients
+    await cluster.close()
+}
+
+func runningSeveralServersPublisher(body: [UInt8]) async throws -> UInt64 {
+    let publisher = try await PostgresPublisher(url: "postgresql://tether@db.internal/chat")
+    let sequence = try await publisher.push(Frame(type: 0x10, payload: body), toClient: "alice")
+    return sequence
+}
