@@ -239,6 +239,13 @@ struct PostgresStoreTests {
             }
         }
         _ = try await collect(4, from: entered, "the 4 statements to start")
+        // Entered is not yet waiting: each statement is sent after its task says so. Ask the
+        // server until all 4 wait for the lock (each question is a round trip, not a pause).
+        try await bounded("the 4 statements to wait for the lock") {
+            while try await holder.withSession({
+                try $0.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").int(0, 0)
+            }) != 4 {}
+        }
         let pushed = Lock(false)
         let pushing = Task(executorPreference: loop.taskExecutor) {
             for number in 0..<3 { try await server.push(indexed(number), toClient: "bob") }

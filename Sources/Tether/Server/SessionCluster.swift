@@ -26,7 +26,7 @@
 /// closes them (``ClusterNode/closeSessions(reason:)``) when it cannot tell what they missed.
 ///
 /// `TetherPostgres` implements this on PostgreSQL. An engine on another broker (Redis,
-/// NATS) implements the same seven requirements; the server needs nothing else.
+/// NATS) implements the same requirements; the server needs nothing else.
 public protocol SessionCluster: Sendable {
     /// The mailbox store every node of the cluster shares.
     var store: any MailboxStore { get }
