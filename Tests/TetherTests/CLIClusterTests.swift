@@ -139,6 +139,30 @@ struct CLIClusterTests {
         await publisher.close()
     }
 
+    @Test("serve --postgres logs when its database stops answering and when it answers again; past the grace it closes its clients, which come back, and pushes reach them")
+    func databaseRestarted() async throws {
+        let instance = try await PostgresInstance.start()
+        let url = instance.url()
+        let database = PostgresDatabase.endpoint(of: url)
+        let (node, endpoint, _) = try await clusterServe(url, ["--node", "n1"])
+        defer { node.kill() }
+        let client = try await clusterClient("dave", endpoint)
+        let notifications = client.notifications
+        _ = try await node.waitForOutput(containing: "identified as client dave, resuming after 0", within: eventBound)
+        try await instance.stop()
+        _ = try await node.waitForOutput(containing: "lost PostgreSQL at \(database): ", within: eventBound)
+        _ = try await node.waitForOutput(containing: "(client dave) disconnected: node n1 lost its connection to PostgreSQL at \(database)", within: .seconds(20))
+        try await instance.restart()
+        _ = try await node.waitForOutput(containing: "PostgreSQL at \(database) answers again", within: eventBound)
+        let pushed = try await runTether(["push", "--postgres", url, "--client-id", "dave", "--text", "back"])
+        #expect(pushed.status == 0 && pushed.output == "dave 1\n", "\(pushed.output)")
+        let frames = try await TetherTesting.collect(1, from: notifications, within: .seconds(30))
+        #expect(frames.map(\.serial) == [1])
+        #expect(frames.map { String(decoding: $0.payload, as: UTF8.self) } == ["back"])
+        #expect(node.outputText.components(separatedBy: "lost PostgreSQL at").count == 2, "\(node.outputText)")
+        await client.close()
+    }
+
     @Test("usage errors exit 2 saying what is wrong; an unreachable database ends serve and push with exit 1 and one line")
     func errors() async throws {
         let url = "postgresql://tether@127.0.0.1:\(try PostgresInstance.freePort())/tether"
