@@ -104,7 +104,10 @@ struct ServeCommand: Command {
                                         serial is the client's own sequence), and to every
                                         connected peer that never identified (serial n);
                                         logs `tick n: C clients (O offline)` on stderr;
-                                        refused in marker and lines, which have no pushes
+                                        with --postgres, every client id of the cluster,
+                                        from every node that ticks, and O counts those
+                                        not on this node; refused in marker and lines,
+                                        which have no pushes
           --push-type TYPE              its type, 0x2…0x400 (default 0x2)
           --store FILE                  keep the mailboxes in this SQLite file, created if
                                         missing (default: in memory, lost on exit)
