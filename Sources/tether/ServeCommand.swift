@@ -9,6 +9,7 @@ import Foundation
 import Synchronization
 import Tether
 import TetherHTTP
+import TetherPostgres
 import TetherSQLite
 
 /// `tether serve`: the seed demo server, until SIGINT or SIGTERM.
@@ -17,7 +18,7 @@ struct ServeCommand: Command {
     static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
     static let synopsis = """
         tether serve [--host HOST] [--port PORT] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
-        [--store FILE] [--mailbox-limit N] [--mailbox-age SECONDS] \
+        [--store FILE | --postgres URL [--node NAME]] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--token SECRET] [--max-mailboxes N] [--max-stored-bytes N] [--mailbox-expiry SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
         [--max-requests-per-peer N] [--max-handlers N] [--frame-timeout SECONDS] \
@@ -50,6 +51,21 @@ struct ServeCommand: Command {
         the SQLite file given with --store, which keeps them across restarts of the server.
         Sessions need a serial on the wire: with compact, marker and lines they are off
         (logged once on stderr), and --store and the mailbox options are refused.
+
+        With --postgres it is one node of a cluster: every `tether serve` given the same
+        database is a node of one service. The mailboxes live in the database; a push made
+        on any node, or by `tether push`, is stored once and written to the client on
+        whichever node it is connected to; a client that connects to another node takes its
+        session over there and resumes after its last acknowledged push, and the node it
+        left closes its older connection and logs it:
+
+          listening on 127.0.0.1:9001 (node n1, PostgreSQL 127.0.0.1:5432)
+          peer#1 (client alice) disconnected: client alice connected again on node n2; …
+
+        It logs when the database stops answering (pushes and hellos fail meanwhile; past
+        5 s without it the node closes its clients' connections so they come back where
+        pushes reach them) and when it answers again. A database that cannot be reached at
+        the start ends it with exit 1 and the reason.
 
         Every client id it accepts gets a mailbox. On a port strangers can reach, give
         --token: hellos without that token are rejected (`tether listen --token`), and
@@ -88,10 +104,22 @@ struct ServeCommand: Command {
                                         serial is the client's own sequence), and to every
                                         connected peer that never identified (serial n);
                                         logs `tick n: C clients (O offline)` on stderr;
-                                        refused in marker and lines, which have no pushes
+                                        with --postgres, every client id of the cluster,
+                                        from every node that ticks, and O counts those
+                                        not on this node; refused in marker and lines,
+                                        which have no pushes
           --push-type TYPE              its type, 0x2…0x400 (default 0x2)
           --store FILE                  keep the mailboxes in this SQLite file, created if
                                         missing (default: in memory, lost on exit)
+          --postgres URL                join the cluster on this PostgreSQL database
+                                        (postgresql://USER@HOST:PORT/DB or a libpq
+                                        connection string); the tables are created if
+                                        missing; not with --store
+          --node NAME                   this server's name in the cluster, 1 to 48
+                                        letters, digits, '.', '-' or '_', unique in it;
+                                        a node started under the name of one that
+                                        stopped takes its place (default HOSTNAME-PORT,
+                                        or HOSTNAME-pPID with --port 0)
           --mailbox-limit N             the most pushes one mailbox keeps; the oldest go
                                         first, and the client is told (default 10000)
           --mailbox-age SECONDS         drop pushes older than this; 0 or off keeps them
@@ -141,6 +169,7 @@ struct ServeCommand: Command {
     var maximumHandlers = ServerConfiguration().maximumHandlers
     var frameCompletionTimeout = ServerConfiguration().frameCompletionTimeout
     var storePath: String?
+    var postgres: PostgresOptions?
     var mailboxLimits = MailboxLimits()
     // Mailboxes for strangers: a required token, store-wide bounds, expiry.
     var token: String?
@@ -179,6 +208,13 @@ struct ServeCommand: Command {
             try requireSessions(for: "--store")
             guard !path.isEmpty else { throw ArgumentError("--store needs a file name") }
             storePath = path
+        }
+        postgres = try PostgresOptions.parse(&arguments, nodes: true)
+        if postgres != nil {
+            try requireSessions(for: "--postgres")
+            guard storePath == nil else {
+                throw ArgumentError("--store and --postgres both say where the mailboxes live: give one (--store FILE for this server alone, --postgres URL for a cluster)")
+            }
         }
         if let limit = try arguments.option("--mailbox-limit") {
             try requireSessions(for: "--mailbox-limit")
@@ -262,8 +298,10 @@ struct ServeCommand: Command {
         configuration.maximumRequestsPerPeer = maximumRequestsPerPeer
         configuration.maximumHandlers = maximumHandlers
         configuration.frameCompletionTimeout = frameCompletionTimeout
+        // Only a profile with sessions takes --postgres.
+        let cluster = try await postgres.asyncMap { try await Self.cluster($0, port: port) }
         if profile.supportsSessions {
-            var mailboxes = try mailboxConfiguration()
+            var mailboxes = try cluster.map(MailboxConfiguration.postgres) ?? mailboxConfiguration()
             mailboxes.limits = mailboxLimits
             mailboxes.expiryInterval = expiryInterval
             configuration.mailboxes = mailboxes
@@ -293,59 +331,76 @@ struct ServeCommand: Command {
         let signals = watcher.signals
         let pushInterval = pushInterval
         let pushType = pushType
-        let notes = (profile.name == Profile.seed.name ? [] : ["profile \(profile.name)"]) + (tls.map { [$0.summary] } ?? [])
+        let clusterNotes = cluster.map { ["node \($0.nodeName)", "PostgreSQL \(postgres?.endpoint ?? "")"] } ?? []
+        let notes = (profile.name == Profile.seed.name ? [] : ["profile \(profile.name)"]) + clusterNotes + (tls.map { [$0.summary] } ?? [])
         let listeningNote = notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"
         let sessions = configuration.mailboxes != nil
+        let databaseEndpoint = postgres?.endpoint ?? ""
 
-        try await withThrowingTaskGroup(of: Outcome.self) { group in
-            group.addTask {
-                try await server.run()
-                return .serverStopped
-            }
-            group.addTask {
-                let address = try await server.listeningAddress()
-                Console.out("listening on \(address)\(listeningNote)")
-                return .idle
-            }
-            group.addTask {
-                for await event in server.events {
-                    if let line = Self.logLine(for: event, book: book) { Console.err(line) }
-                    book.record(event)
-                }
-                return .idle
-            }
-            if let pushInterval {
+        do {
+            try await withThrowingTaskGroup(of: Outcome.self) { group in
                 group.addTask {
-                    try await Self.tick(on: server, book: book, every: pushInterval, type: pushType, sessions: sessions)
+                    try await server.run()
+                    return .serverStopped
+                }
+                group.addTask {
+                    let address = try await server.listeningAddress()
+                    Console.out("listening on \(address)\(listeningNote)")
                     return .idle
                 }
-            }
-            group.addTask {
-                for await number in signals { return .signal(number) }
-                return .idle
-            }
-            var stopping = false
-            while true {
-                let outcome: Outcome?
-                do {
-                    outcome = try await group.next()
-                } catch is CancellationError where stopping {
-                    continue
+                group.addTask {
+                    for await event in server.events {
+                        if let line = Self.logLine(for: event, book: book) { Console.err(line) }
+                        book.record(event)
+                    }
+                    return .idle
                 }
-                guard let outcome else { break }
-                switch outcome {
-                case .signal(let number):
-                    Console.err("\(SignalWatcher.name(of: number)): shutting down")
-                    stopping = true
-                    group.cancelAll()
-                case .serverStopped:
-                    stopping = true
-                    group.cancelAll()
-                case .idle:
-                    continue
+                if let cluster {
+                    group.addTask {
+                        try await Self.watchDatabase(of: cluster, at: databaseEndpoint)
+                        return .idle
+                    }
+                }
+                if let pushInterval {
+                    group.addTask {
+                        try await Self.tick(on: server, book: book, every: pushInterval, type: pushType, sessions: sessions)
+                        return .idle
+                    }
+                }
+                group.addTask {
+                    for await number in signals { return .signal(number) }
+                    return .idle
+                }
+                var stopping = false
+                while true {
+                    let outcome: Outcome?
+                    do {
+                        outcome = try await group.next()
+                    } catch is CancellationError where stopping {
+                        continue
+                    }
+                    guard let outcome else { break }
+                    switch outcome {
+                    case .signal(let number):
+                        Console.err("\(SignalWatcher.name(of: number)): shutting down")
+                        stopping = true
+                        group.cancelAll()
+                    case .serverStopped:
+                        stopping = true
+                        group.cancelAll()
+                    case .idle:
+                        continue
+                    }
                 }
             }
+        } catch let error as TetherError where cluster != nil {
+            await cluster?.close()
+            throw error.onOneLine
+        } catch {
+            await cluster?.close()
+            throw error
         }
+        await cluster?.close()
         return .success
     }
 

@@ -13,6 +13,7 @@ let commands: [any Command.Type] = [
     ServeCommand.self,
     RequestCommand.self,
     ListenCommand.self,
+    PushCommand.self,
     PingCommand.self,
     BenchCommand.self,
     PinCommand.self,
@@ -43,6 +44,10 @@ func topLevelHelp() -> String {
         FILE to require client certificates); request, listen, ping and bench connect with
         TLS given --tls, or any of --ca FILE, --server-name NAME, --cert FILE --key FILE
         and --pin PIN (see `tether pin`).
+
+        Clusters: every `serve --postgres URL` on one PostgreSQL database is a node of one
+        service; `push --postgres URL --client-id ID` pushes to a client on any node, or
+        keeps the push for it while it is offline.
         """
 }
 
