@@ -212,7 +212,9 @@ struct PostgresClusterTests {
     @Test("the cluster's mailboxes wiped while a client is away, then 8 pushes: the client is told its history is gone and gets all 8 from 1")
     func wipedHistory() async throws {
         try await withPostgresNodes(2) { nodes, url in
-            let client = try await clusterClient("wade", nodes[0].endpoint)
+            // No acknowledgements: one of the old history still on its way when the tables
+            // are emptied would delete pushes of the new one (they carry no epoch).
+            let client = try await clusterClient("wade", nodes[0].endpoint) { $0.session?.acknowledgesAutomatically = false }
             let watcher = StateWatcher(client)
             let notifications = client.notifications
             let events = client.sessionEvents

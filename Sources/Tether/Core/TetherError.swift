@@ -166,6 +166,14 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+extension TetherError {
+    /// What `error` says, for a message that wraps it: a ``TetherError``'s own message,
+    /// without its underlying error (kept in ``underlying`` instead), or the error's text.
+    package static func reason(of error: any Error) -> String {
+        (error as? TetherError)?.message ?? String(describing: error)
+    }
+}
+
 extension TetherError: Equatable {
     /// Two errors are equal when their codes and messages are; the underlying error is ignored.
     ///

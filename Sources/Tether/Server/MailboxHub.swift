@@ -310,7 +310,7 @@ final class MailboxHub: Sendable {
             removed = .success(clientIDs)
         } catch {
             // A failed pass only leaves the work to the next one.
-            removed = .failure(error as? TetherError ?? TetherError(code: .storeFailed, message: "expiring mailboxes failed: \(error)"))
+            removed = .failure(error as? TetherError ?? TetherError(code: .storeFailed, message: "expiring mailboxes failed: \(TetherError.reason(of: error))"))
         }
         expirySink.yield(Expiry(now: now, removed: removed))
     }
@@ -336,7 +336,7 @@ final class MailboxHub: Sendable {
             if let error = error as? TetherError, error.code == .mailboxesFull {
                 failure = error
             } else {
-                failure = TetherError(code: .storeFailed, message: "pushes could not be stored: \(error)", underlying: error as? TetherError)
+                failure = TetherError(code: .storeFailed, message: "pushes could not be stored: \(TetherError.reason(of: error))", underlying: error as? TetherError)
             }
             for (waiter, _) in waiters { waiter.resume(throwing: failure) }
             return
@@ -389,7 +389,7 @@ final class MailboxHub: Sendable {
             continuation.resume(throwing: error)
             return
         } catch {
-            continuation.resume(throwing: TetherError(code: .storeFailed, message: "the mailbox of \(clientID) could not be opened: \(error)", underlying: error as? TetherError))
+            continuation.resume(throwing: TetherError(code: .storeFailed, message: "the mailbox of \(clientID) could not be opened: \(TetherError.reason(of: error))", underlying: error as? TetherError))
             return
         }
         let plan = ResumePlan(clientSequence: request.lastSequence, clientEpoch: request.epoch, summary: summary)

@@ -143,7 +143,7 @@ extension Peer {
                 // On the store's threads: this task prefers the peer's event loop.
                 page = try await hub.messages(for: current.clientID, after: current.lastWritten, limit: batchSize)
             } catch {
-                end(TetherError(code: .storeFailed, message: "replaying the mailbox of \(current.clientID) failed: \(error)", underlying: error as? TetherError), graceful: false)
+                end(TetherError(code: .storeFailed, message: "replaying the mailbox of \(current.clientID) failed: \(TetherError.reason(of: error))", underlying: error as? TetherError), graceful: false)
                 return
             }
             guard !Task.isCancelled, var latest = session, latest.clientID == current.clientID, let channel = self.channel else { return }

@@ -47,7 +47,7 @@ extension Server {
         } catch let error as TetherError {
             throw error
         } catch {
-            throw TetherError(code: .storeFailed, message: "pushes could not be stored: \(error)")
+            throw TetherError(code: .storeFailed, message: "pushes could not be stored: \(TetherError.reason(of: error))", underlying: error as? TetherError)
         }
     }
 

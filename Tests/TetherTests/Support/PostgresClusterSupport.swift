@@ -77,9 +77,15 @@ func withPostgresNodes<T: Sendable>(
 
 /// A client with a session for `clientID` on `endpoint` (then `alternates`, in turn, after
 /// each loss), reconnecting after 20 ms.
-func clusterClient(_ clientID: String, _ endpoint: Endpoint, alternates: [Endpoint] = []) async throws -> Connection {
+func clusterClient(
+    _ clientID: String,
+    _ endpoint: Endpoint,
+    alternates: [Endpoint] = [],
+    _ change: (inout ConnectionConfiguration) -> Void = { _ in }
+) async throws -> Connection {
     try await Connection.connect(to: endpoint, configuration: sessionConfiguration(clientID) {
         $0.alternateEndpoints = alternates
         $0.reconnect.maximumAttempts = nil
+        change(&$0)
     })
 }
