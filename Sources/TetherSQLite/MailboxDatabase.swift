@@ -347,12 +347,4 @@ final class MailboxDatabase {
     }
 }
 
-/// A new epoch: 128 random bits as 32 lowercase hexadecimal digits, like the in-memory
-/// store's.
-private func randomEpoch() -> String {
-    var generator = SystemRandomNumberGenerator()
-    return (0..<2).map { _ in
-        let digits = String(generator.next() as UInt64, radix: 16)
-        return String(repeating: "0", count: 16 - digits.count) + digits
-    }.joined()
-}
+

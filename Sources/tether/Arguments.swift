@@ -162,6 +162,20 @@ enum Parse {
         }
         return bytes
     }
+
+    /// The content given with `--json` (checked) or `--text`, or `nil` when neither was.
+    static func content(json: String?, text: String?) throws(ArgumentError) -> [UInt8]? {
+        switch (json, text) {
+        case (.some, .some):
+            throw ArgumentError("--json and --text are two ways to give the content; give one of them")
+        case (let json?, nil):
+            return try Parse.json(json, option: "--json")
+        case (nil, let text?):
+            return Array(text.utf8)
+        case (nil, nil):
+            return nil
+        }
+    }
 }
 
 // MARK: Shared options

@@ -77,16 +77,10 @@ struct PushCommand: Command {
             }
             self.type = value
         }
-        switch (try arguments.option("--json"), try arguments.option("--text")) {
-        case (.some, .some):
-            throw ArgumentError("--json and --text are two ways to give the content; give one of them")
-        case (let json?, nil):
-            payload = try Parse.json(json, option: "--json")
-        case (nil, let text?):
-            payload = Array(text.utf8)
-        case (nil, nil):
+        guard let content = try Parse.content(json: try arguments.option("--json"), text: try arguments.option("--text")) else {
             throw ArgumentError("missing the content: give --json JSON or --text TEXT")
         }
+        payload = content
         if let count = try arguments.option("--count") {
             self.count = try Parse.count(count, option: "--count")
             guard self.count <= Self.maximumCount else {

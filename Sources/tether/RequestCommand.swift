@@ -123,15 +123,8 @@ struct RequestCommand: Command {
         if http != nil, json != nil || text != nil {
             throw ArgumentError("--http-get sends an HTTP request; it takes no --json or --text")
         }
-        switch (json, text) {
-        case (.some, .some):
-            throw ArgumentError("--json and --text are two ways to give the content; give one of them")
-        case (let json?, nil):
-            payload = try Parse.json(json, option: "--json")
-        case (nil, let text?):
-            payload = Array(text.utf8)
-        case (nil, nil):
-            break
+        if let content = try Parse.content(json: json, text: text) {
+            payload = content
         }
         if let delimiter = profile.layout?.delimiter, payload.firstRange(of: delimiter) != nil {
             throw ArgumentError("\(json != nil ? "--json" : "--text"): a frame of the \(profile.name) profile cannot contain its delimiter (\(ProfilesCommand.escaped(delimiter)))")

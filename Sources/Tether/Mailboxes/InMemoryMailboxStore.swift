@@ -273,8 +273,9 @@ public final class InMemoryMailboxStore: MailboxStore {
     }
 }
 
-/// A new epoch: 128 random bits as 32 lowercase hexadecimal digits.
-private func randomEpoch() -> String {
+/// A new epoch: 128 random bits as 32 lowercase hexadecimal digits. Stores that make their
+/// epochs themselves (the SQLite store) use it too.
+package func randomEpoch() -> String {
     var generator = SystemRandomNumberGenerator()
     return (0..<2).map { _ in
         let digits = String(generator.next() as UInt64, radix: 16)
