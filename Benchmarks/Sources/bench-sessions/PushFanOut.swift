@@ -31,6 +31,8 @@ enum PushFanOut {
         var seconds: Double
         /// From the push call to the client receiving the push, every push of the phase.
         var latencies: Histogram
+        /// How long each push call of the phase took to return (the store's transaction).
+        var calls: Histogram
     }
 
     static func run(nodes mailboxes: [MailboxConfiguration], source: Source, clients: Int, rounds: Int, warmup: Int, size: Int, timeout: Double) async throws -> [Phase] {
@@ -63,6 +65,7 @@ enum PushFanOut {
 
         let tally = Tally()
         let latencies = Latencies()
+        let calls = Latencies()
         let sequenced: Bool
         if case .broadcast = source { sequenced = false } else { sequenced = true }
         var subscribers: [Task<Int, Never>] = []
@@ -109,6 +112,7 @@ enum PushFanOut {
                 case .publisher(let publisher):
                     sequences = try await publisher.push(frame, toClients: ids)
                 }
+                calls.record(monotonicNanoseconds() - sent)
                 if sequences.count != ids.count { fail("push(_:toClients:) returned \(sequences.count) sequences for \(ids.count) clients") }
             } catch {
                 fail("push(_:toClients:) failed: \(error)")
@@ -120,6 +124,7 @@ enum PushFanOut {
         for (pushers, count) in [(1, warmup), (1, rounds), (4, rounds)] where count > 0 {
             let perPusher = (count + pushers - 1) / pushers
             _ = latencies.take()
+            _ = calls.take()
             let start = monotonicNanoseconds()
             await withDiscardingTaskGroup { group in
                 for _ in 0..<pushers {
@@ -136,7 +141,7 @@ enum PushFanOut {
             }
             let end = monotonicNanoseconds()
             if let failure = tally.failure { fail("push wrong after \(tally.value) received: \(failure.first)") }
-            phases.append(Phase(pushers: pushers, rounds: perPusher * pushers, seconds: seconds(from: start, to: end), latencies: latencies.take()))
+            phases.append(Phase(pushers: pushers, rounds: perPusher * pushers, seconds: seconds(from: start, to: end), latencies: latencies.take(), calls: calls.take()))
         }
         if warmup > 0 { phases.removeFirst() }
 
