@@ -225,11 +225,12 @@ stop_postgres() {
     pg_dir=""
 }
 
-# A fresh, empty database for one run: its URL.
+# A fresh, empty database for one run; its URL in $database. (Not in a subshell: the
+# count of databases made must last.)
 fresh_database() {
     pg_databases=$((pg_databases + 1))
     "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U tether "bench_$pg_databases"
-    echo "postgresql://tether@127.0.0.1:$pg_port/bench_$pg_databases"
+    database="postgresql://tether@127.0.0.1:$pg_port/bench_$pg_databases"
 }
 
 drop_database() {
@@ -396,9 +397,9 @@ run_sessions() { # rep
             expected="push1 push4"
         fi
         case "$store" in
-            postgres) database="$(fresh_database)"; args+=" --store postgres --postgres $database" ;;
-            postgres-3) database="$(fresh_database)"; args+=" --store postgres --postgres $database --nodes 3" ;;
-            postgres-3-pub) database="$(fresh_database)"; args+=" --store postgres --postgres $database --nodes 3 --from publisher" ;;
+            postgres) fresh_database; args+=" --store postgres --postgres $database" ;;
+            postgres-3) fresh_database; args+=" --store postgres --postgres $database --nodes 3" ;;
+            postgres-3-pub) fresh_database; args+=" --store postgres --postgres $database --nodes 3 --from publisher" ;;
             *) args+=" --store $store" ;;
         esac
         # shellcheck disable=SC2086
@@ -419,7 +420,7 @@ run_sessions() { # rep
             [[ -n $line ]] || this="failed(no-result)"
             echo "RUN rep=$rep scenario=h server=$store client=$client status=$this $line" >> "$results"
             printf '  h  %-14s %-7s %s %s\n' "$store" "$client" "$this" \
-                "$(grep -oE '(fill_aps|nps|p99_us|seconds)=[0-9.]*' <<<"$line" | tr '\n' ' ')" >&2
+                "$(grep -oE ' (fill_aps|nps|p99_us|call_p99_us|seconds)=[0-9.]*' <<<"$line" | tr -d '\n')" >&2
         done
         [[ $status == ok ]] || sed 's/^/      bench-sessions: /' "$work/client.err" | tail -5 >&2
     done

@@ -203,14 +203,17 @@ struct Report {
         ].filter { column in cells.contains { $0.server == column.0 } }
         let seconds = Metric(key: "seconds", title: "seconds", higherIsBetter: false, decimals: 2)
         let latency = Metric(key: "p99_us", title: "p99 µs, push call → client", higherIsBetter: false, decimals: 0)
+        let call = Metric(key: "call_p99_us", title: "p99 µs, push call's own time", higherIsBetter: false, decimals: 0)
         let rows: [(client: String, title: String, metric: Metric)] = [
             ("replay", "fill, \(value("messages")) pushes for 1 client, 1,000 per append", .appends),
             ("replay", "replay \(value("messages")) to 1 resuming client", .notifications),
             ("replay", "replay \(value("messages")) to 1 resuming client", seconds),
             ("push1", "push to \(value("clients")) clients, 1 pusher", .notifications),
             ("push1", "push to \(value("clients")) clients, 1 pusher", latency),
+            ("push1", "push to \(value("clients")) clients, 1 pusher", call),
             ("push4", "push to \(value("clients")) clients, 4 pushers at once", .notifications),
             ("push4", "push to \(value("clients")) clients, 4 pushers at once", latency),
+            ("push4", "push to \(value("clients")) clients, 4 pushers at once", call),
         ]
         var lines = [
             "### Sessions and mailboxes",

@@ -39,7 +39,7 @@ let usage = """
               PostgresPublisher. Without --nodes, one server on a PostgresMailboxStore.
               One line per phase:
               RESULT case=push store=… nodes=N from=… clients=C pushers=… rounds=M size=… seconds=… nps=… p50_us=… p99_us=… max_us=…
-                     call_p50_us=… call_p99_us=… (the push calls' own time; 0 for broadcasts)
+                     call_p50_us=… call_p99_us=… (the push calls' own time; not for broadcasts)
       A push missing, repeated, out of order or wrong fails the run (exit status 1); a
       phase that has not finished after --timeout seconds (default 30) too.
     """
@@ -160,7 +160,7 @@ do {
                     + " seconds=\(format(phase.seconds, decimals: 3)) nps=\(format(Double(clients * phase.rounds) / phase.seconds, decimals: 0))"
                     + " p50_us=\(us(phase.latencies.value(atQuantile: 0.5))) p99_us=\(us(phase.latencies.value(atQuantile: 0.99)))"
                     + " max_us=\(us(phase.latencies.maximum))"
-                    + " call_p50_us=\(us(phase.calls.value(atQuantile: 0.5))) call_p99_us=\(us(phase.calls.value(atQuantile: 0.99)))"
+                    + (phase.calls.count == 0 ? "" : " call_p50_us=\(us(phase.calls.value(atQuantile: 0.5))) call_p99_us=\(us(phase.calls.value(atQuantile: 0.99)))")
             )
         }
     }
