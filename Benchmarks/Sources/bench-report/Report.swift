@@ -234,6 +234,13 @@ struct Report {
         for row in rows where cells.contains(where: { $0.client == row.client }) {
             var line = "| \(row.title) | \(row.metric.title) |"
             for column in columns {
+                // A metric the runs of this column do not measure (a broadcast makes no
+                // push call to time): no figure, rather than a failure.
+                let cell = cells.filter { $0.server == column.0 && $0.client == row.client }
+                if !cell.isEmpty, cell.allSatisfy({ $0.ok && $0.values[row.metric.key] == nil }) {
+                    line += " – |"
+                    continue
+                }
                 let summary = summary("h", Pair(server: column.0, client: row.client, title: ""), row.metric)
                 line += " \(summary?.text(row.metric) ?? "–") |"
             }
