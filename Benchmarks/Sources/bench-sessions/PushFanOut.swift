@@ -35,7 +35,7 @@ enum PushFanOut {
         var calls: Histogram
     }
 
-    static func run(nodes mailboxes: [MailboxConfiguration], source: Source, clients: Int, rounds: Int, warmup: Int, size: Int, timeout: Double) async throws -> [Phase] {
+    static func run(nodes mailboxes: [MailboxConfiguration], source: Source, clients: Int, rounds: Int, warmup: Int, size: Int, acknowledgeDelay: Duration?, timeout: Double) async throws -> [Phase] {
         precondition(!mailboxes.isEmpty && size >= 8)
         var servers: [Server] = []
         var serverTasks: [Task<Void, Never>] = []
@@ -52,7 +52,7 @@ enum PushFanOut {
         }
 
         let ids = (0..<clients).map { "c\($0)" }
-        let connections = try await connect(ids, to: { [endpoints] in endpoints[$0 % endpoints.count] }, concurrency: 32)
+        let connections = try await connect(ids, to: { [endpoints] in endpoints[$0 % endpoints.count] }, acknowledgeDelay: acknowledgeDelay, concurrency: 32)
         let deadline = monotonicNanoseconds() + UInt64(timeout * 1e9)
         for (index, id) in ids.enumerated() {
             while servers[index % servers.count].peer(forClient: id) == nil {
@@ -161,15 +161,18 @@ enum PushFanOut {
     }
 
     /// Connects a session for each id, `concurrency` at a time, in the order of `ids`, the
-    /// one at index `i` to `endpoint(i)`.
-    static func connect(_ ids: [String], to endpoint: @escaping @Sendable (Int) -> Endpoint, concurrency: Int) async throws -> [Connection] {
+    /// one at index `i` to `endpoint(i)`, acknowledging after `acknowledgeDelay` (or 64
+    /// pushes) when it is given, else after Tether's default.
+    static func connect(_ ids: [String], to endpoint: @escaping @Sendable (Int) -> Endpoint, acknowledgeDelay: Duration?, concurrency: Int) async throws -> [Connection] {
         try await withThrowingTaskGroup(of: (Int, Connection).self) { group in
             var connections = [Connection?](repeating: nil, count: ids.count)
             var next = 0
             func add() {
                 let index = next
                 next += 1
-                group.addTask { (index, try await Connection.connect(to: endpoint(index), configuration: sessionConfiguration(ids[index]))) }
+                var configuration = sessionConfiguration(ids[index])
+                if let acknowledgeDelay { configuration.session?.acknowledgeDelay = acknowledgeDelay }
+                group.addTask { [configuration] in (index, try await Connection.connect(to: endpoint(index), configuration: configuration)) }
             }
             while next < min(concurrency, ids.count) { add() }
             while let (index, connection) = try await group.next() {

@@ -13,7 +13,7 @@ let usage = """
     usage: bench-sessions --case replay|push --store sqlite|memory|postgres|broadcast
                           [--postgres URL] [--nodes N] [--from servers|publisher]
                           [--messages N] [--batch B] [--subscriber-buffer K]
-                          [--clients C] [--rounds M]
+                          [--clients C] [--rounds M] [--ack-delay MS]
                           [--warmup W] [--size BYTES] [--timeout S]
       Sessions and mailboxes, servers and clients in this process on 127.0.0.1.
       --store postgres keeps the mailboxes in the PostgreSQL database at URL, which must
@@ -37,6 +37,9 @@ let usage = """
               each on its own port; client c<i> connects to node i mod N, and the rounds
               are pushed by the nodes in turn, or with --from publisher by a
               PostgresPublisher. Without --nodes, one server on a PostgresMailboxStore.
+              --ack-delay sets the clients' acknowledgeDelay (default Tether's, 500 ms;
+              they also acknowledge every 64 pushes): fewer acknowledgements for the
+              server to store.
               One line per phase:
               RESULT case=push store=… nodes=N from=… clients=C pushers=… rounds=M size=… seconds=… nps=… p50_us=… p99_us=… max_us=…
                      call_p50_us=… call_p99_us=… (the push calls' own time; not for broadcasts)
@@ -46,7 +49,7 @@ let usage = """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["case", "store", "postgres", "nodes", "from", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
+    known: ["case", "store", "postgres", "nodes", "from", "ack-delay", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
     usage: usage
 )
 let scenario = options.string("case", allowed: ["replay", "push"])
@@ -150,6 +153,7 @@ do {
             rounds: max(1, options.int("rounds", default: 100)),
             warmup: options.int("warmup", default: 5),
             size: size,
+            acknowledgeDelay: options.int("ack-delay", default: 0) > 0 ? .milliseconds(options.int("ack-delay", default: 0)) : nil,
             timeout: timeout
         )
         for phase in phases {
