@@ -7,7 +7,8 @@ import PackageDescription
 //   bench-client  a closed-loop load generator: Tether's `Connection`, a NIO
 //                 ChannelHandler client or a NIOAsyncChannel client with continuations
 //   bench-sessions  sessions and mailboxes: replay of a full mailbox, and sequenced
-//                 pushes to 1,000 identified clients, server and clients in one process
+//                 pushes to 1,000 identified clients, server and clients in one process;
+//                 SQLite, in memory, or PostgreSQL (one node or a cluster of three)
 //   bench-codec   decode and encode throughput of every profile's codec, in process
 //   bench-report  turns the RESULT lines of a run into the markdown tables
 //   TetherBenchmarks  package-benchmark: allocations per request round trip
@@ -56,6 +57,7 @@ let package = Package(
                 "BenchCore",
                 .product(name: "Tether", package: "Tether"),
                 .product(name: "TetherSQLite", package: "Tether"),
+                .product(name: "TetherPostgres", package: "Tether"),
             ]
         ),
         .executableTarget(

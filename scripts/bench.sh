@@ -23,11 +23,14 @@
 # 64 B; c. 100 connections × 10 in flight, 64 B; d. 1 connection, 4 in flight, 1 MiB;
 # e. server memory per idle connection, 10,000 connections; f. push fan-out from one
 # server to 1,000 clients; g. heap allocations per request (package-benchmark); h. sessions:
-# replay of 200,000 stored pushes to one resuming client, and sequenced pushes to 1,000
-# identified clients, SQLite and in-memory mailboxes against plain broadcast (bench-sessions).
+# replay of 100,000 stored pushes to one resuming client, and sequenced pushes to 1,000
+# identified clients, SQLite, in-memory and PostgreSQL mailboxes (one server, and a cluster
+# of three nodes) against plain broadcast (bench-sessions).
 #
 # All traffic stays on 127.0.0.1. Servers listen on random free high ports and are killed
-# with SIGKILL when the script exits.
+# with SIGKILL when the script exits. Scenario h runs a throwaway PostgreSQL of its own
+# (initdb in a temporary directory, as the postgres user when run as root, durable
+# defaults: fsync and synchronous_commit on), stopped when the script exits.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,7 +47,7 @@ duration_set=0
 warmup_set=0
 repeat_set=0
 
-usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -113,6 +116,7 @@ cleanup() {
     for pid in "${server_pid[@]}" $helper_pid; do
         kill -KILL "$pid" 2>/dev/null || true
     done
+    stop_postgres
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -159,6 +163,78 @@ stop_server() { # impl
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     unset "server_pid[$1]"
+}
+
+# --- PostgreSQL, for scenario h -----------------------------------------------------------
+# A throwaway cluster: initdb in a temporary directory (as the postgres user when root:
+# PostgreSQL refuses to run as root), user tether with trust authentication, listening on
+# 127.0.0.1 and a free port only, with PostgreSQL's durable defaults (fsync on,
+# synchronous_commit on, full_page_writes on). Each run gets a fresh database.
+pg_dir="" pg_bin="" pg_port="" pg_settings="" pg_databases=0
+as_postgres=()
+
+start_postgres() {
+    local attempt port
+    pg_bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)"
+    [[ -n $pg_bin ]] || pg_bin="$(pg_config --bindir 2>/dev/null || true)"
+    if [[ -z $pg_bin || ! -x $pg_bin/initdb ]]; then
+        echo "bench.sh: PostgreSQL is not installed (no initdb): scenario h runs without its PostgreSQL rows" >&2
+        return 1
+    fi
+    pg_dir="$(mktemp -d /tmp/tether-bench-pg.XXXXXX)"
+    if [[ $(id -u) == 0 ]]; then
+        chown postgres: "$pg_dir"
+        as_postgres=(runuser -u postgres --)
+    fi
+    if ! "${as_postgres[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -U tether --auth=trust -E UTF8 --locale=C \
+            > "$work/initdb.log" 2>&1; then
+        echo "bench.sh: initdb failed:" >&2
+        tail -5 "$work/initdb.log" >&2
+        exit 1
+    fi
+    for attempt in 1 2 3 4 5 6 7 8; do
+        port=$((20000 + RANDOM % 12768))
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
+        if "${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w -t 60 \
+                -o "-h 127.0.0.1 -p $port -k $pg_dir -c max_connections=200" start > /dev/null 2>&1; then
+            pg_port=$port
+            pg_settings="$("$pg_bin/psql" -h 127.0.0.1 -p "$pg_port" -U tether -d postgres -At -F ' ' -c \
+                "SELECT 'PostgreSQL ' || current_setting('server_version') || ', fsync=' || current_setting('fsync') || ', synchronous_commit=' || current_setting('synchronous_commit') || ', full_page_writes=' || current_setting('full_page_writes') || ', shared_buffers=' || current_setting('shared_buffers')")"
+            pg_settings+=", data directory on $(df --output=source,fstype "$pg_dir" 2>/dev/null | tail -1 | tr -s ' ')"
+            echo "==> PostgreSQL on 127.0.0.1:$pg_port ($pg_settings)" >&2
+            return 0
+        fi
+        grep -qE 'could not bind|Address already in use' "$pg_dir/log" 2>/dev/null || break
+    done
+    echo "bench.sh: PostgreSQL did not start; its log:" >&2
+    tail -10 "$pg_dir/log" >&2 || true
+    exit 1
+}
+
+# Stops the server (immediate shutdown, then SIGKILL if it is still there) and removes its
+# directory. Safe to call more than once.
+stop_postgres() {
+    [[ -n $pg_dir ]] || return 0
+    local pid
+    pid="$(head -n 1 "$pg_dir/data/postmaster.pid" 2>/dev/null || true)"
+    if [[ -n $pid ]]; then
+        "${as_postgres[@]}" "$pg_bin/pg_ctl" -D "$pg_dir/data" -m immediate -w -t 10 stop > /dev/null 2>&1 || true
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -rf "$pg_dir"
+    pg_dir=""
+}
+
+# A fresh, empty database for one run; its URL in $database. (Not in a subshell: the
+# count of databases made must last.)
+fresh_database() {
+    pg_databases=$((pg_databases + 1))
+    "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U tether "bench_$pg_databases"
+    database="postgresql://tether@127.0.0.1:$pg_port/bench_$pg_databases"
+}
+
+drop_database() {
+    "$pg_bin/dropdb" -h 127.0.0.1 -p "$pg_port" -U tether --if-exists "bench_$pg_databases" 2>/dev/null || true
 }
 
 # --- runs --------------------------------------------------------------------------------
@@ -296,28 +372,44 @@ run_allocations() {
     grep 'scenario=g' "$results" | sed 's/^.*client=/      /' >&2 || true
 }
 
-# h: bench-sessions, server and clients in one process, one case per run. Replay of a full
-# mailbox to one client, from SQLite and from memory, then pushes to 1,000 identified
-# clients (one pusher, then 4 at once) with SQLite, in memory, and plain broadcast. The
-# in-memory pushes are fast enough to take more rounds for a measurable time.
+# h: bench-sessions, servers and clients in one process, one case per run. Replay of a full
+# mailbox to one client, from SQLite, memory and PostgreSQL, then pushes to 1,000
+# identified clients (one pusher, then 4 at once) with SQLite, in memory, PostgreSQL behind
+# one server, a cluster of three nodes on PostgreSQL (pushes by the nodes in turn, then by a
+# publisher with no connection), and plain broadcast. Every PostgreSQL run gets a fresh
+# database. The in-memory pushes are fast enough to take more rounds for a measurable time.
+session_runs="replay:sqlite replay:memory push:sqlite push:memory push:broadcast"
+
 run_sessions() { # rep
-    local rep="$1" run store kind args expected output status line client this
-    for run in replay:sqlite replay:memory push:sqlite push:memory push:broadcast; do
-        kind="${run%%:*}" store="${run##*:}"
+    local rep="$1" run store kind args expected output status line client this database rounds
+    for run in $session_runs; do
+        kind="${run%%:*}" store="${run##*:}" database=""
         if [[ $kind == replay ]]; then
-            args="--messages 200000 --batch 1000"
+            args="--messages 100000 --batch 1000"
             expected="replay"
         else
-            args="--clients 1000 --rounds $([[ $store == memory ]] && echo 400 || echo 100) --warmup 5"
+            case "$store" in
+                memory) rounds=400 ;;
+                postgres*) rounds=30 ;;
+                *) rounds=100 ;;
+            esac
+            args="--clients 1000 --rounds $rounds --warmup 5"
             expected="push1 push4"
         fi
+        case "$store" in
+            postgres) fresh_database; args+=" --store postgres --postgres $database" ;;
+            postgres-3) fresh_database; args+=" --store postgres --postgres $database --nodes 3" ;;
+            postgres-3-pub) fresh_database; args+=" --store postgres --postgres $database --nodes 3 --from publisher" ;;
+            *) args+=" --store $store" ;;
+        esac
         # shellcheck disable=SC2086
-        if output=$(timeout -s KILL 120 "$bin/bench-sessions" --case "$kind" --store "$store" --size 64 $args \
+        if output=$(timeout -s KILL 180 "$bin/bench-sessions" --case "$kind" --size 64 --timeout 60 $args \
                 2>"$work/client.err"); then
             status=ok
         else
             status="failed(rc=$?)"
         fi
+        [[ -z $database ]] || drop_database
         for client in $expected; do
             if [[ $client == replay ]]; then
                 line=$(grep '^RESULT case=replay ' <<<"$output" | tail -1 || true)
@@ -327,12 +419,16 @@ run_sessions() { # rep
             this="$status"
             [[ -n $line ]] || this="failed(no-result)"
             echo "RUN rep=$rep scenario=h server=$store client=$client status=$this $line" >> "$results"
-            printf '  h  %-9s %-10s %s %s\n' "$store" "$client" "$this" \
-                "$(grep -oE '(fill_aps|nps)=[0-9]*' <<<"$line" | tr '\n' ' ')" >&2
+            printf '  h  %-14s %-7s %s %s\n' "$store" "$client" "$this" \
+                "$(grep -oE ' (fill_aps|nps|p99_us|call_p99_us|seconds)=[0-9.]*' <<<"$line" | tr -d '\n')" >&2
         done
         [[ $status == ok ]] || sed 's/^/      bench-sessions: /' "$work/client.err" | tail -5 >&2
     done
 }
+
+if has h && start_postgres; then
+    session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast"
+fi
 
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2
 for rep in $(seq "$repeat"); do
@@ -358,6 +454,7 @@ for rep in $(seq "$repeat"); do
     fi
     if has h; then run_sessions "$rep"; fi
 done
+stop_postgres
 if has g; then run_allocations; fi
 
 # --- report ------------------------------------------------------------------------------
@@ -366,6 +463,7 @@ if has g; then run_allocations; fi
     echo
     echo "$(date -u '+%Y-%m-%d %H:%M UTC') · $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')) · $(swift --version 2>/dev/null | head -1) · commit $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo
+    [[ -z $pg_settings ]] || { echo "Scenario h's database: $pg_settings; on 127.0.0.1, started for this run."; echo; }
     echo "Client and server on the same machine over loopback. Each run: ${warmup} s warm-up, ${duration} s measured; $repeat repetition(s), interleaved. Tether client tasks on the $tether_executor executor. Raw results: \`$results\`."
     echo
     "$bin/bench-report" "$results"

@@ -184,7 +184,8 @@ struct Report {
         ] + rows).joined(separator: "\n")
     }
 
-    /// Scenario h: mailbox fill and replay, and sequenced pushes against broadcast.
+    /// Scenario h: mailbox fill and replay, and sequenced pushes against broadcast, for
+    /// every store side by side.
     func sessions() -> String? {
         let cells = runs.filter { $0.scenario == "h" }
         guard !cells.isEmpty else { return nil }
@@ -192,36 +193,56 @@ struct Report {
             guard let value = cells.lazy.compactMap({ $0.values[key] }).first else { return "?" }
             return number(value, 0)
         }
-        let stores = ["sqlite", "memory", "broadcast"]
+        let columns = [
+            ("sqlite", "SQLite"),
+            ("memory", "in-memory"),
+            ("postgres", "PostgreSQL"),
+            ("postgres-3", "PostgreSQL, 3 nodes"),
+            ("postgres-3-pub", "PostgreSQL, 3 nodes, publisher"),
+            ("broadcast", "broadcast"),
+        ].filter { column in cells.contains { $0.server == column.0 } }
+        let seconds = Metric(key: "seconds", title: "seconds", higherIsBetter: false, decimals: 2)
+        let latency = Metric(key: "p99_us", title: "p99 µs, push call → client", higherIsBetter: false, decimals: 0)
+        let call = Metric(key: "call_p99_us", title: "p99 µs, push call's own time", higherIsBetter: false, decimals: 0)
         let rows: [(client: String, title: String, metric: Metric)] = [
             ("replay", "fill, \(value("messages")) pushes for 1 client, 1,000 per append", .appends),
             ("replay", "replay \(value("messages")) to 1 resuming client", .notifications),
+            ("replay", "replay \(value("messages")) to 1 resuming client", seconds),
             ("push1", "push to \(value("clients")) clients, 1 pusher", .notifications),
+            ("push1", "push to \(value("clients")) clients, 1 pusher", latency),
+            ("push1", "push to \(value("clients")) clients, 1 pusher", call),
             ("push4", "push to \(value("clients")) clients, 4 pushers at once", .notifications),
+            ("push4", "push to \(value("clients")) clients, 4 pushers at once", latency),
+            ("push4", "push to \(value("clients")) clients, 4 pushers at once", call),
         ]
         var lines = [
             "### Sessions and mailboxes",
             "",
-            "Server and clients in one process over loopback, 64-byte pushes, medians of the repetitions (min–max). "
+            "Servers and clients in one process over loopback, 64-byte pushes, medians of the repetitions (min–max). "
                 + "Fill and replay: the store's own `append` fills client r's mailbox while r is suspended; the replay is timed from its reconnect until "
                 + "its subscriber (its buffer raised to N: a replay does not wait for subscribers) has every push, checked 1…N by serial. "
                 + "Push: each round is one frame to every connected, identified client, with `push(_:toClients:)` (one store transaction a round; "
                 + "the server merges pushes that wait at once) or, for reference, the unsequenced `broadcast`; timed until every client has "
-                + "every push, each checking its serials are consecutive. Ratios: sequenced over broadcast.",
+                + "every push, each checking its serials are consecutive; the latency runs from the push call to the client's subscriber "
+                + "(a timestamp in the payload). PostgreSQL: one server on a `PostgresMailboxStore`; 3 nodes: three servers in the process, "
+                + "each a `PostgresCluster` node on its own port, the clients spread over them, the rounds pushed by the nodes in turn "
+                + "or by a `PostgresPublisher` that holds no connection; each run on a fresh database.",
             "",
-            "| h. sessions | metric | SQLite | in-memory | broadcast | SQLite ÷ broadcast | in-memory ÷ broadcast |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            "| h. sessions | metric |" + columns.map { " \($0.1) |" }.joined(),
+            "|---|---|" + String(repeating: "---:|", count: columns.count),
         ]
         for row in rows where cells.contains(where: { $0.client == row.client }) {
-            let summaries = stores.map { summary("h", Pair(server: $0, client: row.client, title: ""), row.metric) }
             var line = "| \(row.title) | \(row.metric.title) |"
-            for summary in summaries { line += " \(summary?.text(row.metric) ?? "–") |" }
-            for summary in summaries.prefix(2) {
-                if let mine = summary, let theirs = summaries[2], mine.median.isFinite, theirs.median.isFinite, theirs.median > 0 {
-                    line += " \(format(mine.median / theirs.median, decimals: 2))× |"
-                } else {
+            for column in columns {
+                // A metric the runs of this column do not measure (a broadcast makes no
+                // push call to time): no figure, rather than a failure.
+                let cell = cells.filter { $0.server == column.0 && $0.client == row.client }
+                if !cell.isEmpty, cell.allSatisfy({ $0.ok && $0.values[row.metric.key] == nil }) {
                     line += " – |"
+                    continue
                 }
+                let summary = summary("h", Pair(server: column.0, client: row.client, title: ""), row.metric)
+                line += " \(summary?.text(row.metric) ?? "–") |"
             }
             lines.append(line)
         }

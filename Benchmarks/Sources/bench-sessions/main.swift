@@ -1,5 +1,6 @@
 import BenchCore
 import Tether
+import TetherPostgres
 import TetherSQLite
 
 #if canImport(Glibc)
@@ -9,62 +10,118 @@ import Darwin
 #endif
 
 let usage = """
-    usage: bench-sessions --case replay|push --store sqlite|memory|broadcast
+    usage: bench-sessions --case replay|push --store sqlite|memory|postgres|broadcast
+                          [--postgres URL] [--nodes N] [--from servers|publisher]
                           [--messages N] [--batch B] [--subscriber-buffer K]
-                          [--clients C] [--rounds M]
+                          [--clients C] [--rounds M] [--ack-delay MS]
                           [--warmup W] [--size BYTES] [--timeout S]
-      Sessions and mailboxes, server and clients in this process on 127.0.0.1.
-      replay  fills a fresh store (a SQLite file in a new temporary directory, or memory)
-              with N pushes of BYTES for client r through the store's append, B a call
-              (default 200,000 and 1,000), then times client r reconnecting until its
-              subscriber has all N, in order. The client's subscriber buffer holds K
+      Sessions and mailboxes, servers and clients in this process on 127.0.0.1.
+      --store postgres keeps the mailboxes in the PostgreSQL database at URL, which must
+      hold no mailboxes yet (a fresh database for each run).
+      replay  fills a fresh store (a SQLite file in a new temporary directory, memory, or
+              PostgreSQL) with N pushes of BYTES for client r through the store's append,
+              B a call (default 100,000 and 1,000), then times client r reconnecting until
+              its subscriber has all N, in order. The client's subscriber buffer holds K
               pushes (default N; 0 keeps Tether's default, 4,096): the replay does not
               wait for a subscriber, so a smaller buffer drops pushes and fails the run.
               RESULT case=replay store=… messages=N size=… fill_seconds=… fill_aps=… seconds=… nps=…
       push    connects C clients with sessions c0…c{C-1} (default 1,000), then pushes
               W unmeasured rounds (default 5), M rounds with one pusher and M rounds with
-              4 pushers at once (default 100) of a BYTES frame to all of them, with
-              push(_:toClients:) or, with --store broadcast, the unsequenced broadcast;
-              each phase is timed until every client has every push. One line per phase:
-              RESULT case=push store=… clients=C pushers=… rounds=M size=… seconds=… nps=…
+              4 pushers at once (default 100) of a BYTES frame (at least 8: the first 8
+              carry the time of the push call) to all of them, with push(_:toClients:)
+              or, with --store broadcast, the unsequenced broadcast; each phase is timed
+              until every client has every push, and every push's latency from the push
+              call to its client's subscriber is recorded.
+              With --store postgres --nodes N (N ≥ 1), N servers in this process are the
+              nodes n1…nN of a cluster (PostgresCluster, MailboxConfiguration.postgres),
+              each on its own port; client c<i> connects to node i mod N, and the rounds
+              are pushed by the nodes in turn, or with --from publisher by a
+              PostgresPublisher. Without --nodes, one server on a PostgresMailboxStore.
+              --ack-delay sets the clients' acknowledgeDelay (default Tether's, 500 ms;
+              they also acknowledge every 64 pushes): fewer acknowledgements for the
+              server to store.
+              One line per phase:
+              RESULT case=push store=… nodes=N from=… clients=C pushers=… rounds=M size=… seconds=… nps=… p50_us=… p99_us=… max_us=…
+                     call_p50_us=… call_p99_us=… (the push calls' own time; not for broadcasts)
       A push missing, repeated, out of order or wrong fails the run (exit status 1); a
       phase that has not finished after --timeout seconds (default 30) too.
     """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["case", "store", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
+    known: ["case", "store", "postgres", "nodes", "from", "ack-delay", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
     usage: usage
 )
 let scenario = options.string("case", allowed: ["replay", "push"])
-let storeName = options.string("store", allowed: ["sqlite", "memory", "broadcast"])
+let storeName = options.string("store", allowed: ["sqlite", "memory", "postgres", "broadcast"])
 let size = options.int("size", default: 64)
 let timeout = options.double("timeout", default: 30)
+let postgresURL = storeName == "postgres" ? options.string("postgres") : nil
+let nodeCount = options.int("nodes", default: 0)
+let from = options.string("from", default: "servers", allowed: ["servers", "publisher"])
 if scenario == "replay" && storeName == "broadcast" {
-    Options.fail("replay takes --store sqlite or memory", usage: usage)
+    Options.fail("replay takes --store sqlite, memory or postgres", usage: usage)
+}
+if nodeCount != 0 && (storeName != "postgres" || scenario != "push") {
+    Options.fail("--nodes is for --case push --store postgres", usage: usage)
+}
+if nodeCount < 0 || nodeCount > 16 {
+    Options.fail("--nodes takes 1 to 16, not \(nodeCount)", usage: usage)
+}
+if from == "publisher" && nodeCount == 0 {
+    Options.fail("--from publisher needs --nodes: it pushes through a cluster's database", usage: usage)
+}
+if scenario == "push" && size < 8 {
+    Options.fail("push needs --size 8 or more: the first 8 bytes carry the time of the push call", usage: usage)
 }
 
 raiseOpenFileLimit()
 let directory = storeName == "sqlite" ? TemporaryDirectory() : nil
 let databaseFile = "mailboxes.sqlite"
-let store: any MailboxStore
+/// The mailboxes of each node: one, or a cluster's.
+var nodes: [MailboxConfiguration] = []
+var clusters: [PostgresCluster] = []
+var postgresStore: PostgresMailboxStore?
+var publisher: PostgresPublisher?
 do {
     if let directory {
-        store = try SQLiteMailboxStore(path: "\(directory.path)/\(databaseFile)")
+        nodes = [MailboxConfiguration(store: try SQLiteMailboxStore(path: "\(directory.path)/\(databaseFile)"))]
+    } else if let postgresURL, nodeCount > 0 {
+        for number in 1...nodeCount {
+            let cluster = try await PostgresCluster(url: postgresURL, node: "n\(number)")
+            clusters.append(cluster)
+            nodes.append(.postgres(cluster))
+        }
+        if from == "publisher" { publisher = try await PostgresPublisher(url: postgresURL) }
+    } else if let postgresURL {
+        let store = try await PostgresMailboxStore(url: postgresURL)
+        postgresStore = store
+        nodes = [MailboxConfiguration(store: store)]
     } else {
-        store = InMemoryMailboxStore()
+        nodes = [MailboxConfiguration(store: InMemoryMailboxStore())]
     }
 } catch {
     fail("cannot open the store: \(error)")
+}
+if let postgresURL {
+    let existing: [String]
+    do {
+        existing = try await nodes[0].store.clientIDs()
+    } catch {
+        fail("cannot read the mailboxes of \(postgresURL): \(error)")
+    }
+    if !existing.isEmpty {
+        fail("the database \(postgresURL) already holds \(existing.count) mailboxes (\(existing.prefix(3).joined(separator: ", "))…): give each run a fresh database")
+    }
 }
 
 do {
     switch scenario {
     case "replay":
-        let messages = max(1, options.int("messages", default: 200_000))
+        let messages = max(1, options.int("messages", default: 100_000))
         let subscriberBuffer = options.int("subscriber-buffer", default: messages)
         let result = try await Replay.run(
-            store: store,
+            store: nodes[0].store,
             messages: messages,
             size: size,
             batch: max(1, options.int("batch", default: 1_000)),
@@ -81,24 +138,41 @@ do {
         )
     default:
         let clients = max(1, options.int("clients", default: 1_000))
+        let source: PushFanOut.Source
+        if storeName == "broadcast" {
+            source = .broadcast
+        } else if let publisher {
+            source = .publisher(publisher)
+        } else {
+            source = .servers
+        }
         let phases = try await PushFanOut.run(
-            mode: PushFanOut.Mode(rawValue: storeName)!,
-            store: store,
+            nodes: nodes,
+            source: source,
             clients: clients,
             rounds: max(1, options.int("rounds", default: 100)),
             warmup: options.int("warmup", default: 5),
             size: size,
+            acknowledgeDelay: options.int("ack-delay", default: 0) > 0 ? .milliseconds(options.int("ack-delay", default: 0)) : nil,
             timeout: timeout
         )
         for phase in phases {
+            func us(_ nanoseconds: UInt64) -> String { format(Double(nanoseconds) / 1000, decimals: 0) }
             printNow(
-                "RESULT case=push store=\(storeName) clients=\(clients) pushers=\(phase.pushers) rounds=\(phase.rounds) size=\(size)"
+                "RESULT case=push store=\(storeName) nodes=\(nodes.count) from=\(storeName == "broadcast" ? "broadcast" : from)"
+                    + " clients=\(clients) pushers=\(phase.pushers) rounds=\(phase.rounds) size=\(size)"
                     + " seconds=\(format(phase.seconds, decimals: 3)) nps=\(format(Double(clients * phase.rounds) / phase.seconds, decimals: 0))"
+                    + " p50_us=\(us(phase.latencies.value(atQuantile: 0.5))) p99_us=\(us(phase.latencies.value(atQuantile: 0.99)))"
+                    + " max_us=\(us(phase.latencies.maximum))"
+                    + (phase.calls.count == 0 ? "" : " call_p50_us=\(us(phase.calls.value(atQuantile: 0.5))) call_p99_us=\(us(phase.calls.value(atQuantile: 0.99)))")
             )
         }
     }
 } catch {
     fail("\(error)")
 }
+await publisher?.close()
+for cluster in clusters { await cluster.close() }
+await postgresStore?.close()
 directory?.remove([databaseFile, databaseFile + "-wal", databaseFile + "-shm"])
 exit(0)
