@@ -98,6 +98,10 @@ final class PostgresRoutedStore: MailboxStore, SelfThreadedMailboxStore {
         try await mailboxes.acknowledge(clientID, through: sequence)
     }
 
+    func acknowledge(_ positions: [String: UInt64]) async throws(TetherError) {
+        try await mailboxes.acknowledge(positions)
+    }
+
     func clientIDs() async throws(TetherError) -> [String] {
         try await mailboxes.clientIDs()
     }

@@ -101,7 +101,7 @@ func sessionsHistoryGone(endpoint: Endpoint, saved: (lastSequence: UInt64, epoch
 
 struct NotYetWritten: Error {}
 
-final class PostgresMailboxStore: MailboxStore {
+final class DatabaseMailboxStore: MailboxStore {
     func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits,
                 now: MailboxTime) async throws -> [UInt64] {
         // One transaction: for each message, UPDATE clients SET last = last + 1

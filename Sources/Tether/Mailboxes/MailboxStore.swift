@@ -91,6 +91,19 @@ public protocol MailboxStore: Sendable {
     /// - Throws: When the store cannot be written.
     func acknowledge(_ clientID: String, through sequence: UInt64) async throws
 
+    /// Records the acknowledgements of several clients at once, each as
+    /// ``acknowledge(_:through:)`` does.
+    ///
+    /// The server gathers the acknowledgements that arrive while it is busy and hands them
+    /// over in one call, so a store that commits each write (a database) can make them one
+    /// commit instead of one per client. The default implementation calls
+    /// ``acknowledge(_:through:)`` for each client.
+    ///
+    /// - Parameter positions: The highest sequence each client has.
+    /// - Throws: When the store cannot be written; some of the acknowledgements may have
+    ///   been recorded, which only leaves the others' messages to be replayed again.
+    func acknowledge(_ positions: [String: UInt64]) async throws
+
     /// Every client the store knows, in no particular order: those that ever opened a
     /// mailbox or were sent a message.
     ///
@@ -121,6 +134,17 @@ public protocol MailboxStore: Sendable {
 }
 
 extension MailboxStore {
+    /// Records each client's acknowledgement with ``acknowledge(_:through:)``, one after
+    /// the other.
+    ///
+    /// - Parameter positions: The highest sequence each client has.
+    /// - Throws: The first failure; the clients after it are not acknowledged.
+    public func acknowledge(_ positions: [String: UInt64]) async throws {
+        for (clientID, sequence) in positions {
+            try await acknowledge(clientID, through: sequence)
+        }
+    }
+
     /// Drops expired messages from the mailbox of every client not in `connected`, by
     /// opening it; removes no mailbox.
     ///

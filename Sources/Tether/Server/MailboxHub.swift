@@ -262,6 +262,13 @@ final class MailboxHub: Sendable {
     }
 
     private func process(_ batch: [Operation]) async {
+        // Acknowledgements only free space, so they may move past the other operations:
+        // the batch's go to the store in one call, after the rest. A push waits behind no
+        // acknowledgement, and a database commits them once, not once per client.
+        var acknowledged: [String: UInt64] = [:]
+        for case .acknowledge(let clientID, let sequence) in batch {
+            acknowledged[clientID] = max(acknowledged[clientID] ?? 0, sequence)
+        }
         var index = 0
         while index < batch.count {
             switch batch[index] {
@@ -278,15 +285,7 @@ final class MailboxHub: Sendable {
                 index += 1
                 await begin(request, continuation)
             case .acknowledge:
-                var through: [String: UInt64] = [:]
-                while index < batch.count, case .acknowledge(let clientID, let sequence) = batch[index] {
-                    through[clientID] = max(through[clientID] ?? 0, sequence)
-                    index += 1
-                }
-                for (clientID, sequence) in through {
-                    // A failed acknowledgement only leaves messages to be replayed again.
-                    try? await callStore { try await $0.acknowledge(clientID, through: sequence) }
-                }
+                index += 1
             case .release(let clientID, let generation):
                 index += 1
                 await cluster?.release(clientID, generation: generation)
@@ -295,6 +294,10 @@ final class MailboxHub: Sendable {
                 while index < batch.count, case .expire = batch[index] { index += 1 }
                 await expire()
             }
+        }
+        if !acknowledged.isEmpty {
+            // A failed acknowledgement only leaves messages to be replayed again.
+            try? await callStore { [acknowledged] in try await $0.acknowledge(acknowledged) }
         }
     }
 
