@@ -142,6 +142,23 @@ struct ClusterNodeTests {
         }
     }
 
+    @Test("a takeover notice that comes before the node has registered its own, older claim closes that connection as it registers")
+    func takeoverBeforeRegistration() async throws {
+        let cluster = InProcessCluster()
+        try await withTestNetwork { network in
+            try await withThreeNodes(cluster, on: network) { servers in
+                cluster.state.withLock { $0.overtaken["fay"] = "n2" }
+                let connection = Connection(to: nodeEndpoint(1), configuration: session("fay", on: network) { $0.reconnect = .disabled })
+                let final = Task { try await finalState(of: connection) }
+                await #expect(throws: TetherError.self) { try await connection.connect() }
+                _ = try await final.value
+                #expect(servers[0].peer(forClient: "fay") == nil)
+                #expect(cluster.holder(of: "fay") == "n2")
+                #expect(await servers[0].metrics().sessionsResumed == 0)
+            }
+        }
+    }
+
     @Test("a broadcast reaches the peers of every node; when the cluster cannot take it, the local peers still get it and the failure is counted")
     func broadcast() async throws {
         let cluster = InProcessCluster()

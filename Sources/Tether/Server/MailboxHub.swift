@@ -57,6 +57,10 @@ final class MailboxHub: Sendable {
         var peers: [String: Peer] = [:]
         /// In a cluster, the generation of the claim each connected client's peer holds.
         var generations: [String: UInt64] = [:]
+        /// In a cluster, the clients whose claims are under way here, and the newest claim
+        /// by another node heard of meanwhile: a notice can come before its claim is
+        /// registered here, and then closes the peer as it registers.
+        var claiming: [String: (generation: UInt64, node: String)?] = [:]
         /// The peers a broadcast from another node reaches: the server's.
         var localPeers: (@Sendable () -> [Peer])?
         var authenticator: Authenticator?
@@ -383,8 +387,14 @@ final class MailboxHub: Sendable {
         let (limits, now) = (configuration.limits, configuration.clock())
         do {
             if let cluster {
-                let claim = try await cluster.claim(clientID, limits: limits, now: now)
-                (summary, generation) = (claim.summary, claim.generation)
+                state.withLock { $0.claiming[clientID] = .some(nil) }
+                do {
+                    let claim = try await cluster.claim(clientID, limits: limits, now: now)
+                    (summary, generation) = (claim.summary, claim.generation)
+                } catch {
+                    state.withLock { _ = $0.claiming.removeValue(forKey: clientID) }
+                    throw error
+                }
             } else {
                 summary = try await callStore { try await $0.openMailbox(for: clientID, limits: limits, now: now) }
             }
@@ -401,15 +411,27 @@ final class MailboxHub: Sendable {
             // Only frees space: a failure leaves those messages to be acknowledged later.
             try? await callStore { try await $0.acknowledge(clientID, through: acknowledged) }
         }
-        let (replaced, attached) = state.withLock { state -> (Peer?, Bool) in
+        let (replaced, attached, supersededBy) = state.withLock { state -> (Peer?, Bool, String?) in
+            if let generation, let newer = state.claiming.removeValue(forKey: clientID) ?? nil, newer.generation > generation {
+                // Another node claimed the client after this claim, and said so before it
+                // was registered: this peer is already stale.
+                return (nil, false, newer.node)
+            }
             // A peer that ended before this point has already detached: do not attach it.
-            guard !peer.hasEnded else { return (nil, false) }
+            guard !peer.hasEnded else { return (nil, false, nil) }
             state.metrics.resumed += 1
             defer {
                 state.peers[clientID] = peer
                 state.generations[clientID] = generation
             }
-            return (state.peers[clientID], true)
+            return (state.peers[clientID], true, nil)
+        }
+        if let supersededBy {
+            peer.loop.execute {
+                peer.assumeIsolated { $0.replaced(clientID: clientID, byNode: supersededBy) }
+            }
+            continuation.resume()
+            return
         }
         if !attached, let generation, let cluster {
             // Its claim was recorded: give it back, unless a later one replaced it.
@@ -504,6 +526,11 @@ extension MailboxHub {
     /// Another node claimed `clientID`: the peer here goes if its claim is older.
     func takenOver(_ clientID: String, generation: UInt64, by node: String) {
         let stale = state.withLock { state -> Peer? in
+            if state.generations[clientID] == nil, let pending = state.claiming[clientID] {
+                // A claim of this node is under way: it is closed as it registers, if older.
+                if (pending?.generation ?? 0) < generation { state.claiming[clientID] = (generation, node) }
+                return nil
+            }
             guard let held = state.generations[clientID], held < generation, let peer = state.peers[clientID] else { return nil }
             state.peers.removeValue(forKey: clientID)
             state.generations.removeValue(forKey: clientID)

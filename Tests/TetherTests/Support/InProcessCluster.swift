@@ -18,6 +18,9 @@ final class InProcessCluster: Sendable {
         /// their claims fail.
         var deaf: Set<String> = []
         var broadcastsFailing = false
+        /// Clients whose next claim is overtaken at once by a claim of another node, whose
+        /// notice reaches the claiming node before its claim returns.
+        var overtaken: [String: String] = [:]
     }
 
     let store = InMemoryMailboxStore()
@@ -80,6 +83,15 @@ final class InProcessCluster: Sendable {
             }
             previous?.takenOver(clientID: clientID, generation: generation, by: nodeName)
             let summary = try await cluster.store.openMailbox(for: clientID, limits: limits, now: now)
+            let overtaking = cluster.state.withLock { state -> (String, ClusterNode?)? in
+                guard let other = state.overtaken.removeValue(forKey: clientID) else { return nil }
+                state.generations[clientID] = generation + 1
+                state.presence[clientID] = Presence(node: other, generation: generation + 1)
+                return (other, state.nodes[nodeName])
+            }
+            if let (other, me) = overtaking {
+                me?.takenOver(clientID: clientID, generation: generation + 1, by: other)
+            }
             return ClusterClaim(summary: summary, generation: generation)
         }
 
