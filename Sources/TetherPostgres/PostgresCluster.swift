@@ -1,4 +1,3 @@
-import Synchronization
 public import Tether
 
 /// How a server joins a cluster on PostgreSQL.
@@ -90,7 +89,7 @@ public final class PostgresCluster: SessionCluster {
     /// How this node joins.
     public let configuration: PostgresClusterConfiguration
     let routed: PostgresRoutedStore
-    let state = Mutex(State())
+    let state = Lock(State())
 
     /// The name this node has in the cluster.
     public var nodeName: String { configuration.node }

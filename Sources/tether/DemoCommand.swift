@@ -464,7 +464,7 @@ private func list(_ sequences: [UInt64]) -> String {
 
 /// Sequences heard by a callback, in order.
 private final class SequenceLog: Sendable {
-    private let state = Mutex<[UInt64]>([])
+    private let state = Lock<[UInt64]>([])
 
     func append(_ sequence: UInt64) {
         state.withLock { $0.append(sequence) }

@@ -391,9 +391,9 @@ final class SequenceFile: Sendable {
         var saved: UInt64
     }
 
-    private let state: Mutex<State>
+    private let state: Lock<State>
     /// Held while the file is written, so two saves never interleave.
-    private let writing = Mutex<Void>(())
+    private let writing = Lock<Void>(())
 
     /// Reads the file, a missing one meaning 0, and writes it back: a file that cannot be
     /// written fails now rather than at the first push.
@@ -404,7 +404,7 @@ final class SequenceFile: Sendable {
         self.path = path
         let sequence = try Self.load(path)
         try Self.store(sequence, to: path)
-        state = Mutex(State(latest: sequence, saved: sequence))
+        state = Lock(State(latest: sequence, saved: sequence))
     }
 
     /// `$HOME/.tether/listen-ID.state`, creating `$HOME/.tether`. Bytes of the client id

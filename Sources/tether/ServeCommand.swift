@@ -474,7 +474,7 @@ struct ServeCommand: Command {
 /// Which peers sent a session hello, and as whom: for the log, and so that the ticks for
 /// anonymous peers skip them (theirs come from their mailboxes).
 private final class PeerBook: Sendable {
-    private let clientIDs = Mutex<[PeerID: String]>([:])
+    private let clientIDs = Lock<[PeerID: String]>([:])
     /// Forgets peers that left.
     func record(_ event: ServerEvent) {
         guard let peer = event.peer, event.kind == .peerDisconnected else { return }
