@@ -197,7 +197,7 @@ public final class PostgresCluster: SessionCluster {
                 INSERT INTO tether_nodes (name) VALUES ($1)
                 ON CONFLICT (name) DO UPDATE SET joined_at = now(), last_seen = now()
                 """, [.text(name)])
-            try session.execute("UPDATE tether_mailboxes SET holder = NULL WHERE holder = $1", [.text(name)])
+            try session.execute(PostgresRoutedStore.releaseAllOfNode, [.text(name)])
         }
         let listener = PostgresListener(
             configuration: configuration.database,
@@ -269,7 +269,7 @@ public final class PostgresCluster: SessionCluster {
         await listener.stop()
         let name = nodeName
         try? await routed.transaction("node \(name) leaving") { session in
-            try session.execute("UPDATE tether_mailboxes SET holder = NULL WHERE holder = $1", [.text(name)])
+            try session.execute(PostgresRoutedStore.releaseAllOfNode, [.text(name)])
             try session.execute("DELETE FROM tether_nodes WHERE name = $1", [.text(name)])
         }
     }
@@ -325,8 +325,12 @@ public final class PostgresCluster: SessionCluster {
         try await routed.transaction("releasing \(clients.count) client\(clients.count == 1 ? "" : "s") of node \(name)") { session in
             try session.execute("""
                 UPDATE tether_mailboxes m SET holder = NULL
-                FROM unnest($1::text[], $2::bigint[]) AS r(client_id, generation)
-                WHERE m.client_id = r.client_id AND m.holder = $3 AND m.generation = r.generation
+                FROM (
+                    SELECT x.client_id, r.generation
+                    FROM tether_mailboxes x JOIN unnest($1::text[], $2::bigint[]) AS r(client_id, generation) ON x.client_id = r.client_id
+                    ORDER BY x.client_id FOR UPDATE OF x
+                ) AS l
+                WHERE m.client_id = l.client_id AND m.holder = $3 AND m.generation = l.generation
                 """, parameters: [.textArray(clients), .intArray(generations), PostgresParameter(.text(name))])
         }
     }

@@ -165,12 +165,8 @@ public final class PostgresMailboxStore: MailboxStore {
     ///   the store cannot be written; then none was recorded.
     public func acknowledge(_ positions: [String: UInt64]) async throws(TetherError) {
         guard !positions.isEmpty else { return }
-        // In client id order, the order appends lock mailboxes in, so the two never deadlock.
-        let ordered = positions.sorted { Array($0.key.utf8).lexicographicallyPrecedes(Array($1.key.utf8)) }
-        try await run("acknowledging the pushes of \(ordered.count) client\(ordered.count == 1 ? "" : "s")") { [self] session in
-            for (clientID, sequence) in ordered {
-                try acknowledge(clientID, through: sequence, in: session)
-            }
+        try await run("acknowledging the pushes of \(positions.count) client\(positions.count == 1 ? "" : "s")") { [self] session in
+            try acknowledge(positions, in: session)
         }
     }
 

@@ -140,6 +140,21 @@ private enum SQL {
         UPDATE tether_totals SET stored_bytes = stored_bytes - (SELECT bytes FROM freed) WHERE id = 1
         """
 
+    /// ``deleteThrough`` without the totals: returns the bytes freed, for one update of the
+    /// totals after every mailbox of a batch.
+    static let deleteThroughKeepingTotals = """
+        WITH dropped AS (
+            DELETE FROM tether_messages WHERE client_id = $1 AND sequence <= $2 RETURNING octet_length(payload) AS size
+        ), freed AS (
+            SELECT (count(*) * $3 + COALESCE(sum(size), 0))::bigint AS bytes FROM dropped
+        )
+        UPDATE tether_mailboxes SET stored_bytes = stored_bytes - (SELECT bytes FROM freed) WHERE client_id = $1
+        RETURNING (SELECT bytes FROM freed)
+        """
+
+    /// Takes bytes freed by a batch of acknowledgements off the totals.
+    static let releaseBytes = "UPDATE tether_totals SET stored_bytes = stored_bytes - $1 WHERE id = 1"
+
     /// Locks, in client id order, the mailboxes expiry looks at: the connected ones ($2),
     /// the idle ones and those whose first message is older than $1. The last column says
     /// whether the first message is older than $1.
@@ -463,6 +478,31 @@ extension PostgresMailboxStore {
             PostgresParameter(.int(acknowledged)),
             PostgresParameter(.int(Int64(MailboxLimits.messageOverhead))),
         ])
+    }
+
+    /// Acknowledgements of several clients inside the caller's transaction, in the order
+    /// every writer keeps: the mailbox rows in client id order, then the totals once, last.
+    /// (Taking the totals after the first client, and a mailbox after that, would deadlock
+    /// with an append that holds that mailbox and waits for the totals.)
+    func acknowledge(_ positions: [String: UInt64], in session: PostgresSession) throws {
+        let ordered = positions.sorted { Array($0.key.utf8).lexicographicallyPrecedes(Array($1.key.utf8)) }
+        var freed: Int64 = 0
+        for (clientID, sequence) in ordered {
+            let moved = try session.execute(SQL.acknowledge, parameters: [
+                PostgresParameter(.text(clientID)),
+                PostgresParameter(.int(Int64(clamping: sequence))),
+            ])
+            guard moved.count == 1, let acknowledged = moved.int(0, 0) else { continue }
+            let rows = try session.execute(SQL.deleteThroughKeepingTotals, parameters: [
+                PostgresParameter(.text(clientID)),
+                PostgresParameter(.int(acknowledged)),
+                PostgresParameter(.int(Int64(MailboxLimits.messageOverhead))),
+            ])
+            freed += rows.int(0, 0) ?? 0
+        }
+        if freed != 0 {
+            try session.execute(SQL.releaseBytes, parameters: [PostgresParameter(.int(freed))])
+        }
     }
 
     func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>, in session: PostgresSession) throws -> [String] {

@@ -40,6 +40,15 @@ final class PostgresRoutedStore: MailboxStore, SelfThreadedMailboxStore {
 
     var database: PostgresDatabase { mailboxes.database }
 
+    /// Releases every client node $1 holds. Like every statement that writes several
+    /// mailboxes, it locks them in client id order first, the order appends lock them in,
+    /// so the two never deadlock.
+    static let releaseAllOfNode = """
+        UPDATE tether_mailboxes SET holder = NULL WHERE client_id IN (
+            SELECT client_id FROM tether_mailboxes WHERE holder = $1 ORDER BY client_id FOR UPDATE
+        )
+        """
+
     /// Creates the cluster's tables if they are absent.
     static func prepareSchema(in database: PostgresDatabase) async throws(TetherError) {
         do {
@@ -112,7 +121,12 @@ final class PostgresRoutedStore: MailboxStore, SelfThreadedMailboxStore {
         guard limits.maximumAge != nil else { return [] }
         try await transaction("keeping the mailboxes of connected clients") { session in
             try session.execute(
-                "UPDATE tether_mailboxes SET active_at = $1 WHERE holder IS NOT NULL AND active_at < $1",
+                """
+                UPDATE tether_mailboxes SET active_at = $1 WHERE client_id IN (
+                    SELECT client_id FROM tether_mailboxes WHERE holder IS NOT NULL AND active_at < $1
+                    ORDER BY client_id FOR UPDATE
+                )
+                """,
                 [.int(now.millisecondsSince1970)]
             )
         }

@@ -102,10 +102,11 @@ struct PostgresClusterTests {
             let frames = try await TetherTesting.collect(2, from: notifications, within: .seconds(10))
             #expect(frames.map(\.payload) == [large, Array("7".utf8)])
             #expect(frames.map(\.serial) == [1, 2])
-            let plain = try await Connection.connect(to: nodes[1].endpoint, configuration: reconnecting(after: .milliseconds(20)))
+            // A broadcast reaches the peers attached when it arrives: wait for this one.
             let events = nodes[1].server.events
-            _ = events
+            let plain = try await Connection.connect(to: nodes[1].endpoint, configuration: reconnecting(after: .milliseconds(20)))
             let broadcasts = plain.notifications
+            _ = try await firstEvent(events, "the plain peer on n2") { $0.kind == .peerConnected }
             let small = Frame(type: 0x20, serial: 0, payload: Array("hi".utf8))
             let huge = Frame(type: 0x21, serial: 0, payload: large)
             #expect(await nodes[0].server.broadcast(small) == 0)

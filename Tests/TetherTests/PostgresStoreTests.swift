@@ -278,6 +278,41 @@ struct PostgresStoreTests {
 
 @Suite("PostgreSQL mailbox store: tables and rows", .timeLimit(.minutes(1)))
 struct PostgresMailboxTableTests {
+    @Test("acknowledgements of 20 clients in one call, 100 times, while 3 tasks append to the same clients: no deadlock, and every sequence is given once")
+    func batchedAcknowledgementsBesideAppends() async throws {
+        let store = try await PostgresMailboxStore(url: try await PostgresFixture.freshDatabase())
+        let clients = (0..<20).map { "c\($0)" }
+        _ = try await store.append(clients.map { draft($0, "first") }, limits: roomy, now: t0)
+        let sequences = try await withThrowingTaskGroup(of: [String: [UInt64]].self) { group in
+            for appender in 0..<3 {
+                group.addTask {
+                    var given: [String: [UInt64]] = [:]
+                    for round in 0..<100 {
+                        let client = clients[(round * 7 + appender * 3) % clients.count]
+                        given[client, default: []] += try await store.append([draft(client, "\(round)")], limits: roomy, now: t0)
+                    }
+                    return given
+                }
+            }
+            group.addTask {
+                for round in 1...100 {
+                    try await store.acknowledge(Dictionary(uniqueKeysWithValues: clients.map { ($0, UInt64(round)) }))
+                }
+                return [:]
+            }
+            var all: [String: [UInt64]] = [:]
+            for try await given in group {
+                for (client, numbers) in given { all[client, default: []] += numbers }
+            }
+            return all
+        }
+        for client in clients {
+            let given = (sequences[client] ?? []).sorted()
+            #expect(given == Array(2...UInt64(given.count + 1)), "\(client)")
+        }
+        await store.close()
+    }
+
     @Test("two stores on one database, as two servers would be, append to the same clients at once: each client's sequences are 1…N with none given twice, and the mailbox bound counts both")
     func twoServers() async throws {
         let url = try await PostgresFixture.freshDatabase()
