@@ -123,6 +123,8 @@ struct TransportTests {
         }
         #expect(error?.code == .connectTimedOut)
         #expect(error?.message == "connecting to \(endpoint.host):\(endpoint.port) timed out after 300 ms")
-        #expect(ContinuousClock.now - started < .seconds(5))
+        // Far below the kernel's own give-up time for unanswered SYNs (about two minutes),
+        // with room for a machine busy with the thread sanitizer.
+        #expect(ContinuousClock.now - started < .seconds(20))
     }
 }
