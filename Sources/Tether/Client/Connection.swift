@@ -319,7 +319,8 @@ public actor Connection {
         handle(.attached(token))
     }
 
-    /// Resolves `endpoint` and tries each address until one accepts, within the connect timeout.
+    /// Resolves `endpoint` and races connections to its addresses (Happy Eyeballs, RFC 8305),
+    /// within the connect timeout: the first that connects wins.
     private func dial(_ endpoint: Endpoint) async -> Result<(socket: ChannelBase, address: SocketAddress), TetherError> {
         if let network = configuration.memoryNetwork {
             guard network.loop === loop else {
@@ -330,37 +331,109 @@ public actor Connection {
         }
         let addresses: [SocketAddress]
         do {
-            addresses = try await Resolver.resolve(endpoint)
+            if let resolver = configuration.resolver {
+                addresses = try await resolver(endpoint)
+            } else {
+                addresses = try await Resolver.resolve(endpoint)
+            }
         } catch {
             return .failure(error)
         }
+        let ordered = AddressRace.interleaved(addresses)
         let deadline = loop.now &+ MonotonicTime.nanoseconds(of: configuration.connectTimeout)
-        var failures: [TetherError] = []
-        for address in addresses {
-            if Task.isCancelled { break }
-            let now = loop.now
-            guard now < deadline else {
-                failures.append(TetherError(code: .connectTimedOut, message: "connecting to \(endpoint) timed out after \(describe(configuration.connectTimeout))"))
-                break
-            }
-            let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
-            switch await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self) {
-            case .success(let socket):
-                return .success((.socket(socket), address))
-            case .failure(let error) where error.code == .connectTimedOut:
-                // The attempt only knew the time left; report the timeout the caller configured.
-                failures.append(TetherError(
-                    code: .connectTimedOut,
-                    message: "connecting to \(address) timed out after \(describe(configuration.connectTimeout))"
-                ))
-            case .failure(let error):
-                failures.append(error)
-            }
+        let failures: [TetherError]
+        switch await race(ordered, deadline: deadline) {
+        case .connected(let box, let address):
+            return .success((.socket(box), address))
+        case .failed(let lost):
+            failures = lost
         }
         if Task.isCancelled {
             return .failure(TetherError(code: .connectFailed, message: "connecting to \(endpoint) was cancelled"))
         }
+        if failures.isEmpty, !ordered.isEmpty {
+            return .failure(TetherError(code: .connectTimedOut, message: "connecting to \(endpoint) timed out after \(describe(configuration.connectTimeout))"))
+        }
         return .failure(Self.combine(failures, endpoint: endpoint))
+    }
+
+    /// How a connection race ended.
+    private enum RaceOutcome {
+        case connected(SocketBox, SocketAddress)
+        /// Every attempt failed: their failures, in the order of the addresses.
+        case failed([TetherError])
+    }
+
+    /// What a child of the connection race reports.
+    private enum RaceEvent: Sendable {
+        /// Attempt `index` ended.
+        case attempt(Int, Result<SocketBox, TetherError>)
+        /// The attempt delay after attempt `index` started has passed.
+        case delayPassed(Int)
+    }
+
+    /// Races connection attempts to `addresses`, in order: each starts when the one before
+    /// it failed or has been pending for the attempt delay. Returns the first socket that
+    /// connects (the others are cancelled, and their sockets closed), or every failure, in
+    /// the order of the addresses.
+    private func race(_ addresses: [SocketAddress], deadline: UInt64) async -> RaceOutcome {
+        guard !addresses.isEmpty else { return .failed([]) }
+        let delay = MonotonicTime.nanoseconds(of: configuration.connectionAttemptDelay)
+        let connectTimeout = configuration.connectTimeout
+        return await withTaskGroup(of: RaceEvent.self) { group in
+            var started = 0
+            var running = 0
+            var failures: [(Int, TetherError)] = []
+            func start(_ group: inout TaskGroup<RaceEvent>) {
+                let index = started
+                let address = addresses[index]
+                let now = loop.now
+                started += 1
+                guard now < deadline else {
+                    failures.append((index, TetherError(code: .connectTimedOut, message: "connecting to \(address) timed out after \(describe(connectTimeout))")))
+                    return
+                }
+                running += 1
+                let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
+                group.addTask { [self] in
+                    .attempt(index, await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self))
+                }
+                if started < addresses.count {
+                    group.addTask { [loop] in
+                        try? await loop.sleep(until: now &+ delay)
+                        return .delayPassed(index)
+                    }
+                }
+            }
+            start(&group)
+            while let event = await group.next() {
+                switch event {
+                case .attempt(let index, .success(let box)):
+                    // The others are cancelled; one that connects meanwhile comes back in a
+                    // box that closes its socket when the group drops it.
+                    group.cancelAll()
+                    return .connected(box, addresses[index])
+                case .attempt(let index, .failure(let error)):
+                    running -= 1
+                    let failure = error.code == .connectTimedOut
+                        ? TetherError(code: .connectTimedOut, message: "connecting to \(addresses[index]) timed out after \(describe(connectTimeout))")
+                        : error
+                    failures.append((index, failure))
+                    if started < addresses.count, !Task.isCancelled {
+                        start(&group)
+                    }
+                    if running == 0, started == addresses.count {
+                        group.cancelAll()
+                        return .failed(failures.sorted { $0.0 < $1.0 }.map(\.1))
+                    }
+                case .delayPassed(let index):
+                    if index == started - 1, started < addresses.count, !Task.isCancelled {
+                        start(&group)
+                    }
+                }
+            }
+            return .failed(failures.sorted { $0.0 < $1.0 }.map(\.1))
+        }
     }
 
     static func combine(_ failures: [TetherError], endpoint: Endpoint) -> TetherError {

@@ -151,8 +151,17 @@ public struct HeartbeatConfiguration: Sendable, Hashable {
 public struct ConnectionConfiguration: Sendable {
     /// The wire protocol. Default ``Profile/seed``.
     public var profile: Profile = .seed
-    /// How long connecting may take, across every address the host resolves to. Default 10 s.
+    /// How long connecting may take, across every address the host resolves to: the whole
+    /// race of attempts (``connectionAttemptDelay``). Default 10 s.
     public var connectTimeout: Duration = .seconds(10)
+    /// How long an attempt to connect to one address has before the next address is tried
+    /// beside it (Happy Eyeballs, RFC 8305). The addresses a host resolves to are tried in
+    /// the system's order with the families interleaved (an IPv6 address, then an IPv4 one,
+    /// and so on, starting with the system's first); each attempt that is still pending after
+    /// this delay, or that fails, starts the next, and the first to connect wins while the
+    /// others are closed. So a black-holed address costs this delay, not the connect timeout.
+    /// Default 250 ms, as the RFC recommends.
+    public var connectionAttemptDelay: Duration = .milliseconds(250)
     /// The timeout of requests that do not give one; `nil` waits forever. Default 30 s.
     public var requestTimeout: Duration? = .seconds(30)
     /// Heartbeats. Default: every 10 s, 5 s to answer, the connection lost after 3 misses.
@@ -190,6 +199,9 @@ public struct ConnectionConfiguration: Sendable {
     /// The in-memory network to dial (or listen on) instead of the system's sockets; set
     /// by `TetherTesting`, together with ``eventLoopGroup``. `nil`: real sockets.
     package var memoryNetwork: MemoryNetwork?
+    /// Resolves endpoints instead of the system's resolver, when set: for tests of the
+    /// connection race with addresses of their choosing.
+    package var resolver: (@Sendable (Endpoint) async throws(TetherError) -> [SocketAddress])?
 
     /// The defaults.
     public init() {}

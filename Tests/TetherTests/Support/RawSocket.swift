@@ -46,9 +46,9 @@ final class RawSocket: @unchecked Sendable {
         return (RawSocket(fd: fd), Endpoint(host: "127.0.0.1", port: bound.port))
     }
 
-    /// Opens a listening socket on 127.0.0.1 with a free port.
-    static func listen(host: String = "127.0.0.1", backlog: Int32 = 16) throws -> (RawSocket, Endpoint) {
-        let address = SocketAddress(ipAddress: host, port: 0)!
+    /// Opens a listening socket on 127.0.0.1 (or `host`) with a free port (or `port`).
+    static func listen(host: String = "127.0.0.1", port: Int = 0, backlog: Int32 = 16) throws -> (RawSocket, Endpoint) {
+        let address = SocketAddress(ipAddress: host, port: port)!
         let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))

@@ -1,0 +1,66 @@
+import Testing
+@testable import Tether
+
+@Suite("Racing the addresses of a host (Happy Eyeballs)", .timeLimit(.minutes(1)))
+struct AddressRaceTests {
+    private func address(_ text: String) -> SocketAddress {
+        SocketAddress(ipAddress: text, port: 9000)!
+    }
+
+    @Test("addresses are tried with the families interleaved, starting with the system's first, each family in the system's order")
+    func interleaving() {
+        let v6 = ["::1", "::2", "::3"].map(address)
+        let v4 = ["10.0.0.1", "10.0.0.2"].map(address)
+        #expect(AddressRace.interleaved(v6 + v4) == [v6[0], v4[0], v6[1], v4[1], v6[2]])
+        #expect(AddressRace.interleaved([v4[0], v6[0], v6[1], v4[1]]) == [v4[0], v6[0], v4[1], v6[1]])
+        #expect(AddressRace.interleaved(v4) == v4)
+        #expect(AddressRace.interleaved([]) == [])
+        #expect(ConnectionConfiguration().connectionAttemptDelay == .milliseconds(250))
+    }
+
+    @Test("a host resolving to a black-holed ::1 first and an answering 127.0.0.1: connected over IPv4 in well under a second, with the default connect timeout of 10 s")
+    func blackHoledFirstAddress() async throws {
+        try await withServer(handlers: echoHandlers) { _, endpoint in
+            // [::1]:PORT listens with a full accept queue and never accepts: the kernel drops
+            // the SYNs, so a connect to it hangs.
+            let (listener, blackHole) = try RawSocket.listen(host: "::1", port: endpoint.port, backlog: 0)
+            defer { listener.close() }
+            var fillers: [RawSocket] = []
+            defer { fillers.forEach { $0.close() } }
+            for _ in 0..<8 {
+                guard let filler = try? RawSocket.connect(to: blackHole, timeout: .milliseconds(200)) else { break }
+                fillers.append(filler)
+            }
+            let port = endpoint.port
+            var configuration = testConfiguration()
+            configuration.connectTimeout = .seconds(10)
+            configuration.resolver = { _ in
+                [SocketAddress(ipAddress: "::1", port: port)!, SocketAddress(ipAddress: "127.0.0.1", port: port)!]
+            }
+            let started = ContinuousClock.now
+            let connection = try await Connection.connect(to: Endpoint(host: "dual-stack.test", port: port), configuration: configuration)
+            let elapsed = ContinuousClock.now - started
+            #expect(elapsed < .seconds(1), "connected after \(elapsed)")
+            #expect(await connection.remoteAddress == SocketAddress(ipAddress: "127.0.0.1", port: port))
+            #expect(try await connection.request(Request(type: 0x402)).type == 0x402)
+            await connection.close()
+        }
+    }
+
+    @Test("every address failing: the connect fails with each address's failure, in the order they were tried")
+    func everyAddressFails() async throws {
+        let (first, firstEndpoint) = try RawSocket.listen()
+        first.close()
+        let (second, secondEndpoint) = try RawSocket.listen()
+        second.close()
+        var configuration = testConfiguration()
+        configuration.resolver = { _ in
+            [SocketAddress(ipAddress: "127.0.0.1", port: firstEndpoint.port)!, SocketAddress(ipAddress: "127.0.0.1", port: secondEndpoint.port)!]
+        }
+        let error = await #expect(throws: TetherError.self) {
+            _ = try await Connection.connect(to: Endpoint(host: "closed.test", port: 1), configuration: configuration)
+        }
+        #expect(error?.code == .connectionRefused)
+        #expect(error?.message == "cannot connect to closed.test:1: connection refused by 127.0.0.1:\(firstEndpoint.port); connection refused by 127.0.0.1:\(secondEndpoint.port)")
+    }
+}
