@@ -12,7 +12,7 @@ public struct PostgresClusterConfiguration: Sendable {
     /// payload) travel to the node that holds their client inside the notice; larger ones
     /// are read from the mailbox by that node. At most 7,999 bytes, PostgreSQL's bound.
     /// Default 6,000.
-    public var inlineNoticeBytes: Int = 6_000
+    public var inlineNoticeBytes: Int = PostgresNotice.defaultInlineLimit
     /// How long a node that lost its `LISTEN` connection keeps its clients connected while
     /// it reconnects. Past it the node closes their connections, so they come back where
     /// pushes reach them, rather than wait on a node that no longer hears of their pushes.

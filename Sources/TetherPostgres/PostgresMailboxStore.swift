@@ -75,7 +75,10 @@ public final class PostgresMailboxStore: MailboxStore {
 
     /// Runs `body` in a transaction, or (`transaction: false`, for reads) as a read that
     /// is repeated once on a new connection when the old one turns out lost.
-    private func run<T: Sendable>(_ step: String, transaction: Bool = true, _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws(TetherError) -> T {
+    /// Runs `body` on the pool, in a transaction unless `transaction` is `false`; a failure
+    /// comes out as ``Tether/TetherError`` naming `step` and the server.
+    @discardableResult
+    func run<T: Sendable>(_ step: String, transaction: Bool = true, _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws(TetherError) -> T {
         do {
             if transaction {
                 return try await database.transaction(body)

@@ -21,6 +21,9 @@ enum PostgresNotice: Equatable {
     /// The most bytes a notice may have: PostgreSQL refuses payloads of 8,000 bytes and more.
     static let maximumLength = 7_999
 
+    /// How many bytes of notice a push may take by default and still travel inside it.
+    static let defaultInlineLimit = 6_000
+
     /// The channel of node `name`.
     static func channel(ofNode name: String) -> String { "tether.node.\(name)" }
 

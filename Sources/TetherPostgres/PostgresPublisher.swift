@@ -34,7 +34,7 @@ public final class PostgresPublisher: Sendable {
             await mailboxes.close()
             throw error
         }
-        routed = PostgresRoutedStore(mailboxes: mailboxes, origin: nil, inlineLimit: 6_000)
+        routed = PostgresRoutedStore(mailboxes: mailboxes, origin: nil, inlineLimit: PostgresNotice.defaultInlineLimit)
         self.limits = limits
         clock = { MailboxTime.now() }
     }

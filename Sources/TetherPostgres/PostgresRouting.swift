@@ -64,11 +64,7 @@ final class PostgresRoutedStore: MailboxStore, SelfThreadedMailboxStore {
     /// Runs `body` in a transaction; failures as ``Tether/TetherError`` naming `step`.
     @discardableResult
     func transaction<T: Sendable>(_ step: String, _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws(TetherError) -> T {
-        do {
-            return try await database.transaction(body)
-        } catch {
-            throw PostgresMailboxStore.failure(database, step, error)
-        }
+        try await mailboxes.run(step, body)
     }
 
     func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> [UInt64] {
@@ -162,14 +158,10 @@ final class PostgresRoutedStore: MailboxStore, SelfThreadedMailboxStore {
 
     /// A broadcast kept in `tether_broadcasts`, if it is still there.
     func storedBroadcast(_ id: Int64) async throws(TetherError) -> Frame? {
-        do {
-            return try await database.withSession { session in
-                let rows = try session.execute("SELECT type, payload FROM tether_broadcasts WHERE id = $1", [.int(id)])
-                guard rows.count == 1, let type = rows.int(0, 0), let payload = rows.bytes(0, 1) else { return nil }
-                return Frame(type: UInt32(truncatingIfNeeded: type), serial: 0, payload: payload)
-            }
-        } catch {
-            throw PostgresMailboxStore.failure(database, "reading broadcast \(id)", error)
+        try await mailboxes.run("reading broadcast \(id)", transaction: false) { session in
+            let rows = try session.execute("SELECT type, payload FROM tether_broadcasts WHERE id = $1", [.int(id)])
+            guard rows.count == 1, let type = rows.int(0, 0), let payload = rows.bytes(0, 1) else { return nil }
+            return Frame(type: UInt32(truncatingIfNeeded: type), serial: 0, payload: payload)
         }
     }
 }

@@ -18,7 +18,7 @@ struct AddressRaceTests {
         #expect(ConnectionConfiguration().connectionAttemptDelay == .milliseconds(250))
     }
 
-    @Test("a host resolving to a black-holed ::1 first and an answering 127.0.0.1: connected over IPv4 in well under a second, with the default connect timeout of 10 s")
+    @Test("a host resolving to a black-holed ::1 first and an answering 127.0.0.1: connected over IPv4 long before the connect timeout of 10 s, which the first address alone would have used up")
     func blackHoledFirstAddress() async throws {
         try await withServer(handlers: echoHandlers) { _, endpoint in
             // [::1]:PORT listens with a full accept queue and never accepts: the kernel drops
@@ -40,7 +40,10 @@ struct AddressRaceTests {
             let started = ContinuousClock.now
             let connection = try await Connection.connect(to: Endpoint(host: "dual-stack.test", port: port), configuration: configuration)
             let elapsed = ContinuousClock.now - started
-            #expect(elapsed < .seconds(1), "connected after \(elapsed)")
+            // The ::1 attempt never completes: connecting at all means the IPv4 attempt ran
+            // beside it, and well before the connect timeout (10 s) it would otherwise have
+            // spent on ::1. How much earlier depends on the machine's load, not on the race.
+            #expect(elapsed < .seconds(5), "connected after \(elapsed)")
             #expect(await connection.remoteAddress == SocketAddress(ipAddress: "127.0.0.1", port: port))
             #expect(try await connection.request(Request(type: 0x402)).type == 0x402)
             await connection.close()
