@@ -53,15 +53,16 @@ extension Connection {
 
     // MARK: Hello
 
-    /// Writes the session hello, first on the new connection of attempt `token`, and arms
-    /// its timeout.
-    func sendHello(on channel: Channel, token: ConnectionStateMachine.Token) {
+    /// Writes the session hello as `sender`, first on the new connection of attempt
+    /// `token`, and arms its timeout.
+    func sendHello(on channel: Channel, token: ConnectionStateMachine.Token, as sender: SessionIdentity) {
         guard let settings = configuration.session, var state = session else { return }
         if settings.acknowledgesAutomatically { _ = state.acknowledge() }
         session = state
+        identity.current = sender
         let hello = SessionWire.Hello(
-            clientID: settings.clientID,
-            token: settings.token,
+            clientID: sender.clientID,
+            token: sender.token,
             lastSequence: state.lastReceived,
             acknowledged: state.lastAcknowledged,
             epoch: state.epoch
@@ -91,11 +92,15 @@ extension Connection {
     /// The server answered the hello: accepted (resume, then ready), refused for good
     /// (fail, no reconnect), or refused for now (a failed attempt).
     func helloAnswered(_ frame: Frame) {
-        guard let settings = configuration.session, var state = session else { return }
+        // An answer before the hello went out (the provider is still asked) answers nothing.
+        guard configuration.session != nil, var state = session, identity.asking == nil else { return }
         let server = remoteAddress?.description ?? currentEndpoint.description
+        let clientID = identity.current?.clientID ?? ""
         if let welcome = SessionWire.decode(SessionWire.Welcome.self, from: frame.payload), welcome.accepted {
             for event in state.welcomed(welcome) { sessionFeed.publish(event) }
             session = state
+            identity.accepted = true
+            identity.rejectionReason = nil
             handle(.helloAccepted)
             return
         }
@@ -104,13 +109,14 @@ extension Connection {
         if refusal?.rejected == false {
             // A passing failure on the server's side: this attempt failed, the next may not.
             handle(.helloRefused(
-                TetherError(code: .sessionRejected, message: "\(server) could not resume client \(settings.clientID) now: \(message)"),
+                TetherError(code: .sessionRejected, message: "\(server) could not resume client \(clientID) now: \(message)"),
                 retryable: true
             ))
             return
         }
+        identity.rejectionReason = refusal?.reason ?? message
         handle(.helloRefused(
-            TetherError(code: .sessionRejected, message: "\(server) rejected the session of client \(settings.clientID): \(message)"),
+            TetherError(code: .sessionRejected, message: "\(server) rejected the session of client \(clientID): \(message)"),
             retryable: false
         ))
     }
@@ -200,6 +206,7 @@ extension Connection {
     func stopSession() {
         if let helloTimer { loop.cancel(helloTimer) }
         helloTimer = nil
+        stopAskingIdentity()
         if let acknowledgeTimer { loop.cancel(acknowledgeTimer) }
         acknowledgeTimer = nil
     }

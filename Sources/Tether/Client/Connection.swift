@@ -91,6 +91,10 @@ public actor Connection {
     /// Where the session stands, with ``ConnectionConfiguration/session``.
     var session: ClientSessionState?
     var helloTimer: LoopTimer?
+    /// Where the hello's identity comes from; see ``switchSession(to:resumeAfter:resumeEpoch:)``.
+    var identity: ConnectionIdentity
+    /// The caller of ``switchSession(to:resumeAfter:resumeEpoch:)`` while the switch is under way.
+    var switchWaiter: CheckedContinuation<Void, any Error>?
     /// Whether a handshake (TLS, then the session hello) is under way on the socket.
     var handshaking: Bool { lifecycle.isHandshaking }
     var acknowledgeTimer: LoopTimer?
@@ -132,7 +136,8 @@ public actor Connection {
                 endpointCount: 1 + configuration.alternateEndpoints.count,
                 policy: configuration.reconnect,
                 secured: configuration.tls != nil,
-                greets: configuration.session != nil
+                greets: configuration.session != nil,
+                asksIdentity: configuration.session?.identityProvider != nil
             ),
             seed: UInt64.random(in: .min ... .max)
         )
@@ -152,6 +157,7 @@ public actor Connection {
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
         sessionFeed = Broadcaster(bufferSize: size)
         session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter, epoch: $0.resumeEpoch) }
+        identity = ConnectionIdentity(configuration.session)
         stateFeed.publish(.idle)
         if sessions {
             let loop = loop
@@ -466,7 +472,7 @@ public actor Connection {
     private func start(on channel: Channel, token: ConnectionStateMachine.Token) {
         // Connected, but not ready: the session hello goes first, and the rest waits for the
         // server's answer (``helloAnswered(_:)``).
-        sendHello(on: channel, token: token)
+        greet(on: channel, token: token)
     }
 
     /// The connection broke (peer closed, network error, heartbeat timeout, protocol error):
@@ -698,6 +704,12 @@ public actor Connection {
             failWaiting(reason)
         case .publish(let state):
             stateFeed.publish(state)
+        case .resetSession:
+            resetSession()
+        case .resumeSwitcher:
+            answerSwitcher(nil)
+        case .failSwitcher(let failure):
+            answerSwitcher(failure)
         case .endStreams:
             stateFeed.finish()
             sessionFeed.finish()

@@ -26,7 +26,8 @@
 /// | attached(t) | ✗ | ✗ | securing / greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ |
 /// | tlsEstablished | ✗ | ✗ | ✗ | greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ |
 /// | helloAccepted | ✗ | ✗ | ✗ | ✗ | connected | ✗ | ✗ | ✗ | ✗ |
-/// | helloRefused | ✗ | ✗ | ✗ | ✗ | failed attempt / ended(failed) | ✗ | ✗ | ✗ | ✗ |
+/// | helloRefused | ✗ | ✗ | ✗ | ✗ | failed attempt / dialing⁴ / ended(failed) | ✗ | ✗ | ✗ | ✗ |
+/// | identityFailed(t) | · | · | ✗ | · | failed attempt | · | · | · | · |
 /// | helloTimedOut(t) | · | · | ✗ | · | failed attempt | · | · | · | · |
 /// | provedHealthy | ✗ | ✗ | ✗ | · | · | healthy | ✗ | ✗ | ✗ |
 /// | lost | · | · | ✗ | failed attempt | failed attempt | backingOff / ended | · | · | · |
@@ -35,11 +36,17 @@
 /// | resume | · | · | ✗ | · | · | · | · | dialing | · |
 /// | reconnectNow | · | · | ✗ | · | · | · | dialing | dialing | · |
 /// | close | ended | ended | ✗ | ended | ended | ended | ended | ended | · |
+/// | switchSession | idle⁵ | dialing | ✗ | dialing | dialing | dialing | dialing | dialing | switcher fails |
+/// | switchCancelled | · | · | ✗ | · | · | · | · | · | · |
 ///
 /// `·` is an event answered with no action; `✗` is a `preconditionFailure` (attaching lasts
 /// one synchronous step of the actor, so nothing else can arrive in it). ¹ Only before the first
 /// `connect()`; after it, a second one is refused in every phase. ² Only while the caller of
 /// `connect()` still waits; otherwise `·`. ³ For the token being attached; `✗` for another.
+/// ⁴ A rejection for good (`retryable: false`) with an identity provider, when the hello
+/// before was not rejected too: the provider is asked again and the same endpoint dialed at
+/// once, as the same attempt; a second rejection in a row ends (failed). ⁵ The new identity
+/// is taken for the first connect, and the switcher answered at once.
 /// A *failed attempt* goes to backingOff, or ends
 /// (closed) for a first connect the policy does not retry or a disabled policy, or ends
 /// (failed) once the policy's attempts are spent.
@@ -50,8 +57,16 @@
 /// loss reported when no channel is attached (a channel that reports its end after it was
 /// dropped); a cancellation of `connect()` after it returned; and the user's calls that do
 /// nothing where they are (`suspend()` when idle, suspended or ended; `resume()` when not
-/// suspended; `reconnectNow()` while connecting or connected; `close()` when ended). A stale
-/// dial success leaves the dialed socket with the actor, which closes it.
+/// suspended; `reconnectNow()` while connecting or connected; `close()` when ended); an
+/// identity provider's failure for an attempt that is not the current one; a cancellation of
+/// `switchSession(to:)` after it returned. A stale dial success leaves the dialed socket with
+/// the actor, which closes it.
+///
+/// **Switching session** (`switchSession`) drops what is under way (a graceful detach, so
+/// the earlier user's deliveries are acknowledged first), fails every request and frame
+/// made before it, has the actor start the new user's session state (``Action/resetSession``)
+/// and dials at once as attempt 0; its caller (the *switcher*) is answered when a hello is
+/// next accepted, and fails when the connection ends or is suspended first.
 ///
 /// **Illegal events** stop the process with a message naming the phase and the event: an
 /// event the actor only sends in one phase arriving in another. That is `connectStarted` or
@@ -73,6 +88,9 @@ struct ConnectionStateMachine: Sendable {
         var secured = false
         /// Whether a session hello follows the handshake.
         var greets = false
+        /// Whether the hello's identity is asked of a provider, which may answer a rejection
+        /// with a fresh one.
+        var asksIdentity = false
     }
 
     /// Names one dial or one backoff, so that a result that arrives after it was abandoned
@@ -144,6 +162,14 @@ struct ConnectionStateMachine: Sendable {
         case reconnectNow
         /// `close()`, with its reason.
         case close(TetherError)
+        /// The identity provider failed for the attempt of the token (it threw, or answered
+        /// with an identity that cannot be sent).
+        case identityFailed(Token, TetherError)
+        /// `switchSession(to:)`: the error for what was made before it, and whether the new
+        /// identity is asked of a provider.
+        case switchSession(TetherError, asksIdentity: Bool)
+        /// The task that called `switchSession(to:)` was cancelled.
+        case switchCancelled
     }
 
     /// How the caller of `connect()` is answered when it does not get its connection.
@@ -197,6 +223,13 @@ struct ConnectionStateMachine: Sendable {
         case publish(ConnectionState)
         /// End every subscription.
         case endStreams
+        /// Start the session state of the identity `switchSession(to:)` gave: sequence,
+        /// epoch, held pushes; publish the switch.
+        case resetSession
+        /// Resume the caller of `switchSession(to:)`.
+        case resumeSwitcher
+        /// Fail the caller of `switchSession(to:)`.
+        case failSwitcher(OpenerFailure)
     }
 
     let settings: Settings
@@ -212,6 +245,13 @@ struct ConnectionStateMachine: Sendable {
     private(set) var openerWaiting = false
     /// Whether a connection ever became ready.
     private(set) var hasConnected = false
+    /// Whether the hello's identity is asked of a provider.
+    private(set) var asksIdentity: Bool
+    /// The server's last rejection for good, while the retry with a fresh identity it
+    /// prompted has not been accepted: a second one ends the connection.
+    private(set) var rejection: TetherError?
+    /// Whether the caller of `switchSession(to:)` waits.
+    private(set) var switchWaiting = false
     /// Counts the events that changed something: the actor stops carrying out the actions of
     /// one event as soon as a later event (reported by one of those actions) has changed it.
     private(set) var transitions: UInt64 = 0
@@ -225,6 +265,7 @@ struct ConnectionStateMachine: Sendable {
     ///   - seed: Seeds the backoff jitter.
     init(settings: Settings, seed: UInt64) {
         self.settings = settings
+        self.asksIdentity = settings.asksIdentity
         self.random = BackoffRandom(seed: seed)
     }
 
@@ -333,10 +374,16 @@ struct ConnectionStateMachine: Sendable {
             return secured(token)
         case .helloAccepted:
             guard case .greeting = phase else { illegal(event) }
+            rejection = nil
             return [.stopHelloTimer] + ready()
         case .helloRefused(let reason, let retryable):
             guard case .greeting = phase else { illegal(event) }
             if retryable { return [.detach(graceful: false)] + attemptFailed(reason) }
+            if asksIdentity, rejection == nil {
+                // The provider may have a fresher credential: ask it once more, at once.
+                rejection = reason
+                return [.detach(graceful: false)] + redial()
+            }
             return release(graceful: false) + end(reason, failed: true)
         case .helloTimedOut(let token, let reason):
             guard case .greeting(token) = phase else { return [] }
@@ -379,12 +426,14 @@ struct ConnectionStateMachine: Sendable {
                 let attached = isAttached
                 var actions = release(graceful: true)
                 if attached { actions.append(.failInFlight(reason)) }
+                let suspended = TetherError(code: .notConnected, message: "connecting to \(settings.endpoint) was suspended by suspend()")
                 if openerWaiting {
                     openerWaiting = false
-                    actions.append(.failOpener(.error(TetherError(
-                        code: .notConnected,
-                        message: "connecting to \(settings.endpoint) was suspended by suspend()"
-                    ))))
+                    actions.append(.failOpener(.error(suspended)))
+                }
+                if switchWaiting {
+                    switchWaiting = false
+                    actions.append(.failSwitcher(.error(suspended)))
                 }
                 phase = .suspended
                 return actions + [.publish(.suspended)]
@@ -404,6 +453,33 @@ struct ConnectionStateMachine: Sendable {
         case .close(let reason):
             if case .ended = phase { return [] }
             return release(graceful: true) + end(reason, failed: false)
+        case .identityFailed(let token, let reason):
+            guard case .greeting(token) = phase else { return [] }
+            return [.detach(graceful: false)] + attemptFailed(reason)
+        case .switchSession(let reason, let asks):
+            switch phase {
+            case .idle:
+                asksIdentity = asks
+                rejection = nil
+                return [.resetSession, .resumeSwitcher]
+            case .ended:
+                return [.failSwitcher(.notConnected)]
+            default:
+                asksIdentity = asks
+                rejection = nil
+                switchWaiting = true
+                attempt = 0
+                let wasConnecting = state == .connecting
+                var actions = release(graceful: true) + [.failWaiting(reason), .resetSession]
+                let dial = startAttempt(cancellingBackoff: false)
+                // Already connecting: the new attempt is no new state.
+                actions += wasConnecting ? dial.filter { $0 != .publish(.connecting) } : dial
+                return actions
+            }
+        case .switchCancelled:
+            guard switchWaiting else { return [] }
+            switchWaiting = false
+            return [.failSwitcher(.cancelled)]
         }
     }
 
@@ -427,6 +503,14 @@ struct ConnectionStateMachine: Sendable {
         return actions
     }
 
+    /// Dials the same endpoint again at once, as the same attempt: the retry a rejection
+    /// prompts. The state stays connecting.
+    private mutating func redial() -> [Action] {
+        let token = nextToken()
+        phase = .dialing(token)
+        return [.dial(token, endpoint: endpointIndex % max(1, settings.endpointCount), attempt: attempt)]
+    }
+
     /// The channel is up and, with TLS, secured: greet, or be ready.
     private mutating func secured(_ token: Token) -> [Action] {
         if settings.greets {
@@ -445,6 +529,10 @@ struct ConnectionStateMachine: Sendable {
         if openerWaiting {
             openerWaiting = false
             actions.append(.resumeOpener)
+        }
+        if switchWaiting {
+            switchWaiting = false
+            actions.append(.resumeSwitcher)
         }
         actions.append(.writeQueued)
         return actions
@@ -496,6 +584,10 @@ struct ConnectionStateMachine: Sendable {
         if openerWaiting {
             openerWaiting = false
             actions.append(.failOpener(.error(reason)))
+        }
+        if switchWaiting {
+            switchWaiting = false
+            actions.append(.failSwitcher(.error(reason)))
         }
         let state: ConnectionState = failed ? .failed(reason) : .closed(reason)
         phase = .ended(state)

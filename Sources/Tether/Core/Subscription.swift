@@ -234,6 +234,11 @@ final class Broadcaster<Element: Sendable>: Sendable {
         return true
     }
 
+    /// Drops every element held for subscribers to come: they were for a session that ended.
+    func dropHeld() {
+        state.withLock { $0.held.removeAll() }
+    }
+
     /// Elements held for subscribers to come, for tests.
     var heldCountForTesting: Int { state.withLock { $0.held.count } }
 

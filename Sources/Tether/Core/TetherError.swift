@@ -46,6 +46,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case encodingFailed
             case decodingFailed
             case sessionRejected
+            case identityUnavailable
             case storeFailed
             case mailboxesFull
             case tlsFailed
@@ -112,8 +113,13 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// Content could not be decoded (for example as JSON).
         public static let decodingFailed = Code(value: .decodingFailed)
         /// The server refused the session hello (an unknown client, a bad token); the
-        /// connection does not retry it.
+        /// connection does not retry it, unless a ``SessionIdentityProvider`` gives it a
+        /// fresh identity to try once more.
         public static let sessionRejected = Code(value: .sessionRejected)
+        /// A ``SessionIdentityProvider`` threw, or answered with a client id that cannot be
+        /// sent: that attempt failed, and the connection tries again by its
+        /// ``ReconnectPolicy``. ``TetherError/underlying`` is what the provider threw.
+        public static let identityUnavailable = Code(value: .identityUnavailable)
         /// A mailbox store could not be opened, read or written.
         public static let storeFailed = Code(value: .storeFailed)
         /// A mailbox store is at one of its store-wide bounds

@@ -37,8 +37,8 @@ extension Peer {
             } catch {
                 claimedClientID = nil
                 hub.rejected()
-                let reason = (error as? TetherError)?.message ?? String(describing: error)
-                refuse(frame, "client id \(hello.clientID) was rejected: \(reason)", rejected: true)
+                let reason = TetherError.reason(of: error)
+                refuse(frame, "client id \(hello.clientID) was rejected: \(reason)", rejected: true, reason: reason)
                 close()
                 return
             }
@@ -60,8 +60,8 @@ extension Peer {
         }
     }
 
-    private func refuse(_ frame: Frame, _ message: String, rejected: Bool) {
-        respond(Response(payload: SessionWire.encode(SessionWire.Refusal(error: message, rejected: rejected))), to: frame)
+    private func refuse(_ frame: Frame, _ message: String, rejected: Bool, reason: String? = nil) {
+        respond(Response(payload: SessionWire.encode(SessionWire.Refusal(error: message, rejected: rejected, reason: reason))), to: frame)
     }
 
     /// The hub registered this peer for `clientID`: answer the hello, then replay what the

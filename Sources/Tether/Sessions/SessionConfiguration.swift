@@ -44,6 +44,15 @@ public struct SessionConfiguration: Sendable, Hashable {
     public var clientID: String
     /// A credential for the server's ``Server/authenticate(_:)`` check.
     public var token: String?
+    /// Asked for the client id and token before every hello, instead of sending
+    /// ``clientID`` and ``token``: for credentials that expire. With it, a hello the server
+    /// rejects for good is retried once at once with what the provider answers then. Default
+    /// `nil`: the fixed ``clientID`` and ``token`` on every hello, and a rejection ends the
+    /// connection.
+    ///
+    /// See ``SessionIdentityProvider``. With a provider, ``clientID`` and ``token`` are not
+    /// sent.
+    public var identityProvider: SessionIdentityProvider?
     /// The last sequence the app had already processed before this connection was made,
     /// for example one saved from ``Connection/lastSequence`` before the app was last
     /// stopped; pushes up to it are not replayed. Default 0: everything the mailbox holds.
@@ -96,6 +105,20 @@ public struct SessionConfiguration: Sendable, Hashable {
         self.resumeAfter = resumeAfter
         self.resumeEpoch = resumeEpoch
     }
+
+    /// A session whose client id and token are asked of `provider` before every hello.
+    ///
+    /// - Parameters:
+    ///   - provider: Answers with the identity to greet with.
+    ///   - resumeAfter: The last sequence the app already has; 0 for none.
+    ///   - resumeEpoch: The epoch that sequence belongs to, from ``Connection/sessionEpoch``;
+    ///     `nil` for none known.
+    public init(identity provider: SessionIdentityProvider, resumeAfter: UInt64 = 0, resumeEpoch: String? = nil) {
+        self.clientID = ""
+        self.identityProvider = provider
+        self.resumeAfter = resumeAfter
+        self.resumeEpoch = resumeEpoch
+    }
 }
 
 /// Something that happened to a client's session: it was resumed, pushes were lost, or
@@ -103,7 +126,7 @@ public struct SessionConfiguration: Sendable, Hashable {
 public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
     /// What happened.
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
-        enum Value: Hashable, Sendable { case resumed, gap, reset }
+        enum Value: Hashable, Sendable { case resumed, gap, reset, switched }
         let value: Value
 
         /// The server accepted the hello; it replays what follows ``SessionEvent/lastSequence``
@@ -119,6 +142,11 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
         /// wiped or replaced. The client's sequence restarts at ``SessionEvent/lastSequence``,
         /// and the new history's pushes after it follow.
         public static let reset = Kind(value: .reset)
+        /// ``Connection/switchSession(to:resumeAfter:resumeEpoch:)`` changed the user: every
+        /// push of the earlier user was published before this event, and every push published
+        /// after it is the new user's (``SessionEvent/clientID``, when known), whose sequence
+        /// starts after ``SessionEvent/lastSequence``.
+        public static let switched = Kind(value: .switched)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
@@ -135,6 +163,9 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
     /// Why they were lost, for ``Kind/gap``: `nil` when the server did not say (a jump the
     /// client saw by itself).
     public var reason: MailboxLossReason?
+    /// The client the session now belongs to, for ``Kind/switched``: the new identity's
+    /// client id, or `nil` when a provider will name it.
+    public var clientID: String?
 
     /// A short textual form, for logs and messages.
     public var description: String {
@@ -148,6 +179,8 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
             return "lost \(range)" + (reason.map { " (\($0))" } ?? "")
         case .reset:
             return "the server's history was replaced (its sequence is at \(serverSequence ?? 0)); restarting after \(lastSequence)"
+        case .switched:
+            return "switched to \(clientID.map { "client \($0)" } ?? "the provider's client"), after \(lastSequence)"
         }
     }
 }

@@ -40,6 +40,9 @@ enum SessionWire {
         var error: String
         /// `true`: the client may not retry (bad credentials); `false`: a passing failure.
         var rejected: Bool
+        /// What the server's check said when it rejected the hello, without the words
+        /// around it in ``error``; absent for other refusals and from older servers.
+        var reason: String?
     }
 
     static let maximumClientIDLength = 256
