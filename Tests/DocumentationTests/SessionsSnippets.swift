@@ -21,6 +21,12 @@ private struct PushService: Sendable {
     func wake(_ clientID: String) async {}
 }
 private let apns = PushService()
+private struct Auth: Sendable {
+    var userID: String { "alice" }
+    func refresh() async throws {}
+    func accessToken() async throws -> String { "secret" }
+}
+private let auth = Auth()
 
 // MARK: - Overview
 
@@ -70,6 +76,34 @@ func sessionsSubscribeBeforeConnecting(
     let events = connection.sessionEvents
     try await connection.connect()
     return (connection, pushes, events)
+}
+
+// MARK: - Credentials that expire
+
+func sessionsIdentityProvider(
+    endpoint: Endpoint,
+    saved: (lastSequence: UInt64, epoch: String?)
+) async throws -> Connection {
+    var configuration = ConnectionConfiguration()
+    configuration.session = SessionConfiguration(identity: SessionIdentityProvider { context in
+        if context.reason == .rejected { try await auth.refresh() }    // the server said why: context.rejectionReason
+        return SessionIdentity(clientID: auth.userID, token: try await auth.accessToken())
+    }, resumeAfter: saved.lastSequence, resumeEpoch: saved.epoch)
+    let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+    return connection
+}
+
+// MARK: - Switching user
+
+func sessionsSwitchUser(
+    _ connection: Connection,
+    bobToken: String,
+    bobSaved: (lastSequence: UInt64, epoch: String?)
+) async throws {
+    // Alice signs out, Bob signs in: his identity, and where his app left off.
+    try await connection.switchSession(to: SessionIdentity(clientID: "bob", token: bobToken),
+                                       resumeAfter: bobSaved.lastSequence,
+                                       resumeEpoch: bobSaved.epoch)
 }
 
 // MARK: - Gaps

@@ -68,7 +68,7 @@ extension Connection {
     }
 
     /// Makes the connection the session of the user that `provider` names from now on;
-    /// see ``switchSession(to:resumeAfter:resumeEpoch:)``. The provider is asked before
+    /// see ``switchSession(to:resumeAfter:resumeEpoch:)-(SessionIdentity,_,_)``. The provider is asked before
     /// every hello, first with ``SessionIdentityContext/Reason/connect``.
     ///
     /// - Parameters:
@@ -76,7 +76,7 @@ extension Connection {
     ///   - resumeAfter: The last sequence the app already has of that user's mailbox; 0 for
     ///     none.
     ///   - resumeEpoch: The epoch that sequence belongs to; `nil` for none known.
-    /// - Throws: As ``switchSession(to:resumeAfter:resumeEpoch:)``.
+    /// - Throws: As ``switchSession(to:resumeAfter:resumeEpoch:)-(SessionIdentity,_,_)``.
     public func switchSession(to provider: SessionIdentityProvider, resumeAfter: UInt64 = 0, resumeEpoch: String? = nil) async throws {
         try await switchSession(.provided(provider), resumeAfter: resumeAfter, epoch: resumeEpoch)
     }
@@ -123,7 +123,7 @@ extension Connection {
         sessionFeed.publish(SessionEvent(kind: .switched, lastSequence: change.resumeAfter, clientID: clientID))
     }
 
-    /// Answers the caller of ``switchSession(to:resumeAfter:resumeEpoch:)``.
+    /// Answers the caller of ``switchSession(to:resumeAfter:resumeEpoch:)-(SessionIdentity,_,_)``.
     func answerSwitcher(_ failure: ConnectionStateMachine.OpenerFailure?) {
         guard let waiter = switchWaiter else { return }
         switchWaiter = nil

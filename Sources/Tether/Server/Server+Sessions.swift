@@ -78,6 +78,9 @@ extension Server {
     ///
     /// The check runs before the client's mailbox is touched. Throwing rejects the hello:
     /// the client gets the error's message, stops reconnecting, and its connection closes.
+    /// A client with a ``SessionIdentityProvider`` first asks it once more, with the
+    /// message (``SessionIdentityContext/rejectionReason``), and tries once more with its
+    /// answer: throw an error whose message says what to fix (`"token expired"`).
     /// Without a check every client id is accepted, and gets a mailbox: a server reachable
     /// by strangers should set one, or anyone can make up client ids until the store is at
     /// ``MailboxLimits/maximumMailboxes`` and hellos from real new clients are refused

@@ -142,7 +142,7 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
         /// wiped or replaced. The client's sequence restarts at ``SessionEvent/lastSequence``,
         /// and the new history's pushes after it follow.
         public static let reset = Kind(value: .reset)
-        /// ``Connection/switchSession(to:resumeAfter:resumeEpoch:)`` changed the user: every
+        /// ``Connection/switchSession(to:resumeAfter:resumeEpoch:)-(SessionIdentity,_,_)`` changed the user: every
         /// push of the earlier user was published before this event, and every push published
         /// after it is the new user's (``SessionEvent/clientID``, when known), whose sequence
         /// starts after ``SessionEvent/lastSequence``.

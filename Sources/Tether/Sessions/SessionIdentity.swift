@@ -2,7 +2,7 @@
 ///
 /// The fixed form of an identity is ``SessionConfiguration/clientID`` with
 /// ``SessionConfiguration/token``; a ``SessionIdentityProvider`` answers with one of these
-/// before every hello, and ``Connection/switchSession(to:resumeAfter:resumeEpoch:)`` takes
+/// before every hello, and ``Connection/switchSession(to:resumeAfter:resumeEpoch:)-(SessionIdentity,_,_)`` takes
 /// one to change users on a live connection.
 public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible {
     /// The client's stable identity: its mailbox on the server. 1 to 256 bytes of UTF-8.
@@ -33,7 +33,7 @@ public struct SessionIdentityContext: Sendable, Hashable {
 
         /// No hello with an identity of this provider has been accepted yet: the first
         /// connect, its retries, or the first connect after
-        /// ``Connection/switchSession(to:resumeAfter:resumeEpoch:)``.
+        /// ``Connection/switchSession(to:resumeAfter:resumeEpoch:)-(SessionIdentity,_,_)``.
         public static let connect = Reason(value: .connect)
         /// The connection came back after it was lost, suspended or told to reconnect.
         public static let reconnect = Reason(value: .reconnect)
