@@ -36,9 +36,10 @@ struct CLIServeMailboxTests {
     func token() async throws {
         let (server, endpoint) = try await tetherServe(["--token", "s3cret"])
         defer { server.kill() }
-        let refusal = "client id mallory was rejected: this server requires a token (tether listen --token)"
-        #expect(try await hello("mallory", token: nil, to: endpoint)?.payload == SessionWire.encode(SessionWire.Refusal(error: refusal, rejected: true)))
-        #expect(try await hello("mallory", token: "guess", to: endpoint)?.payload == SessionWire.encode(SessionWire.Refusal(error: refusal, rejected: true)))
+        let reason = "this server requires a token (tether listen --token)"
+        let refusal = SessionWire.Refusal(error: "client id mallory was rejected: \(reason)", rejected: true, reason: reason)
+        #expect(try await hello("mallory", token: nil, to: endpoint)?.payload == SessionWire.encode(refusal))
+        #expect(try await hello("mallory", token: "guess", to: endpoint)?.payload == SessionWire.encode(refusal))
         #expect(try await hello("alice", token: "s3cret", to: endpoint)?.payload == SessionWire.encode(SessionWire.Welcome(accepted: true, clientID: "alice", lastSequence: 0, resumeAfter: 0)))
         _ = try await server.waitForOutput(containing: "rejected as client mallory: wrong token", within: eventBound)
         #expect(server.outputText.contains("rejected as client mallory: no token"))

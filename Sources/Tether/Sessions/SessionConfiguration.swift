@@ -78,6 +78,9 @@ public struct SessionConfiguration: Sendable, Hashable {
     public var acknowledgeDelay: Duration = .milliseconds(500)
     /// How long the server may take to answer the hello before the attempt counts as
     /// failed; `nil` uses ``ConnectionConfiguration/connectTimeout``. Default `nil`.
+    ///
+    /// With an ``identityProvider``, the provider has this long to answer first, and the
+    /// server then has this long again.
     public var helloTimeout: Duration?
     /// The most pushes the connection holds for a subscriber that has yet to come. Default
     /// 10,000, as many as a mailbox keeps by default (``MailboxLimits/maximumMessages``), so
