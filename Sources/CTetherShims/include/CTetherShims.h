@@ -11,6 +11,12 @@
 int ctether_accept4(int fd);
 #endif
 
+// The C library parts the bottom layer of the Tether module needs (`memset`, `memchr`,
+// `pthread_mutex_*`), the same on every platform: files there import this module instead
+// of choosing between Glibc, Musl and Darwin.
+#include <pthread.h>
+#include <string.h>
+
 /// The calling thread's `errno`, read through a function so Swift never caches it.
 int ctether_errno(void);
 
