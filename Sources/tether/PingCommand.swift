@@ -92,10 +92,13 @@ struct PingCommand: Command {
         let settings = configuration.heartbeat
         let clock = ContinuousClock()
         let started = clock.now
-        let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+        // Subscribed before connecting: the first heartbeat goes out as the connection opens,
+        // and its ack may arrive before connect() returns.
+        let connection = Connection(to: endpoint, configuration: configuration)
+        let beats = connection.heartbeats
+        try await connection.connect()
         if verbose { await VerboseOption.print(connection, readyIn: clock.now - started) }
         let verbose = verbose
-        let beats = connection.heartbeats
         // Changes after the replayed current state (`connected`): reconnects after misses.
         let states = connection.states
         let stateReporter = Task { () -> TetherError? in

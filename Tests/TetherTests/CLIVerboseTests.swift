@@ -60,7 +60,8 @@ struct CLIVerboseTests {
         let listen = try tether(["listen", "127.0.0.1:\(endpoint.port)", "--count", "1", "--verbose"])
         defer { listen.kill() }
         #expect(try await listen.waitForExit(within: eventBound) == 0, "\(listen.outputText)")
-        let lines = listen.outputText.split(separator: "\n")
+        // Only the lines on stderr: the push printed on stdout may come between them.
+        let lines = listen.outputText.split(separator: "\n").filter { $0.hasPrefix("tether:") }
         let connected = try #require(lines.firstIndex(of: "tether: connected"), "\(listen.outputText)")
         #expect(lines.indices.contains(connected + 1) && lines[connected + 1].hasPrefix("tether: connected to 127.0.0.1:\(endpoint.port) (IPv4) in "), "\(listen.outputText)")
     }
