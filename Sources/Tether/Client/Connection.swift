@@ -94,6 +94,10 @@ public actor Connection {
     /// Whether a handshake (TLS, then the session hello) is under way on the socket.
     var handshaking: Bool { lifecycle.isHandshaking }
     var acknowledgeTimer: LoopTimer?
+    /// The connection's observer of ``ConnectionConfiguration/pathMonitor``, while it follows one.
+    var pathObservation: PathObservation?
+    /// The last network path the connection was told.
+    var lastPath: NetworkPath?
 
     struct QueuedSend {
         var id: UInt64
@@ -275,6 +279,7 @@ public actor Connection {
                 throw error
             }
         }
+        followPath()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 openWaiter = continuation
@@ -543,6 +548,8 @@ public actor Connection {
             helloTimer = nil
         case .startHeartbeats:
             startHeartbeats()
+        case .verifyConnection:
+            verifyConnection()
         case .countConnection:
             counters.connects += 1
         case .writeQueued:
@@ -578,6 +585,7 @@ public actor Connection {
         case .publish(let state):
             stateFeed.publish(state)
         case .endStreams:
+            stopFollowingPath()
             stateFeed.finish()
             sessionFeed.finish()
             frameFeed.finish()
