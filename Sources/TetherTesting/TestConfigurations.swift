@@ -31,12 +31,15 @@ extension ConnectionConfiguration {
     }
 
     /// Makes the connection dial `network` instead of the system's sockets, on the
-    /// network's event loop and clock; the rest of the configuration stays.
+    /// network's event loop and clock, and follow the network's
+    /// ``TetherTesting/TestNetwork/pathMonitor`` instead of the system's; the rest of the
+    /// configuration stays.
     ///
     /// - Parameter network: The in-memory network.
     public mutating func use(_ network: TestNetwork) {
         eventLoopGroup = network.eventLoopGroup
         memoryNetwork = network.memory
+        pathMonitor = network.pathMonitor
     }
 }
 

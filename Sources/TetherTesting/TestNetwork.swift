@@ -37,6 +37,10 @@ public final class TestNetwork: Sendable {
     /// ``Tether/ConnectionConfiguration/use(_:)`` and ``Tether/ServerConfiguration/use(_:)`` set it.
     public let eventLoopGroup: EventLoopGroup
     package let memory: MemoryNetwork
+    /// The network path its connections see: usable, until the test changes it;
+    /// ``Tether/ConnectionConfiguration/use(_:)`` sets it as their
+    /// ``Tether/ConnectionConfiguration/pathMonitor``.
+    public let pathMonitor = TestPathMonitor()
 
     /// A network with nothing on it yet.
     ///

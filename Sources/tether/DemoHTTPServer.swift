@@ -17,7 +17,7 @@ final class DemoHTTPServer: Sendable {
     private let stopping = Atomic<Bool>(false)
 
     init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, SocketOptions.streamType, 0)
         guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
         let listening = Socket(adopting: fd)
         var address = sockaddr_in()
@@ -79,7 +79,7 @@ final class DemoHTTPServer: Sendable {
         let bytes = Array((head + body).utf8)
         var offset = 0
         while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Syscall.noSignalFlag) }
             guard written > 0 else { return }
             offset += written
         }

@@ -16,7 +16,7 @@ struct ListenCommand: Command {
         tether listen HOST:PORT [--profile NAME] [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
         [--max-attempts N] [--reconnect-delay SECONDS] \
         [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
-        \(ClientTLSOptions.synopsis)
+        \(VerboseOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects and prints each notification (push) as one JSON line on stdout:
@@ -38,6 +38,13 @@ struct ListenCommand: Command {
         settled:
 
           tether: connected, TLSv1.3 TLS_AES_256_GCM_SHA384, server /CN=localhost (sha256/…)
+
+        With --verbose, each connected line is followed by how that connection was opened:
+        the address and family that won (a host's IPv6 and IPv4 addresses are raced), the
+        connect and resolution times, and every address tried when there were several:
+
+          tether: connected
+          tether: connected to 127.0.0.1:9000 (IPv4) in 0.412 ms, resolved in 0.095 ms
 
         A TLS failure on the first connect ends it with exit 1 and the reason: a certificate
         that does not verify, a host name or pin that does not match, a client certificate
@@ -91,6 +98,7 @@ struct ListenCommand: Command {
                                          the interval when --heartbeat-interval is given)
           --max-missed N                 misses in a row that count the connection as
                                          lost (default 3)
+        \(VerboseOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -106,6 +114,7 @@ struct ListenCommand: Command {
     var token: String?
     var statePath: String?
     var tls = ClientTLSOptions()
+    var verbose = false
 
     /// The longest client id, in bytes of UTF-8.
     static let maximumClientIDLength = 256
@@ -151,6 +160,7 @@ struct ListenCommand: Command {
         }
         heartbeat = try HeartbeatOptions(parsing: &arguments)
         tls = try ClientTLSOptions(parsing: &arguments)
+        verbose = arguments.flag("--verbose")
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
@@ -223,7 +233,7 @@ struct ListenCommand: Command {
                 // The connection ended; the state task reports how.
                 return .idle
             }
-            Self.watch(connection, states, signals, in: &group)
+            Self.watch(connection, states, signals, verbose: verbose, in: &group)
             return await Self.first(of: &group)
         }
         return await Self.finish(connection, outcome)
@@ -288,7 +298,7 @@ struct ListenCommand: Command {
                 }
                 return .idle
             }
-            Self.watch(connection, states, signals, in: &group)
+            Self.watch(connection, states, signals, verbose: verbose, in: &group)
             return await Self.first(of: &group)
         }
         wake.finish()
@@ -307,6 +317,7 @@ struct ListenCommand: Command {
         _ connection: Connection,
         _ states: Subscription<ConnectionState>,
         _ signals: AsyncStream<Int32>,
+        verbose: Bool,
         in group: inout TaskGroup<Outcome>
     ) {
         group.addTask {
@@ -316,6 +327,7 @@ struct ListenCommand: Command {
                 } else {
                     Console.err("tether: \(state)")
                 }
+                if verbose, state.phase == .connected { await VerboseOption.print(connection) }
             }
             // Cancelled, or the connection reached its final state, printed last.
             return Task.isCancelled ? .idle : .ended

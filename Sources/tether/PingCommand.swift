@@ -6,7 +6,7 @@ struct PingCommand: Command {
     static let summary = "send heartbeats and print their round-trip times"
     static let synopsis = """
         tether ping HOST:PORT [--profile NAME] [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
-        [--max-missed N] \(ClientTLSOptions.synopsis)
+        [--max-missed N] \(VerboseOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects with heartbeats every INTERVAL and prints one line per ack or miss, then a
@@ -29,6 +29,12 @@ struct PingCommand: Command {
         With --profile it speaks another wire format (`tether profiles`) with heartbeats:
         seed-extended or compact (marker and lines have none).
 
+        With --verbose, how each connection was opened is printed on stderr: the address
+        and family that won (a host's IPv6 and IPv4 addresses are raced), the connect,
+        resolution and ready times, and every address tried when there were several:
+
+          tether: connected to 127.0.0.1:9000 (IPv4) in 0.412 ms, resolved in 0.095 ms, ready in 0.530 ms
+
         A TLS failure on the first connect (a certificate that does not verify, a host name
         or pin that does not match, a client certificate the server requires or refuses)
         ends the ping with exit 1 and the reason.
@@ -43,6 +49,7 @@ struct PingCommand: Command {
                                          interval)
           --max-missed N                 misses in a row that count the connection as lost
                                          (default: COUNT + 1, so every miss is reported)
+        \(VerboseOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -52,6 +59,7 @@ struct PingCommand: Command {
     var count = 4
     var heartbeat = HeartbeatOptions()
     var tls = ClientTLSOptions()
+    var verbose = false
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         profile = try ProfileOption.parse(&arguments)
@@ -70,6 +78,7 @@ struct PingCommand: Command {
             heartbeat.interval = try Parse.seconds(interval, option: "--interval")
         }
         tls = try ClientTLSOptions(parsing: &arguments)
+        verbose = arguments.flag("--verbose")
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
@@ -81,13 +90,21 @@ struct PingCommand: Command {
         // A server that is not there at the start is reported at once.
         configuration.reconnect.appliesToFirstConnect = false
         let settings = configuration.heartbeat
-        let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+        let clock = ContinuousClock()
+        let started = clock.now
+        // Subscribed before connecting: the first heartbeat goes out as the connection opens,
+        // and its ack may arrive before connect() returns.
+        let connection = Connection(to: endpoint, configuration: configuration)
         let beats = connection.heartbeats
+        try await connection.connect()
+        if verbose { await VerboseOption.print(connection, readyIn: clock.now - started) }
+        let verbose = verbose
         // Changes after the replayed current state (`connected`): reconnects after misses.
         let states = connection.states
         let stateReporter = Task { () -> TetherError? in
             for await state in states.dropFirst() {
                 Console.err("tether: \(state)")
+                if verbose, state.phase == .connected { await VerboseOption.print(connection) }
             }
             return nil
         }

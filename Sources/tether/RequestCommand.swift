@@ -8,7 +8,7 @@ struct RequestCommand: Command {
         tether request HOST:PORT (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
         [--profile NAME] [--field NAME=VALUE]... \
         [--timeout SECONDS] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
-        \(ClientTLSOptions.synopsis)
+        \(VerboseOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects, sends one request, prints the response content (UTF-8) on stdout and
@@ -47,7 +47,16 @@ struct RequestCommand: Command {
 
           tether: TLSv1.3 TLS_AES_256_GCM_SHA384, server /CN=localhost (sha256/…)
 
-        and a certificate that fails to verify fails the request (exit 1) with the reason:
+        With --verbose, how the connection was opened is printed on stderr first: the
+        address and family that won (a host's IPv6 and IPv4 addresses are raced), the
+        connect and resolution times, the time until ready (TLS and a session included),
+        and every address tried when there were several:
+
+          tether: connected to 127.0.0.1:9000 (IPv4) in 0.412 ms, resolved in 0.095 ms, ready in 0.530 ms
+          tether:   tried [::1]:9000 after 0.000 ms: failed in 0.051 ms: connection refused by [::1]:9000
+          tether:   tried 127.0.0.1:9000 after 0.052 ms: connected in 0.201 ms
+
+        And with TLS, a certificate that fails to verify fails the request (exit 1) with the reason:
 
           tether: certificate verify failed for localhost: certificate has expired
 
@@ -72,6 +81,7 @@ struct RequestCommand: Command {
                                          interval, or 5 when no interval is given)
           --max-missed N                 misses in a row that count the connection as lost
                                          (default 3)
+        \(VerboseOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -84,6 +94,7 @@ struct RequestCommand: Command {
     var timeout: Duration = .seconds(10)
     var heartbeat = HeartbeatOptions()
     var tls = ClientTLSOptions()
+    var verbose = false
     var http: HTTPRequest?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
@@ -138,6 +149,7 @@ struct RequestCommand: Command {
             throw ArgumentError("the heartbeat options need heartbeats, and the \(profile.name) profile has none")
         }
         tls = try ClientTLSOptions(parsing: &arguments)
+        verbose = arguments.flag("--verbose")
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
@@ -152,7 +164,10 @@ struct RequestCommand: Command {
         configuration.reconnect.appliesToFirstConnect = false
         let request = Request(type: type, payload: payload, fields: fields)
         let timeout = timeout
+        let clock = ContinuousClock()
+        let started = clock.now
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+        if verbose { await VerboseOption.print(connection, readyIn: clock.now - started) }
         if let details = await connection.tlsDetails {
             Console.err("tether: \(tlsSummary(details, peer: "server"))")
         }

@@ -18,6 +18,7 @@ let commands: [any Command.Type] = [
     BenchCommand.self,
     PinCommand.self,
     ProfilesCommand.self,
+    PathCommand.self,
 ]
 
 func topLevelHelp() -> String {

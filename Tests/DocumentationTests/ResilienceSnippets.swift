@@ -54,11 +54,23 @@ func networkDidBecomeAvailable(_ connection: Connection) async {
     await connection.reconnectNow()     // skips what is left of the backoff
 }
 
-func networkPathDidChange(_ connection: Connection) async {
-    if await connection.currentState.phase == .connected {
-        await connection.suspend()      // the socket may belong to the old path: drop it
+private func noPathMonitorExample() {
+    var configuration = ConnectionConfiguration()
+    configuration.pathMonitor = nil     // a usable path that never changes
+    _ = configuration
+}
+
+func connectionSurvivesLosingTheNetwork() async throws {
+    try await withTestNetwork { network in
+        try await withTestServer(configuration: .testing(on: network)) { server in
+            let connection = try await Connection.connect(to: server.endpoint, configuration: .testing(on: network))
+            network.pathMonitor.update(.unusable)           // the network is gone
+            await network.runUntilIdle()
+            print(await connection.currentState)            // connected: only heartbeats decide
+            network.pathMonitor.update(.testing(interface: "rmnet0", index: 9, gateway: "198.51.100.1"))
+            await connection.close()
+        }
     }
-    await connection.reconnectNow()     // ends the suspension, or skips the backoff
 }
 
 /// What a status banner says about a connection; `nil` hides the banner.
@@ -68,6 +80,8 @@ func bannerText(for state: ConnectionState) -> String? {
         return "Connecting…"
     case .reconnecting:
         return "Connection lost. Reconnecting (attempt \(state.attempt ?? 1))…"
+    case .waitingForNetwork:
+        return "Waiting for the network…"
     case .failed:
         return "Offline: \(state.reason?.message ?? "the server cannot be reached")"
     default:
@@ -163,16 +177,13 @@ struct ResilienceSnippets {
         }
     }
 
-    @Test("after a path change, a connected connection gets a new link at once")
-    func pathChange() async throws {
-        try await withNetworkConnection(handlers: { _ in }) { network, _, connection in
-            let states = connection.states
-            await networkPathDidChange(connection)
-            let phases = try await phasesUntilConnectedAgain(states)
-            #expect(phases == [.connected, .suspended, .connecting, .connected])
-            #expect(await connection.metrics.connects == 2)
-            #expect(network.links.count == 2)
-        }
+    @Test("a connection follows the system's path by default, or none; losing the network leaves a live connection connected")
+    func networkPath() async throws {
+        noPathMonitorExample()
+        #expect(ConnectionConfiguration().pathMonitor === SystemPathMonitor.shared)
+        let printed = try await withPrintedLines { try await connectionSurvivesLosingTheNetwork() }
+        #expect(printed == ["connected"])
+        #expect(bannerText(for: .waitingForNetwork(reason: TetherError(code: .peerClosed, message: "peer closed"))) == "Waiting for the network…")
     }
 
     @Test("a policy that runs out of attempts ends the connection in failed, with the last error, as its last attempt fails")

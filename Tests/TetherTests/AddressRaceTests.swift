@@ -45,7 +45,45 @@ struct AddressRaceTests {
             // spent on ::1. How much earlier depends on the machine's load, not on the race.
             #expect(elapsed < .seconds(5), "connected after \(elapsed)")
             #expect(await connection.remoteAddress == SocketAddress(ipAddress: "127.0.0.1", port: port))
+            // The report says so: ::1 first, still pending when IPv4 won after the attempt
+            // delay.
+            let report = try #require(await connection.connectReport)
+            #expect(report.address == SocketAddress(ipAddress: "127.0.0.1", port: port))
+            #expect(report.family == "IPv4")
+            #expect(report.endpoint == Endpoint(host: "dual-stack.test", port: port))
+            #expect(report.attempts.map(\.address) == [SocketAddress(ipAddress: "::1", port: port)!, SocketAddress(ipAddress: "127.0.0.1", port: port)!])
+            #expect(report.attempts.map(\.outcome) == [.abandoned, .connected])
+            #expect(report.attempts[1].startedAfter >= configuration.connectionAttemptDelay, "\(report)")
+            #expect(report.attempts[0].duration == nil)
+            #expect(report.connectTime >= report.attempts[1].startedAfter)
             #expect(try await connection.request(Request(type: 0x402)).type == 0x402)
+            await connection.close()
+        }
+    }
+
+    @Test("a refused first address: the next starts at once, without the attempt delay, and the report lists both")
+    func refusedFirstAddress() async throws {
+        try await withServer(handlers: echoHandlers) { _, endpoint in
+            let (closed, closedEndpoint) = try RawSocket.listen()
+            closed.close()
+            let refused = SocketAddress(ipAddress: "127.0.0.1", port: closedEndpoint.port)!
+            let answering = SocketAddress(ipAddress: "127.0.0.1", port: endpoint.port)!
+            var configuration = testConfiguration()
+            // Far longer than the test's bound: a next attempt that waited for it would fail it.
+            configuration.connectionAttemptDelay = .seconds(120)
+            configuration.resolver = { _ in [refused, answering] }
+            let connection = try await Connection.connect(to: Endpoint(host: "half-closed.test", port: 1), configuration: configuration)
+            let report = try #require(await connection.connectReport)
+            #expect(report.address == answering)
+            #expect(report.attempts.map(\.address) == [refused, answering])
+            guard case .failed(let error) = report.attempts[0].outcome else {
+                Issue.record("the first attempt: \(report.attempts[0].outcome)")
+                return
+            }
+            #expect(error.code == .connectionRefused)
+            #expect(report.attempts[1].outcome == .connected)
+            #expect(report.attempts[1].startedAfter < .seconds(60), "\(report)")
+            #expect(report.description.hasPrefix("connected to \(answering) (IPv4) in "), "\(report)")
             await connection.close()
         }
     }

@@ -168,6 +168,7 @@ struct MailboxBoundsTests {
         }
     }
 
+    @available(macOS 26, iOS 26, *)  // Task.immediate
     @Test("a push the store cannot take fails its own caller only: pushes queued with it are stored and delivered")
     func failedAppendIsolated() async throws {
         let store = GatedStore()

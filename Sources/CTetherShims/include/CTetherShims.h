@@ -9,7 +9,17 @@
 
 /// `accept4(2)` returning a nonblocking, close-on-exec descriptor.
 int ctether_accept4(int fd);
+
+/// A nonblocking, close-on-exec `NETLINK_ROUTE` socket bound to the multicast `groups`
+/// (0 for none: a socket for requests); -1 with `errno` set on failure.
+int ctether_netlink_open(unsigned int groups);
 #endif
+
+// The C library parts the bottom layer of the Tether module needs (`memset`, `memchr`,
+// `pthread_mutex_*`), the same on every platform: files there import this module instead
+// of choosing between Glibc, Musl and Darwin.
+#include <pthread.h>
+#include <string.h>
 
 /// The calling thread's `errno`, read through a function so Swift never caches it.
 int ctether_errno(void);

@@ -53,8 +53,38 @@ extension Connection {
                     message: "no heartbeat ack from \(channel.remoteAddress) for \(misses) heartbeats in a row (\(describe(configuration.heartbeat.timeout)) each)"
                 ))
                 return
+            case .verificationMissed(let serial):
+                counters.heartbeatsMissed += 1
+                heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
+                connectionLost(TetherError(
+                    code: .heartbeatTimeout,
+                    message: "no heartbeat ack from \(channel.remoteAddress) within \(describe(configuration.heartbeat.timeout)) after the network path changed"
+                ))
+                return
             }
         }
+        scheduleHeartbeat(at: machine.nextTick(after: now))
+    }
+
+    /// The network path changed: sends a heartbeat now, out of schedule (unless one is
+    /// outstanding), whose miss within the heartbeat timeout ends the connection. Does
+    /// nothing without heartbeats.
+    func verifyConnection() {
+        guard let channel, var machine = heartbeatMachine else { return }
+        let now = loop.now
+        let actions = machine.verify(now: now)
+        heartbeatMachine = machine
+        for case .send(let serial) in actions {
+            do {
+                try write(Frame(type: configuration.profile.heartbeatType ?? 0, serial: serial), on: channel)
+                heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .sent))
+            } catch {
+                connectionLost(error)
+                return
+            }
+        }
+        // The timer waited for the next send; now it waits for this heartbeat's miss.
+        if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         scheduleHeartbeat(at: machine.nextTick(after: now))
     }
 

@@ -84,7 +84,7 @@ public actor Connection {
     /// The connect in progress; at most one at any time.
     var connectTask: Task<Void, Never>?
     /// The socket the connect task opened, until it becomes the channel.
-    var dialedSocket: (socket: ChannelBase, address: SocketAddress, endpoint: Endpoint)?
+    var dialedSocket: (dialed: Dialed, endpoint: Endpoint)?
     var backoffTimer: LoopTimer?
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
@@ -98,6 +98,10 @@ public actor Connection {
     /// Whether a handshake (TLS, then the session hello) is under way on the socket.
     var handshaking: Bool { lifecycle.isHandshaking }
     var acknowledgeTimer: LoopTimer?
+    /// The connection's observer of ``ConnectionConfiguration/pathMonitor``, while it follows one.
+    var pathObservation: PathObservation?
+    /// The last network path the connection was told.
+    var lastPath: NetworkPath?
 
     struct QueuedSend {
         var id: UInt64
@@ -116,6 +120,10 @@ public actor Connection {
     /// The endpoint of the current (or last) connection: ``endpoint`` or one of
     /// ``ConnectionConfiguration/alternateEndpoints``.
     public private(set) var currentEndpoint: Endpoint
+    /// How the current (or last) connection was opened: the address that won, how long
+    /// resolving and connecting took, and every address tried. `nil` before the first
+    /// connection.
+    public private(set) var connectReport: ConnectReport?
 
     let frameFeed: Broadcaster<Frame>
     let notificationFeed: Broadcaster<Frame>
@@ -172,8 +180,10 @@ public actor Connection {
 
     /// Opens a connection and returns once it is connected.
     ///
-    /// The host is resolved and each of its addresses (IPv4 and IPv6) is tried in turn
-    /// until one accepts, all within ``ConnectionConfiguration/connectTimeout``. When that
+    /// The host is resolved and its addresses (IPv6 and IPv4) are raced: a new attempt starts
+    /// every ``ConnectionConfiguration/connectionAttemptDelay`` (or as soon as one fails),
+    /// the first to accept wins, all within ``ConnectionConfiguration/connectTimeout``;
+    /// ``connectReport`` says how it went. When that
     /// fails it keeps trying by ``ConnectionConfiguration/reconnect`` and throws only once the
     /// policy gives up (never, by default: cancel the task to stop it). With
     /// ``ReconnectPolicy/appliesToFirstConnect`` off, or reconnecting disabled, the first
@@ -275,6 +285,7 @@ public actor Connection {
                 throw error
             }
         }
+        followPath()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 openWaiter = continuation
@@ -302,7 +313,7 @@ public actor Connection {
     private func runAttempt(_ token: ConnectionStateMachine.Token, endpoint: Endpoint) async {
         switch await dial(endpoint) {
         case .success(let connected):
-            dialedSocket = (connected.socket, connected.address, endpoint)
+            dialedSocket = (connected, endpoint)
             handle(.dialSucceeded(token))
             // Abandoned meanwhile (closed, suspended) when still here: the socket is nobody's,
             // and dropping it closes it.
@@ -317,140 +328,13 @@ public actor Connection {
         guard let connected = dialedSocket else { preconditionFailure("no dialed socket to attach for attempt \(token)") }
         dialedSocket = nil
         do {
-            try attach(connected.socket, address: connected.address, endpoint: connected.endpoint)
+            try attach(connected.dialed.socket, address: connected.dialed.address, endpoint: connected.endpoint)
         } catch {
             handle(.dialFailed(token, error))
             return
         }
+        connectReport = connected.dialed.report
         handle(.attached(token))
-    }
-
-    /// Resolves `endpoint` and races connections to its addresses (Happy Eyeballs, RFC 8305),
-    /// within the connect timeout: the first that connects wins.
-    private func dial(_ endpoint: Endpoint) async -> Result<(socket: ChannelBase, address: SocketAddress), TetherError> {
-        if let network = configuration.memoryNetwork {
-            guard network.loop === loop else {
-                return .failure(TetherError(code: .invalidArgument, message: "a connection on an in-memory network must use the network's event loop group"))
-            }
-            return await network.connect(to: endpoint, sealed: configuration.tls != nil, timeout: configuration.connectTimeout)
-                .map { (.memory($0.0), $0.1) }
-        }
-        let addresses: [SocketAddress]
-        do {
-            if let resolver = configuration.resolver {
-                addresses = try await resolver(endpoint)
-            } else {
-                addresses = try await Resolver.resolve(endpoint)
-            }
-        } catch {
-            return .failure(error)
-        }
-        let ordered = AddressRace.interleaved(addresses)
-        let deadline = loop.now &+ MonotonicTime.nanoseconds(of: configuration.connectTimeout)
-        let failures: [TetherError]
-        switch await race(ordered, deadline: deadline) {
-        case .connected(let box, let address):
-            return .success((.socket(box), address))
-        case .failed(let lost):
-            failures = lost
-        }
-        if Task.isCancelled {
-            return .failure(TetherError(code: .connectFailed, message: "connecting to \(endpoint) was cancelled"))
-        }
-        if failures.isEmpty, !ordered.isEmpty {
-            return .failure(TetherError(code: .connectTimedOut, message: "connecting to \(endpoint) timed out after \(describe(configuration.connectTimeout))"))
-        }
-        return .failure(Self.combine(failures, endpoint: endpoint))
-    }
-
-    /// How a connection race ended.
-    private enum RaceOutcome {
-        case connected(SocketBox, SocketAddress)
-        /// Every attempt failed: their failures, in the order of the addresses.
-        case failed([TetherError])
-    }
-
-    /// What a child of the connection race reports.
-    private enum RaceEvent: Sendable {
-        /// Attempt `index` ended.
-        case attempt(Int, Result<SocketBox, TetherError>)
-        /// The attempt delay after attempt `index` started has passed.
-        case delayPassed(Int)
-    }
-
-    /// Races connection attempts to `addresses`, in order: each starts when the one before
-    /// it failed or has been pending for the attempt delay. Returns the first socket that
-    /// connects (the others are cancelled, and their sockets closed), or every failure, in
-    /// the order of the addresses.
-    private func race(_ addresses: [SocketAddress], deadline: UInt64) async -> RaceOutcome {
-        guard !addresses.isEmpty else { return .failed([]) }
-        let delay = MonotonicTime.nanoseconds(of: configuration.connectionAttemptDelay)
-        let connectTimeout = configuration.connectTimeout
-        return await withTaskGroup(of: RaceEvent.self) { group in
-            var started = 0
-            var running = 0
-            var failures: [(Int, TetherError)] = []
-            func start(_ group: inout TaskGroup<RaceEvent>) {
-                let index = started
-                let address = addresses[index]
-                let now = loop.now
-                started += 1
-                guard now < deadline else {
-                    failures.append((index, TetherError(code: .connectTimedOut, message: "connecting to \(address) timed out after \(describe(connectTimeout))")))
-                    return
-                }
-                running += 1
-                let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
-                group.addTask { [self] in
-                    .attempt(index, await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self))
-                }
-                if started < addresses.count {
-                    group.addTask { [loop] in
-                        try? await loop.sleep(until: now &+ delay)
-                        return .delayPassed(index)
-                    }
-                }
-            }
-            start(&group)
-            while let event = await group.next() {
-                switch event {
-                case .attempt(let index, .success(let box)):
-                    // The others are cancelled; one that connects meanwhile comes back in a
-                    // box that closes its socket when the group drops it.
-                    group.cancelAll()
-                    return .connected(box, addresses[index])
-                case .attempt(let index, .failure(let error)):
-                    running -= 1
-                    let failure = error.code == .connectTimedOut
-                        ? TetherError(code: .connectTimedOut, message: "connecting to \(addresses[index]) timed out after \(describe(connectTimeout))")
-                        : error
-                    failures.append((index, failure))
-                    if started < addresses.count, !Task.isCancelled {
-                        start(&group)
-                    }
-                    if running == 0, started == addresses.count {
-                        group.cancelAll()
-                        return .failed(failures.sorted { $0.0 < $1.0 }.map(\.1))
-                    }
-                case .delayPassed(let index):
-                    if index == started - 1, started < addresses.count, !Task.isCancelled {
-                        start(&group)
-                    }
-                }
-            }
-            return .failed(failures.sorted { $0.0 < $1.0 }.map(\.1))
-        }
-    }
-
-    static func combine(_ failures: [TetherError], endpoint: Endpoint) -> TetherError {
-        guard failures.count > 1 else {
-            return failures.first ?? TetherError(code: .connectFailed, message: "cannot connect to \(endpoint): no address to try")
-        }
-        let codes = Set(failures.map(\.code))
-        let code: TetherError.Code =
-            codes == [.connectionRefused] ? .connectionRefused : codes.contains(.connectTimedOut) ? .connectTimedOut : .connectFailed
-        let details = failures.map(\.message).joined(separator: "; ")
-        return TetherError(code: code, message: "cannot connect to \(endpoint): \(details)")
     }
 
     private func attach(_ base: ChannelBase, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
@@ -670,6 +554,8 @@ public actor Connection {
             helloTimer = nil
         case .startHeartbeats:
             startHeartbeats()
+        case .verifyConnection:
+            verifyConnection()
         case .countConnection:
             counters.connects += 1
         case .writeQueued:
@@ -711,6 +597,7 @@ public actor Connection {
         case .failSwitcher(let failure):
             answerSwitcher(failure)
         case .endStreams:
+            stopFollowingPath()
             stateFeed.finish()
             sessionFeed.finish()
             frameFeed.finish()

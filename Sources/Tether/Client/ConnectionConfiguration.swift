@@ -196,6 +196,16 @@ public struct ConnectionConfiguration: Sendable {
     public var drainTimeout: Duration = .seconds(5)
     /// The event loops to run on. Default ``EventLoopGroup/shared``.
     public var eventLoopGroup: EventLoopGroup = .shared
+    /// Where the connection learns of the network path: it verifies itself with a heartbeat
+    /// when the path changes, retries at once when a path comes back, and spends no
+    /// reconnect attempts while there is none (``ConnectionState/Phase/waitingForNetwork``);
+    /// see <doc:Resilience>. `nil` assumes a usable path that never changes.
+    ///
+    /// Default ``SystemPathMonitor/shared``: the operating system's view, watched once for
+    /// the whole process, as an app on a phone needs it; where the system cannot be watched
+    /// it reports a usable path, which is the same as `nil`. A connection whose endpoints are
+    /// all loopback (`localhost`, 127.0.0.0/8, `::1`) follows no monitor.
+    public var pathMonitor: (any PathMonitor)? = SystemPathMonitor.shared
     /// The in-memory network to dial (or listen on) instead of the system's sockets; set
     /// by `TetherTesting`, together with ``eventLoopGroup``. `nil`: real sockets.
     package var memoryNetwork: MemoryNetwork?

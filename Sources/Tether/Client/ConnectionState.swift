@@ -3,6 +3,7 @@
 /// ```
 /// idle → connecting → connected → reconnecting(attempt 1, after 1 s) → connecting → connected → …
 ///                                          ↘ failed (attempts spent)         ↘ closed (close())
+///                                          ↘ waitingForNetwork (no path) → connecting (a path appeared)
 /// ```
 ///
 /// Each change is published once. A connection made with ``Connection/init(to:configuration:)``
@@ -14,7 +15,7 @@
 public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// The phase of a connection.
     public struct Phase: Hashable, Sendable, CustomStringConvertible {
-        enum Value: Hashable, Sendable { case idle, connecting, connected, reconnecting, suspended, failed, closed }
+        enum Value: Hashable, Sendable { case idle, connecting, connected, reconnecting, waitingForNetwork, suspended, failed, closed }
         let value: Value
 
         /// Made with ``Connection/init(to:configuration:)`` and not asked to connect yet:
@@ -27,6 +28,11 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
         /// The connection was lost (``ConnectionState/reason`` says why) and attempt
         /// ``ConnectionState/attempt`` starts after ``ConnectionState/delay``.
         public static let reconnecting = Phase(value: .reconnecting)
+        /// The connection was lost, or an attempt failed (``ConnectionState/reason`` says
+        /// why), while the ``ConnectionConfiguration/pathMonitor`` says no usable network
+        /// path exists: no attempt is made, and none of the ``ReconnectPolicy``'s is spent,
+        /// until a path appears (then it connects at once) or ``Connection/reconnectNow()``.
+        public static let waitingForNetwork = Phase(value: .waitingForNetwork)
         /// Disconnected on purpose by ``Connection/suspend()``; ``Connection/resume()`` connects again.
         public static let suspended = Phase(value: .suspended)
         /// Every attempt the ``ReconnectPolicy`` allows has failed; final.
@@ -42,8 +48,8 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
 
     /// The phase.
     public var phase: Phase
-    /// Why the connection is not connected: for ``Phase/reconnecting`` what broke it (or
-    /// what made the last attempt fail), for ``Phase/failed`` the last failure, for
+    /// Why the connection is not connected: for ``Phase/reconnecting`` and
+    /// ``Phase/waitingForNetwork`` what broke it (or what made the last attempt fail), for ``Phase/failed`` the last failure, for
     /// ``Phase/closed`` ``TetherError/Code/connectionClosed`` when ``Connection/close()`` was
     /// called, otherwise what ended it.
     public var reason: TetherError?
@@ -84,6 +90,14 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// - Returns: The state.
     public static func reconnecting(attempt: Int, after delay: Duration, reason: TetherError) -> ConnectionState {
         ConnectionState(phase: .reconnecting, reason: reason, attempt: attempt, delay: delay)
+    }
+
+    /// Waiting for a usable network path, after `reason`.
+    ///
+    /// - Parameter reason: What broke the connection or failed the last attempt.
+    /// - Returns: The state.
+    public static func waitingForNetwork(reason: TetherError) -> ConnectionState {
+        ConnectionState(phase: .waitingForNetwork, reason: reason)
     }
 
     /// Given up, after `reason`.

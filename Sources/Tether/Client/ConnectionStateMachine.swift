@@ -15,41 +15,57 @@
 /// connection at once unless ``ReconnectPolicy/appliesToFirstConnect``. A close asked for
 /// never reconnects.
 ///
-/// | phase → event | idle | dialing | attaching | securing | greeting | connected | backingOff | suspended | ended |
-/// |---|---|---|---|---|---|---|---|---|---|
-/// | connectRequested | opened¹ | refused | refused | refused | refused | refused | refused | refused | opened¹ |
-/// | connectAborted | ended | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | · |
-/// | connectStarted | dialing | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | opener fails |
-/// | connectCancelled | · | ended² | ✗ | ended² | ended² | ·  | ended² | · | · |
-/// | dialSucceeded(t) | · | attaching | ✗ | · | · | · | · | · | · |
-/// | dialFailed(t) | · | failed attempt | failed attempt³ | · | · | · | · | · | · |
-/// | attached(t) | ✗ | ✗ | securing / greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ |
-/// | tlsEstablished | ✗ | ✗ | ✗ | greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ |
-/// | helloAccepted | ✗ | ✗ | ✗ | ✗ | connected | ✗ | ✗ | ✗ | ✗ |
-/// | helloRefused | ✗ | ✗ | ✗ | ✗ | failed attempt / dialing⁴ / ended(failed) | ✗ | ✗ | ✗ | ✗ |
-/// | identityFailed(t) | · | · | ✗ | · | failed attempt | · | · | · | · |
-/// | helloTimedOut(t) | · | · | ✗ | · | failed attempt | · | · | · | · |
-/// | provedHealthy | ✗ | ✗ | ✗ | · | · | healthy | ✗ | ✗ | ✗ |
-/// | lost | · | · | ✗ | failed attempt | failed attempt | backingOff / ended | · | · | · |
-/// | backoffElapsed(t) | · | · | ✗ | · | · | · | dialing | · | · |
-/// | suspend | · | suspended | ✗ | suspended | suspended | suspended | suspended | · | · |
-/// | resume | · | · | ✗ | · | · | · | · | dialing | · |
-/// | reconnectNow | · | · | ✗ | · | · | · | dialing | dialing | · |
-/// | close | ended | ended | ✗ | ended | ended | ended | ended | ended | · |
-/// | switchSession | idle⁵ | dialing | ✗ | dialing | dialing | dialing | dialing | dialing | switcher fails |
-/// | switchCancelled | · | · | ✗ | · | · | · | · | · | · |
+/// | phase → event | idle | dialing | attaching | securing | greeting | connected | backingOff | waitingForNetwork | suspended | ended |
+/// |---|---|---|---|---|---|---|---|---|---|---|
+/// | connectRequested | opened¹ | refused | refused | refused | refused | refused | refused | refused | refused | opened¹ |
+/// | connectAborted | ended | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | · |
+/// | connectStarted | dialing | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | opener fails |
+/// | connectCancelled | · | ended² | ✗ | ended² | ended² | ·  | ended² | ended² | · | · |
+/// | dialSucceeded(t) | · | attaching | ✗ | · | · | · | · | · | · | · |
+/// | dialFailed(t) | · | failed attempt | failed attempt³ | · | · | · | · | · | · | · |
+/// | attached(t) | ✗ | ✗ | securing / greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ |
+/// | tlsEstablished | ✗ | ✗ | ✗ | greeting / connected | ✗ | ✗ | ✗ | ✗ | ✗ | ✗ |
+/// | helloAccepted | ✗ | ✗ | ✗ | ✗ | connected | ✗ | ✗ | ✗ | ✗ | ✗ |
+/// | helloRefused | ✗ | ✗ | ✗ | ✗ | failed attempt / dialing⁸ / ended(failed) | ✗ | ✗ | ✗ | ✗ | ✗ |
+/// | identityFailed(t) | · | · | ✗ | · | failed attempt | · | · | · | · | · |
+/// | helloTimedOut(t) | · | · | ✗ | · | failed attempt | · | · | · | · | · |
+/// | provedHealthy | ✗ | ✗ | ✗ | · | · | healthy | ✗ | ✗ | ✗ | ✗ |
+/// | lost | · | · | ✗ | failed attempt | failed attempt | backingOff / waitingForNetwork⁴ / ended | · | · | · | · |
+/// | backoffElapsed(t) | · | · | ✗ | · | · | · | dialing / waitingForNetwork⁴ | · | · | · |
+/// | pathUpdated | ·⁵ | dialing⁶ | ✗ | dialing⁶ | dialing⁶ | verify⁶ | dialing⁶ | dialing⁷ | ·⁵ | ·⁵ |
+/// | suspend | · | suspended | ✗ | suspended | suspended | suspended | suspended | suspended | · | · |
+/// | resume | · | · | ✗ | · | · | · | · | · | dialing | · |
+/// | reconnectNow | · | · | ✗ | · | · | · | dialing | dialing | dialing | · |
+/// | close | ended | ended | ✗ | ended | ended | ended | ended | ended | ended | · |
+/// | switchSession | idle⁹ | dialing | ✗ | dialing | dialing | dialing | dialing | dialing | dialing | switcher fails |
+/// | switchCancelled | · | · | ✗ | · | · | · | · | · | · | · |
 ///
 /// `·` is an event answered with no action; `✗` is a `preconditionFailure` (attaching lasts
 /// one synchronous step of the actor, so nothing else can arrive in it). ¹ Only before the first
 /// `connect()`; after it, a second one is refused in every phase. ² Only while the caller of
 /// `connect()` still waits; otherwise `·`. ³ For the token being attached; `✗` for another.
-/// ⁴ A rejection for good (`retryable: false`) with an identity provider, when the hello
+/// ⁴ When no usable path exists. ⁵ Only the path's usability is recorded. ⁶ Only for a
+/// `changed` path, and for a usable one but while connected: a fresh attempt (attempt 0) at
+/// once, abandoning the dial or the handshake under way; while connected, a heartbeat out of
+/// schedule (``Action/verifyConnection``) whose miss ends the connection. ⁷ Only for a
+/// usable path, changed or not: a fresh attempt at once.
+/// ⁸ A rejection for good (`retryable: false`) with an identity provider, when the hello
 /// before was not rejected too: the provider is asked again and the same endpoint dialed at
-/// once, as the same attempt; a second rejection in a row ends (failed). ⁵ The new identity
+/// once, as the same attempt; a second rejection in a row ends (failed). ⁹ The new identity
 /// is taken for the first connect, and the switcher answered at once.
 /// A *failed attempt* goes to backingOff, or ends
 /// (closed) for a first connect the policy does not retry or a disabled policy, or ends
-/// (failed) once the policy's attempts are spent.
+/// (failed) once the policy's attempts are spent, or, when no usable path exists, goes to
+/// waitingForNetwork without spending an attempt.
+///
+/// **The network path** comes from the connection's ``PathMonitor``, as `pathUpdated` when
+/// it differs from the last one: `usable` says whether a way out exists now, `changed`
+/// whether it differs from the one before (the first report is not a change). The machine
+/// starts by assuming a usable path. While none exists, nothing counts down: a failed
+/// attempt, a lost connection and a backoff that ends all wait in waitingForNetwork (with
+/// the reason of the last failure) for a usable path or `reconnectNow()`, and then dial a
+/// fresh attempt. A connected connection stays connected when the path goes away: only its
+/// heartbeats decide.
 ///
 /// **Stale events** get no action: a dial result, TLS or hello timeout, or backoff expiry
 /// whose token (``Token``, handed out with each dial and backoff) is not the current one (an
@@ -116,6 +132,8 @@ struct ConnectionStateMachine: Sendable {
         case connected(healthy: Bool)
         /// Waiting out the backoff of the token before the next attempt.
         case backingOff(Token, ConnectionState)
+        /// Waiting for a usable network path before the next attempt.
+        case waitingForNetwork(ConnectionState)
         /// Disconnected on purpose by `suspend()`.
         case suspended
         /// Closed or failed, for good.
@@ -154,6 +172,9 @@ struct ConnectionStateMachine: Sendable {
         case lost(TetherError)
         /// The backoff of the token is over.
         case backoffElapsed(Token)
+        /// The path monitor reported a path that differs from the last one: whether it is
+        /// usable, and whether it is a change of network (not the first report).
+        case pathUpdated(usable: Bool, changed: Bool)
         /// `suspend()`, with the error for requests in flight.
         case suspend(TetherError)
         /// `resume()`.
@@ -201,6 +222,8 @@ struct ConnectionStateMachine: Sendable {
         case stopHelloTimer
         /// Start the heartbeats (the first goes out at once).
         case startHeartbeats
+        /// Send a heartbeat out of schedule, whose miss ends the connection: the path changed.
+        case verifyConnection
         /// Count one more connection established.
         case countConnection
         /// Write what waits for the connection.
@@ -245,6 +268,9 @@ struct ConnectionStateMachine: Sendable {
     private(set) var openerWaiting = false
     /// Whether a connection ever became ready.
     private(set) var hasConnected = false
+    /// Whether the path monitor last said a usable network path exists; `true` until it
+    /// says otherwise.
+    private(set) var pathUsable = true
     /// Whether the hello's identity is asked of a provider.
     private(set) var asksIdentity: Bool
     /// The server's last rejection for good, while the retry with a fresh identity it
@@ -277,7 +303,7 @@ struct ConnectionStateMachine: Sendable {
         case .idle: .idle
         case .dialing, .attaching, .securing, .greeting: .connecting
         case .connected: .connected
-        case .backingOff(_, let state), .ended(let state): state
+        case .backingOff(_, let state), .waitingForNetwork(let state), .ended(let state): state
         case .suspended: .suspended
         }
     }
@@ -415,9 +441,12 @@ struct ConnectionStateMachine: Sendable {
                 return []
             }
         case .backoffElapsed(let token):
-            guard case .backingOff(token, _) = phase else { return [] }
+            guard case .backingOff(token, let state) = phase else { return [] }
             // The timer fired: nothing to cancel.
+            if !pathUsable, let reason = state.reason { return waitForNetwork(reason) }
             return startAttempt(cancellingBackoff: false)
+        case .pathUpdated(let usable, let changed):
+            return pathUpdated(usable: usable, changed: changed)
         case .suspend(let reason):
             switch phase {
             case .idle, .suspended, .ended:
@@ -444,7 +473,7 @@ struct ConnectionStateMachine: Sendable {
             return startAttempt()
         case .reconnectNow:
             switch phase {
-            case .backingOff, .suspended:
+            case .backingOff, .waitingForNetwork, .suspended:
                 attempt = 0
                 return startAttempt()
             default:
@@ -490,6 +519,34 @@ struct ConnectionStateMachine: Sendable {
         case .securing, .greeting, .connected: true
         default: false
         }
+    }
+
+    /// Records the path's usability and acts on a change; see the table.
+    private mutating func pathUpdated(usable: Bool, changed: Bool) -> [Action] {
+        pathUsable = usable
+        switch phase {
+        case .connected:
+            return changed ? [.verifyConnection] : []
+        case .waitingForNetwork:
+            guard usable else { return [] }
+            attempt = 0
+            return startAttempt()
+        case .backingOff, .dialing, .securing, .greeting:
+            // The attempt under way may be on the old path: start afresh on the new one.
+            guard usable, changed else { return [] }
+            let abandoned = release(graceful: false).filter { $0 != .cancelBackoff }
+            attempt = 0
+            return abandoned + startAttempt()
+        case .idle, .attaching, .suspended, .ended:
+            return []
+        }
+    }
+
+    /// Waits for a usable path before the next attempt, spending none meanwhile.
+    private mutating func waitForNetwork(_ reason: TetherError) -> [Action] {
+        let state = ConnectionState.waitingForNetwork(reason: reason)
+        phase = .waitingForNetwork(state)
+        return [.publish(state)]
     }
 
     /// Dials the next endpoint as attempt ``attempt``, cancelling a backoff under way.
@@ -552,6 +609,7 @@ struct ConnectionStateMachine: Sendable {
     private mutating func scheduleReconnect(attempt next: Int, reason: TetherError) -> [Action] {
         let policy = settings.policy
         if !policy.isEnabled { return end(reason, failed: false) }
+        if !pathUsable { return waitForNetwork(reason) }
         if let limit = policy.maximumAttempts, next > limit {
             let tried = next - 1
             return end(TetherError(
@@ -574,7 +632,7 @@ struct ConnectionStateMachine: Sendable {
         case .dialing: return [.abandonDial]
         case .backingOff: return [.cancelBackoff]
         case .securing, .greeting, .connected: return [.detach(graceful: graceful)]
-        case .idle, .attaching, .suspended, .ended: return []
+        case .idle, .attaching, .waitingForNetwork, .suspended, .ended: return []
         }
     }
 

@@ -58,6 +58,9 @@ struct HeartbeatStateMachine {
         case missed(serial: UInt32)
         /// Report a miss, then close the connection: too many in a row.
         case missedAndGiveUp(serial: UInt32, misses: Int)
+        /// Report a miss, then close the connection: the heartbeat verified the connection
+        /// after a change of network path, and no ack came within the timeout.
+        case verificationMissed(serial: UInt32)
     }
 
     let interval: UInt64
@@ -68,6 +71,8 @@ struct HeartbeatStateMachine {
     private(set) var outstanding: (serial: UInt32, sentAt: UInt64)?
     private(set) var lastSentAt: UInt64?
     private(set) var consecutiveMisses = 0
+    /// Whether the outstanding heartbeat verifies the connection: its miss ends it.
+    private(set) var verifying = false
 
     init(interval: Duration, timeout: Duration, maximumMissed: Int, maximumSerial: UInt32 = .max) {
         self.maximumSerial = max(1, maximumSerial)
@@ -93,6 +98,10 @@ struct HeartbeatStateMachine {
         if let outstanding, now >= outstanding.sentAt &+ timeout {
             self.outstanding = nil
             consecutiveMisses += 1
+            if verifying {
+                verifying = false
+                return [.verificationMissed(serial: outstanding.serial)]
+            }
             if consecutiveMisses >= maximumMissed {
                 return [.missedAndGiveUp(serial: outstanding.serial, misses: consecutiveMisses)]
             }
@@ -109,12 +118,27 @@ struct HeartbeatStateMachine {
         return actions
     }
 
+    /// Verifies the connection now: sends a heartbeat out of schedule, unless one is
+    /// outstanding already, and makes the outstanding one's miss end the connection instead
+    /// of counting as one of ``maximumMissed``. The next ``tick(now:)`` is then due at its
+    /// timeout; the schedule goes on from it.
+    mutating func verify(now: UInt64) -> [Action] {
+        verifying = true
+        guard outstanding == nil else { return [] }
+        let serial = nextSerial
+        nextSerial = nextSerial >= maximumSerial ? 1 : nextSerial + 1
+        outstanding = (serial, now)
+        lastSentAt = now
+        return [.send(serial: serial)]
+    }
+
     /// A heartbeat came back. Returns its round-trip time in nanoseconds when it answers the
     /// outstanding one; `nil` for an unknown or late serial.
     mutating func ack(serial: UInt32, now: UInt64) -> UInt64? {
         guard let outstanding, outstanding.serial == serial else { return nil }
         self.outstanding = nil
         consecutiveMisses = 0
+        verifying = false
         return now &- outstanding.sentAt
     }
 }

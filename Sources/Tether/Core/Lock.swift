@@ -1,10 +1,4 @@
-#if canImport(Glibc)
-@preconcurrency import Glibc
-#elseif canImport(Musl)
-@preconcurrency import Musl
-#elseif canImport(Darwin)
-@preconcurrency import Darwin
-#endif
+import CTetherShims
 
 /// A value guarded by a `pthread_mutex_t`.
 ///

@@ -1,10 +1,4 @@
-#if canImport(Glibc)
-@preconcurrency import Glibc
-#elseif canImport(Musl)
-@preconcurrency import Musl
-#elseif canImport(Darwin)
-@preconcurrency import Darwin
-#endif
+import CTetherShims
 
 /// Byte-level memory helpers that stay fast without optimization (`memset(3)`).
 enum Memory {

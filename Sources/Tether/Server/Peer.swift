@@ -158,7 +158,7 @@ public actor Peer {
             if let hub, frame.type == hub.configuration.wireTypes.hello {
                 guard takeSlot() else { return requeue(from: index) }
                 running += 1
-                tasks.addImmediateTask { [self] in
+                tasks.addTaskStartingNow { [self] in
                     await hello(frame, hub: hub)
                     handlerFinished()
                 }
@@ -171,7 +171,7 @@ public actor Peer {
             case .suspending(let handler):
                 guard takeSlot() else { return requeue(from: index) }
                 running += 1
-                tasks.addImmediateTask { [self] in
+                tasks.addTaskStartingNow { [self] in
                     if let response = await Self.invoke(handler, Request(frame: frame), self) {
                         respond(response, to: frame)
                     }

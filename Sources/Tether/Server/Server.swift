@@ -306,7 +306,7 @@ public final class Server: Sendable {
                 if let hub { tasks.addTask { await hub.run(timersOn: acceptLoop) } }
                 for await (base, remote) in accepted {
                     guard let peer = admit(base, remote: remote, loop: group.next()) else { continue }
-                    tasks.addImmediateTask(executorPreference: peer.loop.taskExecutor) { await peer.run() }
+                    tasks.addTaskStartingNow(executorPreference: peer.loop.taskExecutor) { await peer.run() }
                 }
                 for peer in peers { await peer.shutdown() }
                 // Pushes already queued are still stored; later ones fail.
