@@ -43,19 +43,16 @@ extension Connection {
                     return
                 }
             case .missed(let serial):
-                counters.heartbeatsMissed += 1
-                heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
+                recordMiss(serial)
             case .missedAndGiveUp(let serial, let misses):
-                counters.heartbeatsMissed += 1
-                heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
+                recordMiss(serial)
                 connectionLost(TetherError(
                     code: .heartbeatTimeout,
                     message: "no heartbeat ack from \(channel.remoteAddress) for \(misses) heartbeats in a row (\(describe(configuration.heartbeat.timeout)) each)"
                 ))
                 return
             case .verificationMissed(let serial):
-                counters.heartbeatsMissed += 1
-                heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
+                recordMiss(serial)
                 connectionLost(TetherError(
                     code: .heartbeatTimeout,
                     message: "no heartbeat ack from \(channel.remoteAddress) within \(describe(configuration.heartbeat.timeout)) after the network path changed"
@@ -64,6 +61,12 @@ extension Connection {
             }
         }
         scheduleHeartbeat(at: machine.nextTick(after: now))
+    }
+
+    /// Heartbeat `serial` got no ack in time: counted and published.
+    private func recordMiss(_ serial: UInt32) {
+        counters.heartbeatsMissed += 1
+        heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
     }
 
     /// The network path changed: sends a heartbeat now, out of schedule (unless one is
