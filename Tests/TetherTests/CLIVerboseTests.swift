@@ -45,7 +45,7 @@ struct CLIVerboseTests {
             guard let start = text.range(of: "listening on [::1]:") else { return nil }
             return Int(text[start.upperBound...].prefix { $0.isNumber })
         }
-        let ping = try tether(["ping", "[::1]:\(port)", "--count", "1", "--verbose"])
+        let ping = try tether(["ping", "[::1]:\(port)", "--count", "1", "--heartbeat-timeout", "1", "--verbose"])
         defer { ping.kill() }
         #expect(try await ping.waitForExit(within: eventBound) == 0, "\(ping.outputText)")
         #expect(Self.connectedLine(in: ping.outputText, address: "[::1]:\(port)", family: "IPv6") != nil, "\(ping.outputText)")
