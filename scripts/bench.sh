@@ -250,7 +250,7 @@ scenario_args() {
 client_command() { # impl port
     case "$1" in
         c) echo "$cbin/client --port $2" ;;
-        tether) echo "$bin/bench-client --impl tether --executor $tether_executor --host 127.0.0.1 --port $2" ;;
+        tether|tether-pipeline) echo "$bin/bench-client --impl $1 --executor $tether_executor --host 127.0.0.1 --port $2" ;;
         *) echo "$bin/bench-client --impl $1 --host 127.0.0.1 --port $2" ;;
     esac
 }
@@ -264,6 +264,8 @@ else
             pairs+=" $server:$client"
         done
     done
+    # Connection.pipeline: K requests at a time, in scenarios b and c only.
+    pairs+=" tether:tether-pipeline c:tether-pipeline"
 fi
 servers_used="$(for pair in $pairs; do echo "${pair%%:*}"; done | sort -u | tr '\n' ' ')"
 
@@ -438,6 +440,7 @@ for rep in $(seq "$repeat"); do
         for scenario in a b c d; do
             has "$scenario" || continue
             for pair in $pairs; do
+                if [[ ${pair##*:} == tether-pipeline && $scenario != b && $scenario != c ]]; then continue; fi
                 run_one "$rep" "$scenario" "${pair%%:*}" "${pair##*:}"
             done
         done

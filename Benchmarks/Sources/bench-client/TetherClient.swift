@@ -6,7 +6,7 @@ import Tether
 /// `--executor loop` the tasks prefer their connection's event loop
 /// (``Connection/taskExecutor``), so a request needs no executor hop.
 enum TetherClient {
-    static func run(_ load: Load) async throws -> (Stats, Window) {
+    static func run(_ load: Load, pipelined: Bool = false) async throws -> (Stats, Window) {
         var configuration = ConnectionConfiguration()
         configuration.heartbeat = .disabled
         let endpoint = Endpoint(host: load.host, port: load.port)
@@ -20,6 +20,11 @@ enum TetherClient {
         let stats = await withTaskGroup(of: Stats.self) { group in
             for connection in connections {
                 let executor: (any TaskExecutor)? = load.preferLoopExecutor ? connection.taskExecutor : nil
+                if pipelined {
+                    let count = load.inFlight
+                    group.addTask(executorPreference: executor) { await pipelineWorker(connection, count: count, payload: payload, window: window) }
+                    continue
+                }
                 for _ in 0..<load.inFlight {
                     group.addTask(executorPreference: executor) { await worker(connection, payload: payload, window: window) }
                 }
@@ -54,6 +59,32 @@ enum TetherClient {
                 stats.fail("\(error)")
                 return stats
             }
+        }
+    }
+
+    /// One task per connection: K requests at a time with `Connection.pipeline`, the next K
+    /// once all are answered. Each request's latency runs from the pipeline's start to the
+    /// caller's wake-up with every outcome.
+    static func pipelineWorker(_ connection: Connection, count: Int, payload: [UInt8], window: Window) async -> Stats {
+        var stats = Stats()
+        let requests = Array(repeating: Request(type: 0x402, payload: payload), count: count)
+        while true {
+            let sent = monotonicNanoseconds()
+            let outcomes = await connection.pipeline(requests)
+            let received = monotonicNanoseconds()
+            for outcome in outcomes {
+                switch outcome {
+                case .success(let response):
+                    if response.payload.count != payload.count {
+                        stats.fail("response serial \(response.serial) has \(response.payload.count) payload bytes, not \(payload.count)")
+                    }
+                    stats.record(sent: sent, received: received, in: window)
+                case .failure(let error):
+                    stats.fail("\(error)")
+                    return stats
+                }
+            }
+            if received >= window.end { return stats }
         }
     }
 }

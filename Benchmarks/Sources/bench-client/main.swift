@@ -7,7 +7,7 @@ import Darwin
 #endif
 
 let usage = """
-    usage: bench-client --impl tether|nio-handler|nio-async --port P [--host 127.0.0.1]
+    usage: bench-client --impl tether|tether-pipeline|nio-handler|nio-async --port P [--host 127.0.0.1]
                         [--connections C] [--in-flight K] [--size BYTES]
                         [--duration S] [--warmup S] [--executor default|loop]
       A closed-loop load generator for the seed echo protocol: each of C connections keeps
@@ -17,6 +17,9 @@ let usage = """
       RESULT impl=… conns=… inflight=… size=… requests=… seconds=… rps=… mbps=… p50_us=… …
       (mbps: megabytes of payload per second, one direction). Exit status: 0 done, 1 errors,
       2 bad arguments, 3 stalled.
+      tether-pipeline: one task per connection sends K requests at a time with
+      Connection.pipeline and sends the next K once all are answered (closed loop by
+      batches rather than by request).
       --executor loop (tether only): the request tasks prefer their connection's event loop
       instead of the global concurrent executor.
     """
@@ -26,7 +29,7 @@ let options = Options(
     known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor"],
     usage: usage
 )
-let impl = options.string("impl", allowed: ["tether", "nio-handler", "nio-async"])
+let impl = options.string("impl", allowed: ["tether", "tether-pipeline", "nio-handler", "nio-async"])
 var load = Load(
     host: options.string("host", default: "127.0.0.1"),
     port: options.int("port"),
@@ -44,6 +47,7 @@ do {
     switch impl {
     case "nio-handler": (stats, window) = try await NIOHandlerClient.run(load)
     case "nio-async": (stats, window) = try await NIOAsyncClient.run(load)
+    case "tether-pipeline": (stats, window) = try await TetherClient.run(load, pipelined: true)
     default: (stats, window) = try await TetherClient.run(load)
     }
 } catch {

@@ -251,7 +251,7 @@ struct Report {
 
     func matrix() -> String? {
         let servers = ["tether", "nio", "c"]
-        let clients = ["tether", "nio-handler", "nio-async", "c"]
+        let clients = ["tether", "tether-pipeline", "nio-handler", "nio-async", "c"]
         let pairs = servers.flatMap { server in clients.map { Pair(server: server, client: $0, title: "") } }
             .filter { pair in runs.contains { $0.server == pair.server && $0.client == pair.client } }
         guard pairs.count > 3 else { return nil }
@@ -302,6 +302,16 @@ struct Report {
                     Pair(server: "c", client: "nio-handler", title: "NIO handler client"),
                     Pair(server: "c", client: "nio-async", title: "NIO async client"),
                     Pair(server: "c", client: "c", title: "C client"),
+                ]
+            ),
+            comparison(
+                heading: "Pipelined requests (`Connection.pipeline`), against the C echo server",
+                note: "One task per connection writes K requests at once with `Connection.pipeline` and is woken once for all K outcomes, then sends the next K; the peers keep K in flight request by request. Same C server for all.",
+                scenarios: Scenario.load.filter { $0.id == "b" || $0.id == "c" },
+                tether: Pair(server: "c", client: "tether-pipeline", title: "Tether pipeline client"),
+                peers: [
+                    Pair(server: "c", client: "nio-handler", title: "NIO handler client"),
+                    Pair(server: "c", client: "tether", title: "Tether client"),
                 ]
             ),
             comparison(

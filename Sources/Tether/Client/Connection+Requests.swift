@@ -54,7 +54,7 @@ extension Connection: TimerTarget {
 
     /// Drops the deadlines of requests that ended from the front of ``deadlines``. The timer
     /// stays set: when it fires for a request that has ended it only sets itself again.
-    private func dropEndedDeadlines() {
+    func dropEndedDeadlines() {
         deadlines.dropFront { !table.contains(serial: $0.serial, id: $0.id) }
     }
 }
@@ -89,7 +89,7 @@ extension Connection {
         let (serial, id) = table.allocate()
         let limit = timeout ?? configuration.requestTimeout
         return try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { (continuation: Waiter) in
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Response, any Error>) in
                 // Everything from the checks to the insert runs here, without interruption on
                 // this actor. The awaits above are suspension points: the connection may have
                 // closed, or this task been cancelled, while they were pending.
@@ -103,35 +103,43 @@ extension Connection {
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                let frame = Frame(type: request.type, serial: serial, payload: request.payload, fields: request.fields)
-                var pending: Frame?
-                if let channel, !handshaking, table.queuedCount == 0, sendQueue.isEmpty,
-                   table.inFlightCount < configuration.limits.maximumInFlightRequests,
-                   channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
-                    do {
-                        try write(frame, on: channel)
-                    } catch {
-                        counters.requestsFailed += 1
-                        continuation.resume(throwing: error)
-                        return
-                    }
-                    awaitAnswer(to: frame)
-                    counters.requestsSent += 1
-                } else if let refusal = queueRefusal() {
-                    continuation.resume(throwing: refusal)
-                    return
-                } else {
-                    pending = frame
-                    awaitDrainIfNeeded()
+                if let error = place(request, serial: serial, id: id, limit: limit, waiter: .single(continuation)) {
+                    continuation.resume(throwing: error)
                 }
-                let timer = limit.flatMap { startTimeout($0, serial: serial, id: id) }
-                table.insert(serial: serial, entry: .init(waiter: continuation, id: id, type: request.type, timer: timer, timeout: limit, pending: pending))
             }
         } onCancel: {
             loop.execute { [self] in
                 assumeIsolated { $0.cancelRequest(serial: serial, id: id) }
             }
         }
+    }
+
+    /// Writes request `request` as `serial` when it can go now, or queues it, and records
+    /// `waiter` for its outcome with its timeout. Returns the error when it can do neither
+    /// (a write that failed, a full queue); `waiter` is then not recorded.
+    func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, waiter: Waiter) -> TetherError? {
+        let frame = Frame(type: request.type, serial: serial, payload: request.payload, fields: request.fields)
+        var pending: Frame?
+        if let channel, !handshaking, table.queuedCount == 0, sendQueue.isEmpty,
+           table.inFlightCount < configuration.limits.maximumInFlightRequests,
+           channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
+            do {
+                try write(frame, on: channel)
+            } catch {
+                counters.requestsFailed += 1
+                return error
+            }
+            awaitAnswer(to: frame)
+            counters.requestsSent += 1
+        } else if let refusal = queueRefusal() {
+            return refusal
+        } else {
+            pending = frame
+            awaitDrainIfNeeded()
+        }
+        let timer = limit.flatMap { startTimeout($0, serial: serial, id: id) }
+        table.insert(serial: serial, entry: .init(waiter: waiter, id: id, type: request.type, timer: timer, timeout: limit, pending: pending))
+        return nil
     }
 
     /// Sends a frame that expects no reply.
@@ -271,7 +279,7 @@ extension Connection {
         if !entry.isQueued { pump() }
     }
 
-    private func cancelRequest(serial: UInt32, id: UInt64) {
+    func cancelRequest(serial: UInt32, id: UInt64) {
         guard let entry = table.remove(serial: serial, id: id) else { return }
         if let timer = entry.timer { loop.cancel(timer) }
         dropEndedDeadlines()

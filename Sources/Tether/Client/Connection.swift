@@ -51,10 +51,9 @@ public actor Connection {
     /// ```
     public nonisolated var taskExecutor: any TaskExecutor { loop.taskExecutor }
 
-    /// A waiting request. Unsafe rather than checked (which allocates a box per request):
-    /// the request table hands each one out exactly once, and the tests prove every request
-    /// ends exactly once.
-    typealias Waiter = UnsafeContinuation<Response, any Error>
+    /// Who waits for a request's outcome: the caller of ``request(_:timeout:)``, or a place
+    /// in a ``pipeline(_:timeout:)``.
+    typealias Waiter = RequestWaiter
 
     /// The framed channel of the current connection.
     typealias Channel = FrameChannel<Connection>

@@ -1,0 +1,134 @@
+/// Who waits for a request's outcome.
+///
+/// Unsafe continuations rather than checked ones (which allocate a box per request): the
+/// request table hands each entry out exactly once, and the tests prove every request ends
+/// exactly once.
+enum RequestWaiter {
+    /// The caller of ``Connection/request(_:timeout:)``.
+    case single(UnsafeContinuation<Response, any Error>)
+    /// Place `index` of a pipeline, whose caller is resumed once every place has its outcome.
+    case pipelined(PipelineBatch, index: Int)
+
+    func resume(returning response: Response) {
+        switch self {
+        case .single(let continuation): continuation.resume(returning: response)
+        case .pipelined(let batch, let index): batch.settle(index, .success(response))
+        }
+    }
+
+    func resume(throwing error: any Error) {
+        switch self {
+        case .single(let continuation): continuation.resume(throwing: error)
+        case .pipelined(let batch, let index): batch.settle(index, .failure(error))
+        }
+    }
+}
+
+/// The outcomes of one pipeline, gathered until the last arrives; then its caller is resumed,
+/// once, with all of them.
+///
+/// `@unchecked Sendable`: it is made, filled and read on its connection's event loop only
+/// (the cancellation handler hands it back to the loop before touching it).
+final class PipelineBatch: @unchecked Sendable {
+    private var outcomes: [Result<Response, any Error>?]
+    private var remaining: Int
+    /// The serial and id each place was given, for cancellation; `nil` for a place that
+    /// ended before it was recorded in the request table.
+    var members: [(serial: UInt32, id: UInt64)?]
+    var continuation: UnsafeContinuation<[Result<Response, any Error>], Never>?
+
+    init(count: Int) {
+        outcomes = Array(repeating: nil, count: count)
+        members = Array(repeating: nil, count: count)
+        remaining = count
+    }
+
+    /// Place `index` ended with `outcome`; the last one resumes the caller.
+    func settle(_ index: Int, _ outcome: Result<Response, any Error>) {
+        precondition(outcomes[index] == nil, "pipelined request \(index) ended twice")
+        outcomes[index] = outcome
+        remaining -= 1
+        guard remaining == 0, let continuation else { return }
+        self.continuation = nil
+        continuation.resume(returning: outcomes.map { $0! })
+    }
+}
+
+extension Connection {
+    /// Sends many requests at once and waits for all their outcomes, with one wake-up of the
+    /// caller instead of one per response.
+    ///
+    /// For a caller that has many requests ready at the same time (a page of items to
+    /// fetch, a batch of writes to confirm), the way a Redis pipeline works: every request is
+    /// written in this one step on the connection, so they leave together in as few system
+    /// calls as the outbound buffer allows, and their responses are gathered as they arrive,
+    /// in any order, and handed back together, each in the place of its request.
+    ///
+    /// ```swift
+    /// let outcomes = await connection.pipeline(ids.map { Request(type: 0x410, json: ["id": $0]) })
+    /// for case .success(let response) in outcomes { … }
+    /// ```
+    ///
+    /// Each request behaves as if made with ``request(_:timeout:)``, one after the other:
+    /// its own serial, its own timeout (`timeout` counts from this call), written at once or
+    /// queued by the same limits (``Limits/maximumInFlightRequests``,
+    /// ``Limits/outboundHighWaterMark``, ``Limits/maximumQueuedRequests``: those over the
+    /// queue's limit fail with ``TetherError/Code/tooManyPendingRequests``), and it ends
+    /// exactly once, with its response or its error, which takes its place in the result.
+    /// Cancelling the calling task ends every request still waiting with
+    /// `CancellationError`; those answered keep their response.
+    ///
+    /// - Parameters:
+    ///   - requests: The requests, written in this order.
+    ///   - timeout: How long each may take; `nil` uses
+    ///     ``ConnectionConfiguration/requestTimeout``.
+    /// - Returns: One outcome per request, in the order of `requests`: the response, or the
+    ///   error ``request(_:timeout:)`` would have thrown.
+    public func pipeline(_ requests: [Request], timeout: Duration? = nil) async -> [Result<Response, any Error>] {
+        guard !requests.isEmpty else { return [] }
+        let limit = timeout ?? configuration.requestTimeout
+        let batch = PipelineBatch(count: requests.count)
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<Response, any Error>], Never>) in
+                batch.continuation = continuation
+                for (index, request) in requests.enumerated() {
+                    if state.isFinal {
+                        counters.requestsFailed += 1
+                        batch.settle(index, .failure(notConnected()))
+                        continue
+                    }
+                    if Task.isCancelled {
+                        counters.requestsCancelled += 1
+                        batch.settle(index, .failure(CancellationError()))
+                        continue
+                    }
+                    let (serial, id) = table.allocate()
+                    batch.members[index] = (serial, id)
+                    if let error = place(request, serial: serial, id: id, limit: limit, waiter: .pipelined(batch, index: index)) {
+                        batch.members[index] = nil
+                        batch.settle(index, .failure(error))
+                    }
+                }
+            }
+        } onCancel: {
+            loop.execute { [self] in
+                assumeIsolated { $0.cancelPipeline(batch) }
+            }
+        }
+    }
+
+    /// The caller of a pipeline was cancelled: every request of it still waiting ends with
+    /// `CancellationError`.
+    private func cancelPipeline(_ batch: PipelineBatch) {
+        var wroteAny = false
+        for member in batch.members {
+            guard let (serial, id) = member, let entry = table.remove(serial: serial, id: id) else { continue }
+            if let timer = entry.timer { loop.cancel(timer) }
+            counters.requestsCancelled += 1
+            if !entry.isQueued { wroteAny = true }
+            entry.waiter.resume(throwing: CancellationError())
+        }
+        dropEndedDeadlines()
+        if wroteAny { pump() }
+    }
+}
