@@ -28,6 +28,18 @@ private func defaultTimeoutExample(endpoint: Endpoint) async throws {
     _ = (reply, quick)
 }
 
+private func pipelineExample(connection: Connection) async {
+    let ids = [17, 18, 19, 20]
+    let outcomes = await connection.pipeline(ids.map { Request(type: 0x402, json: ["id": .int($0)]) },
+                                             timeout: .seconds(2))
+    for (id, outcome) in zip(ids, outcomes) {
+        switch outcome {
+        case .success(let response): print(id, response.text)
+        case .failure(let error): print(id, "failed:", error)
+        }
+    }
+}
+
 private func timeoutExample(connection: Connection) async throws {
     do {
         let reply = try await connection.request(Request(type: 0x404, json: ["delay_ms": 250]),
@@ -206,6 +218,14 @@ struct RequestsAndTimeoutsSnippets {
         try await withNetworkConnection(handlers: echoHandlers) { _, _, connection in
             let printed = try await withPrintedLines { try await overviewExample(connection: connection) }
             #expect(printed == ["world"])
+        }
+    }
+
+    @Test("a pipeline prints each id with its own echo, in the order of the requests")
+    func pipeline() async throws {
+        try await withNetworkConnection(handlers: echoHandlers) { _, _, connection in
+            let printed = await withPrintedLines { await pipelineExample(connection: connection) }
+            #expect(printed == [17, 18, 19, 20].map { #"\#($0) {"echo":{"id":\#($0)}}"# })
         }
     }
 
