@@ -91,6 +91,8 @@ extension Connection {
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<Response, any Error>], Never>) in
                 batch.continuation = continuation
+                // One reading of the clock: every timeout counts from this call.
+                let start = loop.now
                 for (index, request) in requests.enumerated() {
                     if state.isFinal {
                         counters.requestsFailed += 1
@@ -104,7 +106,7 @@ extension Connection {
                     }
                     let (serial, id) = table.allocate()
                     batch.members[index] = (serial, id)
-                    if let error = place(request, serial: serial, id: id, limit: limit, waiter: .pipelined(batch, index: index)) {
+                    if let error = place(request, serial: serial, id: id, limit: limit, from: start, waiter: .pipelined(batch, index: index)) {
                         batch.members[index] = nil
                         batch.settle(index, .failure(error))
                     }

@@ -16,8 +16,8 @@ extension Connection: TimerTarget {
     /// Sets the timeout of a request that was just given `serial` and `id`: in
     /// ``deadlines`` when its deadline keeps their order (always, for requests that use the
     /// configured timeout), otherwise with a timer of its own, which it returns.
-    private func startTimeout(_ limit: Duration, serial: UInt32, id: UInt64) -> LoopTimer? {
-        let deadline = loop.now &+ MonotonicTime.nanoseconds(of: limit)
+    private func startTimeout(_ limit: Duration, from start: UInt64?, serial: UInt32, id: UInt64) -> LoopTimer? {
+        let deadline = (start ?? loop.now) &+ MonotonicTime.nanoseconds(of: limit)
         guard deadlines.accepts(deadline) else {
             return loop.schedule(at: deadline, target: self, tag: id, detail: serial)
         }
@@ -115,9 +115,10 @@ extension Connection {
     }
 
     /// Writes request `request` as `serial` when it can go now, or queues it, and records
-    /// `waiter` for its outcome with its timeout. Returns the error when it can do neither
-    /// (a write that failed, a full queue); `waiter` is then not recorded.
-    func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, waiter: Waiter) -> TetherError? {
+    /// `waiter` for its outcome with its timeout, counted from `start` (the loop's time;
+    /// `nil` for now). Returns the error when it can do neither (a write that failed, a full
+    /// queue); `waiter` is then not recorded.
+    func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, from start: UInt64? = nil, waiter: Waiter) -> TetherError? {
         let frame = Frame(type: request.type, serial: serial, payload: request.payload, fields: request.fields)
         var pending: Frame?
         if let channel, !handshaking, table.queuedCount == 0, sendQueue.isEmpty,
@@ -137,7 +138,7 @@ extension Connection {
             pending = frame
             awaitDrainIfNeeded()
         }
-        let timer = limit.flatMap { startTimeout($0, serial: serial, id: id) }
+        let timer = limit.flatMap { startTimeout($0, from: start, serial: serial, id: id) }
         table.insert(serial: serial, entry: .init(waiter: waiter, id: id, type: request.type, timer: timer, timeout: limit, pending: pending))
         return nil
     }
