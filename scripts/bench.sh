@@ -5,14 +5,14 @@
 # Tether's ratio to each peer.
 #
 #   scripts/bench.sh [--quick] [--duration S] [--warmup S] [--repeat N]
-#                    [--scenarios abcdefgh] [--tether-executor default|loop] [--out FILE]
+#                    [--scenarios abcdefght] [--tether-executor default|loop] [--out FILE]
 #
 #   --quick       1 s runs, 1 repetition, scenarios a–d, only tether↔tether,
 #                 nio↔nio-handler and c↔c
 #   --duration S  measured seconds per run (default 4)
 #   --warmup S    unmeasured seconds before each (default 1)
 #   --repeat N    repetitions; runs are interleaved (A B C A B C …) (default 3)
-#   --scenarios   which scenarios to run (default abcdefgh; abcd with --quick)
+#   --scenarios   which scenarios to run (default abcdefght; abcd with --quick)
 #   --tether-executor default|loop
 #                 where the Tether client's request tasks run: the global concurrent
 #                 executor, as an application's tasks do (default), or their connection's
@@ -25,7 +25,9 @@
 # server to 1,000 clients; g. heap allocations per request (package-benchmark); h. sessions:
 # replay of 100,000 stored pushes to one resuming client, and sequenced pushes to 1,000
 # identified clients, SQLite, in-memory and PostgreSQL mailboxes (one server, and a cluster
-# of three nodes) against plain broadcast (bench-sessions).
+# of three nodes) against plain broadcast (bench-sessions); t. b over TLS (1.3, a
+# self-signed P-256 certificate made with openssl): Tether's TetherTLS (OpenSSL) and
+# NIO's NIOSSL (BoringSSL), each with its own server and against the other's.
 #
 # All traffic stays on 127.0.0.1. Servers listen on random free high ports and are killed
 # with SIGKILL when the script exits. Scenario h runs a throwaway PostgreSQL of its own
@@ -68,13 +70,13 @@ if [[ $quick == 1 ]]; then
     [[ $repeat_set == 1 ]] || repeat=1
     [[ -n $scenarios ]] || scenarios="abcd"
 fi
-[[ -n $scenarios ]] || scenarios="abcdefgh"
+[[ -n $scenarios ]] || scenarios="abcdefght"
 if [[ $tether_executor != default && $tether_executor != loop ]]; then
     echo "bench.sh: --tether-executor takes default or loop, not $tether_executor" >&2
     exit 2
 fi
-if [[ ! $scenarios =~ ^[a-h]+$ ]]; then
-    echo "bench.sh: --scenarios takes letters a to h, not $scenarios" >&2
+if [[ ! $scenarios =~ ^[a-ht]+$ ]]; then
+    echo "bench.sh: --scenarios takes letters a to h and t, not $scenarios" >&2
     exit 2
 fi
 has() { [[ $scenarios == *"$1"* ]]; }
@@ -125,6 +127,7 @@ server_command() { # impl port
     case "$1" in
         tether) echo "$bin/bench-server --impl tether --port $2" ;;
         nio) echo "$bin/bench-server --impl nio --port $2" ;;
+        tether-tls|nio-tls) echo "$bin/bench-server --impl ${1%-tls} --port $2 --tls-cert $work/tls/cert.pem --tls-key $work/tls/key.pem" ;;
         c) echo "$cbin/server --port $2" ;;
     esac
 }
@@ -244,6 +247,7 @@ scenario_args() {
         b) echo "--connections 1 --in-flight 100 --size 64" ;;
         c) echo "--connections 100 --in-flight 10 --size 64" ;;
         d) echo "--connections 1 --in-flight 4 --size 1048576" ;;
+        t) echo "--connections 1 --in-flight 100 --size 64 --tls-ca $work/tls/cert.pem" ;;
     esac
 }
 
@@ -297,6 +301,15 @@ run_one() { # rep scenario server client
         wait "${server_pid[$server]}" 2>/dev/null || true
         start_server "$server"
     fi
+}
+
+# t: a self-signed certificate for localhost and 127.0.0.1, which the clients trust.
+make_certificate() {
+    [[ -f $work/tls/cert.pem ]] && return 0
+    mkdir -p "$work/tls"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+        -keyout "$work/tls/key.pem" -out "$work/tls/cert.pem" 2>/dev/null
 }
 
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
@@ -435,7 +448,7 @@ fi
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2
 for rep in $(seq "$repeat"); do
     echo "--- repetition $rep of $repeat" >&2
-    if has a || has b || has c || has d || has f; then
+    if has a || has b || has c || has d || has f || has t; then
         for server in $servers_used; do start_server "$server"; done
         for scenario in a b c d; do
             has "$scenario" || continue
@@ -444,6 +457,15 @@ for rep in $(seq "$repeat"); do
                 run_one "$rep" "$scenario" "${pair%%:*}" "${pair##*:}"
             done
         done
+        if has t; then
+            make_certificate
+            for server in tether-tls nio-tls; do start_server "$server"; done
+            for pair in tether-tls:tether nio-tls:nio-handler tether-tls:nio-handler nio-tls:tether; do
+                run_one "$rep" t "${pair%%:*}" "${pair##*:}"
+            done
+            stop_server tether-tls
+            stop_server nio-tls
+        fi
         if has f; then
             for server in tether nio; do
                 [[ -n ${server_pid[$server]:-} ]] || start_server "$server"

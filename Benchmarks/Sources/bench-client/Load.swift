@@ -18,6 +18,8 @@ struct Load: Sendable {
     var warmup: Double
     /// Tether only: run the request tasks on their connection's event loop.
     var preferLoopExecutor = false
+    /// With TLS: the PEM file of the CA to trust; the server's name is `localhost`.
+    var tlsCA: String?
 }
 
 /// Ends the process if the run has not finished 10 s after its window closed: a server

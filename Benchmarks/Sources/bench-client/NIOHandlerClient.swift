@@ -2,6 +2,7 @@ import BenchCore
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SeedNIO
 
 /// The SwiftNIO client in ChannelHandler style: pure event-loop code, no async.
@@ -18,6 +19,11 @@ enum NIOHandlerClient {
 
     static func run(_ load: Load) async throws -> (Stats, Window) {
         let collector = Collector()
+        let sslContext = try load.tlsCA.map { ca in
+            var configuration = NIOSSL.TLSConfiguration.makeClientConfiguration()
+            configuration.trustRoots = .file(ca)
+            return try NIOSSLContext(configuration: configuration)
+        }
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelOption(.maxMessagesPerRead, value: 16)
@@ -25,6 +31,9 @@ enum NIOHandlerClient {
                 channel.eventLoop.makeCompletedFuture {
                     var payload = channel.allocator.buffer(capacity: load.size)
                     payload.writeRepeatingByte(0x61, count: load.size)
+                    if let sslContext {
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: "localhost"))
+                    }
                     try channel.pipeline.syncOperations.addHandlers(
                         ByteToMessageHandler(SeedFrameDecoder()),
                         ClosedLoopHandler(inFlight: load.inFlight, payload: payload, collector: collector)

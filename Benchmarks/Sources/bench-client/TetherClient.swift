@@ -1,5 +1,6 @@
 import BenchCore
 import Tether
+import TetherTLS
 
 /// Tether's client as an application writes it: one `Connection` per connection, and K
 /// tasks per connection each looping `try await connection.request(…)`. With
@@ -9,6 +10,9 @@ enum TetherClient {
     static func run(_ load: Load, pipelined: Bool = false) async throws -> (Stats, Window) {
         var configuration = ConnectionConfiguration()
         configuration.heartbeat = .disabled
+        if let ca = load.tlsCA {
+            configuration.tls = .client(trustRoots: .file(ca), serverName: "localhost")
+        }
         let endpoint = Endpoint(host: load.host, port: load.port)
         var connections: [Connection] = []
         for _ in 0..<load.connections {

@@ -20,13 +20,15 @@ let usage = """
       tether-pipeline: one task per connection sends K requests at a time with
       Connection.pipeline and sends the next K once all are answered (closed loop by
       batches rather than by request).
+      --tls-ca FILE: connect with TLS (tether and nio-handler), trusting the CA in this
+      PEM file, verifying the name localhost.
       --executor loop (tether only): the request tasks prefer their connection's event loop
       instead of the global concurrent executor.
     """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor"],
+    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor", "tls-ca"],
     usage: usage
 )
 let impl = options.string("impl", allowed: ["tether", "tether-pipeline", "nio-handler", "nio-async"])
@@ -40,6 +42,8 @@ var load = Load(
     warmup: options.double("warmup", default: 1)
 )
 load.preferLoopExecutor = options.string("executor", default: "default", allowed: ["default", "loop"]) == "loop"
+let trustedCA = options.string("tls-ca", default: "")
+load.tlsCA = trustedCA.isEmpty ? nil : trustedCA
 
 let stats: Stats
 let window: Window

@@ -60,6 +60,7 @@ struct Scenario {
         Scenario(id: "d", title: "d. 1 conn, 4 in flight, 1 MiB", metrics: [.mbps, .p50]),
     ]
     static let idle = Scenario(id: "e", title: "e. server memory, idle connections", metrics: [.bytesPerConnection])
+    static let tls = Scenario(id: "t", title: "t. b over TLS: 1 conn, 100 in flight, 64 B", metrics: [.rps, .p99])
     static let fanOut = Scenario(id: "f", title: "f. push fan-out to 1,000 clients, 64 B", metrics: [.notifications])
 }
 
@@ -313,6 +314,27 @@ struct Report {
                     Pair(server: "c", client: "nio-handler", title: "NIO handler client"),
                     Pair(server: "c", client: "tether", title: "Tether client"),
                 ]
+            ),
+            comparison(
+                heading: "Over TLS",
+                note: "Scenario b over TLS 1.3: Tether's TetherTLS (OpenSSL) and NIO's NIOSSL (BoringSSL), each client against its own server.",
+                scenarios: [Scenario.tls],
+                tether: Pair(server: "tether-tls", client: "tether", title: "Tether"),
+                peers: [Pair(server: "nio-tls", client: "nio-handler", title: "NIO handler")]
+            ),
+            comparison(
+                heading: "Over TLS, clients against NIO's TLS server",
+                note: "Each client against the same NIOSSL server: the differences are the clients'.",
+                scenarios: [Scenario.tls],
+                tether: Pair(server: "nio-tls", client: "tether", title: "Tether client"),
+                peers: [Pair(server: "nio-tls", client: "nio-handler", title: "NIO handler client")]
+            ),
+            comparison(
+                heading: "Over TLS, servers driven by NIO's handler client",
+                note: "The same NIOSSL client against each server: the differences are the servers'.",
+                scenarios: [Scenario.tls],
+                tether: Pair(server: "tether-tls", client: "nio-handler", title: "Tether server"),
+                peers: [Pair(server: "nio-tls", client: "nio-handler", title: "NIO server")]
             ),
             comparison(
                 heading: "Server memory per idle connection",

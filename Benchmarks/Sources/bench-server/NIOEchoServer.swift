@@ -1,6 +1,7 @@
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SeedNIO
 
 /// The fan-out request: `rounds: UInt32 | size: UInt32`, big-endian.
@@ -98,10 +99,17 @@ final class EchoHandler: ChannelInboundHandler {
 
 /// Serves the seed echo protocol with SwiftNIO until the process is killed.
 ///
-/// - Parameter port: The port on 127.0.0.1.
+/// - Parameters:
+///   - port: The port on 127.0.0.1.
+///   - tls: PEM files of the certificate chain and key, to serve TLS with NIOSSL.
 /// - Returns: The bound port.
-func startNIOServer(port: Int) async throws -> (any Channel, Int) {
+func startNIOServer(port: Int, tls: (certificate: String, key: String)? = nil) async throws -> (any Channel, Int) {
     let registry = ChannelRegistry()
+    let sslContext = try tls.map { files in
+        let chain = try NIOSSLCertificate.fromPEMFile(files.certificate).map { NIOSSLCertificateSource.certificate($0) }
+        let key = try NIOSSLPrivateKey(file: files.key, format: .pem)
+        return try NIOSSLContext(configuration: .makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key)))
+    }
     let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         .serverChannelOption(.backlog, value: 4096)
         .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -109,6 +117,9 @@ func startNIOServer(port: Int) async throws -> (any Channel, Int) {
         .childChannelOption(.maxMessagesPerRead, value: 16)
         .childChannelInitializer { channel in
             channel.eventLoop.makeCompletedFuture {
+                if let sslContext {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+                }
                 try channel.pipeline.syncOperations.addHandlers(
                     ByteToMessageHandler(SeedFrameDecoder()),
                     EchoHandler(registry: registry)

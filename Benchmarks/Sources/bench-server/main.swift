@@ -1,6 +1,7 @@
 import BenchCore
 import Dispatch
 import Tether
+import TetherTLS
 
 #if canImport(Glibc)
 import Glibc
@@ -9,19 +10,24 @@ import Darwin
 #endif
 
 let usage = """
-    usage: bench-server --impl tether|nio [--port P]
+    usage: bench-server --impl tether|nio [--port P] [--tls-cert FILE --tls-key FILE]
       An echo server for the seed protocol on 127.0.0.1: every request (0x402) and
       heartbeat (0x1) is answered with a frame of the same type, serial and payload.
       A request of type 0x403 with the payload `rounds: UInt32 | size: UInt32` pushes
       `rounds` notifications of type 0x2 with `size` bytes to every connected peer, then
       is answered with an empty payload (the fan-out scenario).
+      With --tls-cert and --tls-key (PEM), every connection is TLS: Tether's TetherTLS
+      (OpenSSL) or NIO's NIOSSL (BoringSSL).
       --port 0 (the default) lets the system choose. Prints `listening on 127.0.0.1:PORT`
       when ready; runs until SIGTERM or SIGINT.
     """
 
-let options = Options(Array(CommandLine.arguments.dropFirst()), known: ["impl", "port"], usage: usage)
+let options = Options(Array(CommandLine.arguments.dropFirst()), known: ["impl", "port", "tls-cert", "tls-key"], usage: usage)
 let impl = options.string("impl", allowed: ["tether", "nio"])
 let port = options.int("port", default: 0)
+let tlsCertificate = options.string("tls-cert", default: "")
+let tlsKey = options.string("tls-key", default: "")
+let tls = tlsCertificate.isEmpty ? nil : (certificate: tlsCertificate, key: tlsKey)
 
 /// Ends the process on SIGTERM or SIGINT; `stop` runs first, on a global queue.
 func onTermination(_ stop: @escaping @Sendable () -> Void) -> [any DispatchSourceSignal] {
@@ -36,7 +42,7 @@ func onTermination(_ stop: @escaping @Sendable () -> Void) -> [any DispatchSourc
 
 switch impl {
 case "nio":
-    let (channel, bound) = try await startNIOServer(port: port)
+    let (channel, bound) = try await startNIOServer(port: port, tls: tls)
     let sources = onTermination { exit(0) }
     printNow("listening on 127.0.0.1:\(bound)")
     try await channel.closeFuture.get()
@@ -44,6 +50,9 @@ case "nio":
 default:
     var configuration = ServerConfiguration(host: "127.0.0.1", port: port)
     configuration.maximumConnections = 100_000
+    if let tls {
+        configuration.tls = .server(options: TLSServerOptions(certificate: TLSCertificateFiles(certificateChain: tls.certificate, privateKey: tls.key)))
+    }
     let server = Server(configuration: configuration)
     server.handle(type: 0x402) { request, _ in
         Response(payload: request.payload)
