@@ -240,18 +240,38 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     ///   the limit (``TetherError/Code/outboundBufferFull``), or the codec cannot encode
     ///   the frame.
     func write(_ frame: Frame) throws(TetherError) {
+        try checkRoom(forPayload: frame.payload.count)
+        try codec.encode(frame, into: &buffers.outbound)
+        if !buffers.flushScheduled { transport.scheduleFlush() }
+    }
+
+    /// Writes the bytes a codec of this channel's profile made for a frame whose payload
+    /// has `payloadCount` bytes, with the checks of ``write(_:)``: for a frame encoded once
+    /// and sent to many channels.
+    ///
+    /// - Parameters:
+    ///   - bytes: The encoded frame.
+    ///   - payloadCount: Its payload's length, which the outbound bound counts.
+    /// - Throws: ``TetherError`` as ``write(_:)`` does.
+    func writeEncoded(_ bytes: [UInt8], payloadCount: Int) throws(TetherError) {
+        try checkRoom(forPayload: payloadCount)
+        buffers.outbound.writeBytes(bytes)
+        if !buffers.flushScheduled { transport.scheduleFlush() }
+    }
+
+    /// Throws unless the channel is open and a payload of `count` bytes may be added to
+    /// what waits to be written: below the bound, or into an empty buffer.
+    private func checkRoom(forPayload count: Int) throws(TetherError) {
         guard isOpen else {
             throw TetherError(code: .notConnected, message: "the connection with \(remoteAddress) is closed")
         }
         let pending = buffers.pendingOutboundBytes
-        if pending + frame.payload.count > maximumOutboundBytes && pending > 0 {
+        if pending + count > maximumOutboundBytes && pending > 0 {
             throw TetherError(
                 code: .outboundBufferFull,
                 message: "\(pending) bytes are waiting to be written to \(remoteAddress), over the \(describeBytes(maximumOutboundBytes)) limit"
             )
         }
-        try codec.encode(frame, into: &buffers.outbound)
-        if !buffers.flushScheduled { transport.scheduleFlush() }
     }
 
     /// Bytes encoded and not yet written.

@@ -17,3 +17,18 @@ func onLoop<Target: Actor, Argument>(
     typealias Plain = (Target, Argument) -> Void
     unsafeBitCast(body, to: Plain.self)(target, argument)
 }
+
+/// ``onLoop(_:_:_:_:)`` for a body that returns a value: from code that runs on the loop's
+/// thread in a job of its own (a task on the loop, a loop callback), so that no actor of the
+/// loop is running meanwhile.
+@inline(__always)
+func callOnLoop<Target: Actor, Argument, Result>(
+    _ loop: EventLoop,
+    _ target: Target,
+    _ argument: Argument,
+    _ body: @escaping (isolated Target, Argument) -> Result
+) -> Result {
+    assert(loop.inLoop, "an isolated callback must run on its event loop \(loop.name)")
+    typealias Plain = (Target, Argument) -> Result
+    return unsafeBitCast(body, to: Plain.self)(target, argument)
+}

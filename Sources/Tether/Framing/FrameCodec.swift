@@ -27,6 +27,10 @@ public protocol FrameCodec: Sendable {
 
     /// Appends the wire form of `frame` to `buffer`.
     ///
+    /// The bytes must depend on the frame alone, not on the connection: a server's
+    /// ``Server/broadcast(_:)`` encodes a frame once, with a codec of its own, and writes the
+    /// same bytes to every peer.
+    ///
     /// - Parameters:
     ///   - frame: The frame to encode.
     ///   - buffer: The outbound buffer.

@@ -61,8 +61,8 @@ final class MailboxHub: Sendable {
         /// by another node heard of meanwhile: a notice can come before its claim is
         /// registered here, and then closes the peer as it registers.
         var claiming: [String: (generation: UInt64, node: String)?] = [:]
-        /// The peers a broadcast from another node reaches: the server's.
-        var localPeers: (@Sendable () -> [Peer])?
+        /// Writes a broadcast from another node to the server's peers.
+        var localBroadcast: (@Sendable (Frame) -> Void)?
         var authenticator: Authenticator?
         var offlineCallback: OfflineCallback?
         var metrics = Counts()
@@ -358,19 +358,26 @@ final class MailboxHub: Sendable {
             return (drafts.map { state.peers[$0.clientID] }, state.offlineCallback)
         }
         var offline = 0
+        // One job per event loop delivers, in order, every push for the peers on it.
+        var deliveries: [ObjectIdentifier: LiveDeliveries] = [:]
+        var loops: [EventLoop] = []
         for (position, draft) in drafts.enumerated() {
             let sequence = sequences[position]
             let frame = Frame(type: draft.type, serial: UInt32(truncatingIfNeeded: sequence), payload: draft.payload)
             if let peer = peers[position] {
-                peer.loop.execute {
-                    peer.assumeIsolated { $0.deliverSequenced(frame, sequence: sequence, for: draft.clientID) }
-                }
+                let key = ObjectIdentifier(peer.loop)
+                if deliveries[key] == nil { loops.append(peer.loop) }
+                deliveries[key, default: LiveDeliveries()].pushes.append((peer, frame, sequence, draft.clientID))
             } else {
                 offline += 1
                 if let callback, case .dropped = offlineSink.yield((callback, OfflinePush(clientID: draft.clientID, sequence: sequence, frame: frame))) {
                     state.withLock { $0.metrics.callbacksDropped += 1 }
                 }
             }
+        }
+        for loop in loops {
+            let batch = deliveries[ObjectIdentifier(loop)]!
+            loop.execute { batch.deliver(on: loop) }
         }
         if offline > 0 { state.withLock { $0.metrics.offline += offline } }
         var start = 0
@@ -494,9 +501,9 @@ extension MailboxHub {
         await cluster?.leave()
     }
 
-    /// Where broadcasts from other nodes go: the server's peers.
-    func broadcast(to peers: @escaping @Sendable () -> [Peer]) {
-        state.withLock { $0.localPeers = peers }
+    /// Where broadcasts from other nodes go: a write to the server's peers.
+    func broadcast(with write: @escaping @Sendable (Frame) -> Void) {
+        state.withLock { $0.localBroadcast = write }
     }
 
     /// The clients held here, with their claims' generations.
@@ -542,14 +549,9 @@ extension MailboxHub {
         }
     }
 
-    /// A broadcast from another node: to every peer here.
+    /// A broadcast from another node: to every peer here, as a local broadcast writes it.
     func broadcastLocally(_ frame: Frame) {
-        let peers = state.withLock { $0.localPeers }?() ?? []
-        for peer in peers {
-            peer.loop.execute {
-                peer.assumeIsolated { try? $0.push(frame) }
-            }
-        }
+        state.withLock { $0.localBroadcast }?(frame)
     }
 
     /// Closes every session peer here with `reason`; each releases its claim as it ends.
@@ -558,6 +560,21 @@ extension MailboxHub {
         for peer in peers {
             peer.loop.execute {
                 peer.assumeIsolated { $0.end(TetherError(code: .connectionClosed, message: reason), graceful: true) }
+            }
+        }
+    }
+}
+
+/// Stored pushes for connected clients on one event loop, delivered by one job in the order
+/// they were stored.
+struct LiveDeliveries: Sendable {
+    var pushes: [(peer: Peer, frame: Frame, sequence: UInt64, clientID: String)] = []
+
+    /// Hands each push to its peer; on `loop`'s thread, in a job of its own.
+    func deliver(on loop: EventLoop) {
+        for push in pushes {
+            onLoop(loop, push.peer, push) { (peer: isolated Peer, push: (peer: Peer, frame: Frame, sequence: UInt64, clientID: String)) in
+                peer.deliverSequenced(push.frame, sequence: push.sequence, for: push.clientID)
             }
         }
     }

@@ -39,6 +39,9 @@ public final class Server: Sendable {
     struct State {
         /// Peers whose socket is attached: the ones pushes and broadcasts reach.
         var peers: [PeerID: Peer] = [:]
+        /// ``peers`` by event loop, for broadcasts; made on demand, dropped when a peer
+        /// comes or goes.
+        var peersByLoop: [LoopPeers]?
         /// Connections accepted and not yet ended, attached or not: what the limit counts.
         var admitted = 0
         var nextPeer: UInt64 = 1
@@ -65,6 +68,8 @@ public final class Server: Sendable {
     let handlerSlots: HandlerSlots
     /// What the framed channels of every peer share.
     let channelSettings: ChannelSettings
+    /// Encodes broadcasts, once for all peers: a codec of the peers' profile.
+    let broadcastCodec: any FrameCodec
 
     /// Creates a server; nothing listens until ``run()``.
     ///
@@ -76,7 +81,8 @@ public final class Server: Sendable {
         self.hub = hub
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
         channelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
-        hub?.broadcast { [weak self] in self?.peers ?? [] }
+        broadcastCodec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
+        hub?.broadcast { [weak self] frame in self?.fanOut(frame, then: nil) }
     }
 
     /// Registers the handler for requests of `type`, replacing any earlier one.
@@ -177,41 +183,6 @@ public final class Server: Sendable {
             throw TetherError(code: .notConnected, message: "\(peer) is not connected")
         }
         try await target.push(frame)
-    }
-
-    /// Pushes a frame to every connected peer.
-    ///
-    /// A peer counts as connected once the server has accepted it and attached its socket,
-    /// which can be a moment after the client's ``Connection/connect(to:configuration:)``
-    /// returns. To push to a client as soon as it arrives, wait for its
-    /// ``ServerEvent/Kind/peerConnected`` event in ``events``.
-    ///
-    /// When the server is a node of a cluster (``MailboxConfiguration/cluster``), the frame
-    /// also goes to the peers of every other node, through the cluster; if the cluster
-    /// cannot take it, only this server's peers get it, and
-    /// ``ServerMetrics/clusterBroadcastsFailed`` counts it.
-    ///
-    /// - Parameter frame: The notification to send.
-    /// - Returns: How many peers of this server it was queued for.
-    @discardableResult
-    public func broadcast(_ frame: Frame) async -> Int {
-        var delivered = 0
-        for peer in peers {
-            do {
-                try await peer.push(frame)
-                delivered += 1
-            } catch {
-                continue
-            }
-        }
-        if let cluster = hub?.cluster {
-            do {
-                try await cluster.broadcast(frame)
-            } catch {
-                hub?.state.withLock { $0.metrics.clusterBroadcastsFailed += 1 }
-            }
-        }
-        return delivered
     }
 
     // MARK: Running
@@ -417,7 +388,10 @@ public final class Server: Sendable {
     }
 
     func peerConnected(_ peer: Peer) {
-        state.withLock { $0.peers[peer.id] = peer }
+        state.withLock { state in
+            state.peers[peer.id] = peer
+            state.peersByLoop = nil
+        }
         eventFeed.publish(ServerEvent(kind: .peerConnected, address: peer.remoteAddress, peer: peer.id))
     }
 
@@ -430,6 +404,7 @@ public final class Server: Sendable {
     func peerDisconnected(_ peer: Peer, reason: TetherError, metrics: PeerMetrics) {
         state.withLock { state in
             state.peers.removeValue(forKey: peer.id)
+            state.peersByLoop = nil
             state.admitted -= 1
             state.metrics.add(metrics)
             if reason.code == .idleTimeout {
