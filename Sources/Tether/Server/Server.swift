@@ -65,12 +65,15 @@ public final class Server: Sendable {
     let handlerSlots: HandlerSlots
     /// What the framed channels of every peer share.
     let channelSettings: ChannelSettings
+    /// The configuration, in one object every peer refers to instead of a copy each.
+    let sharedConfiguration: SharedServerConfiguration
 
     /// Creates a server; nothing listens until ``run()``.
     ///
     /// - Parameter configuration: Address, profile and limits.
     public init(configuration: ServerConfiguration = .init()) {
         self.configuration = configuration
+        sharedConfiguration = SharedServerConfiguration(configuration)
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
         let hub = configuration.mailboxes.map(MailboxHub.init)
         self.hub = hub
