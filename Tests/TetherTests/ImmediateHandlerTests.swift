@@ -27,6 +27,39 @@ struct ImmediateHandlerTests {
         #expect(ranInTask.load(ordering: .relaxed) == 0)
     }
 
+    @Test("a peer whose handler tasks have all finished starts tasks again for later requests; one still running when the peer closes is cancelled")
+    func tasksComeAndGo() async throws {
+        let (events, feed) = AsyncStream<String>.makeStream()
+        try await withServer(handlers: { server in
+            server.handle(type: 0x402) { request, _ in Response(payload: request.payload) }
+            server.handle(type: 0x403) { request, _ in
+                await Task.yield()
+                return Response(payload: request.payload + [0xFF])
+            }
+            server.handle(type: 0x404) { _, _ in
+                feed.yield("started")
+                await untilCancelled()
+                feed.yield("cancelled")
+                return Response()
+            }
+        }) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            for n in 1...10 {
+                let slow = try await connection.request(Request(type: 0x403, payload: [UInt8(n)]))
+                #expect(slow.payload == [UInt8(n), 0xFF])
+                let quick = try await connection.request(Request(type: 0x402, payload: [UInt8(n)]))
+                #expect(quick.payload == [UInt8(n)])
+            }
+            let waiting = Task { try await connection.request(Request(type: 0x404)) }
+            #expect(try await collect(1, from: events, "the handler to start") == ["started"])
+            #expect(await server.metrics().handlersInFlight == 1)
+            await connection.close()
+            #expect(try await collect(1, from: events, "the handler to be cancelled") == ["cancelled"])
+            await #expect(throws: TetherError.self) { try await waiting.value }
+            #expect(await server.metrics().requestsHandled == 20)
+        }
+    }
+
     @Test("the peer is isolated in the handler: a push sent there goes out before the response")
     func pushBeforeAnswer() async throws {
         try await withServer(handlers: { server in

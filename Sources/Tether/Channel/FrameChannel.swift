@@ -159,7 +159,16 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     private func decode(_ owner: isolated Owner, afterRead: Bool) {
         var decoded = false
         do {
-            while isOpen, owner.channelAcceptsFrames(self), let frame = try codec.decode(&buffers.inbound) {
+            while isOpen, owner.channelAcceptsFrames(self) {
+                let frame: Frame
+                if let large = buffers.large, large.incoming != nil {
+                    // A body in its own storage comes before anything read after it.
+                    guard let complete = large.takeCompleteBody() else { break }
+                    frame = complete
+                } else {
+                    guard let next = try codec.decode(&buffers.inbound) else { break }
+                    frame = next
+                }
                 decoded = true
                 owner.channel(self, received: frame)
             }
@@ -168,7 +177,31 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
             end(owner, reason, graceful: answered)
             return
         }
-        if isOpen { owner.channelDecoded(self, decoded: decoded, afterRead: afterRead) }
+        guard isOpen else { return }
+        if buffers.carriesLargePayloads && !buffers.inbound.isEmpty { _ = transportTakesLargeBody() }
+        owner.channelDecoded(self, decoded: decoded, afterRead: afterRead)
+    }
+
+    /// Moves the frame that starts the inbound buffer into storage of its own when its body
+    /// is large and an eighth of it has arrived (``LargePayloads``): the rest of it is then
+    /// read straight into the array the frame hands over. Only when nothing waits before it.
+    ///
+    /// - Returns: Whether it did.
+    func transportTakesLargeBody() -> Bool {
+        let inbound = buffers.inbound
+        guard isOpen, buffers.large?.incoming == nil, inbound.readableBytes >= LargePayloads.threshold / LargePayloads.arrivedFraction,
+              let split = codec as? any SplitFrameCodec,
+              let (frame, headerLength, bodyLength) = split.header(in: inbound),
+              bodyLength >= LargePayloads.threshold
+        else { return false }
+        let arrived = inbound.readableBytes - headerLength
+        guard arrived < bodyLength, arrived * LargePayloads.arrivedFraction >= bodyLength else { return false }
+        let body = inbound.withReadableBytes { raw in
+            IncomingBody(frame: frame, headerLength: headerLength, length: bodyLength, start: UnsafeRawBufferPointer(rebasing: raw[headerLength...]))
+        }
+        buffers.largePayloads.incoming = body
+        buffers.inbound.moveReaderIndex(forwardBy: inbound.readableBytes)
+        return true
     }
 
     func transportClosed(_ error: TetherError) {
@@ -185,7 +218,19 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     private func transportEnded(_ owner: isolated Owner, _ error: TetherError) {
         var reason = error
         if error.code == .peerClosed {
-            do {
+            do throws(TetherError) {
+                if let large = buffers.large, let body = large.incoming {
+                    large.incoming = nil
+                    guard body.isComplete else {
+                        throw TetherError(
+                            code: .truncatedFrame,
+                            message: "stream ended inside a frame: \(body.headerLength + body.received) bytes of an incomplete frame"
+                        )
+                    }
+                    var frame = body.frame
+                    frame.payload = body.bytes
+                    owner.channel(self, received: frame)
+                }
                 while isOpen, let frame = try codec.decodeLast(&buffers.inbound) {
                     owner.channel(self, received: frame)
                 }
@@ -224,11 +269,15 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     /// Whether part of a frame has been received and not the rest: bytes that do not make a
     /// whole frame, or, with TLS, part of a record.
     var holdsPartialInput: Bool {
-        !buffers.inbound.isEmpty || transport.holdsPartialInput
+        !buffers.inbound.isEmpty || buffers.large?.incoming != nil || transport.holdsPartialInput
     }
 
-    /// Bytes received and not decoded yet.
-    var bufferedInboundBytes: Int { buffers.inbound.readableBytes }
+    /// Bytes received and not decoded yet: in the inbound buffer, or of a large frame
+    /// being received into its own storage.
+    var bufferedInboundBytes: Int {
+        guard let body = buffers.large?.incoming else { return buffers.inbound.readableBytes }
+        return body.headerLength + body.received + buffers.inbound.readableBytes
+    }
 
     // MARK: Writing
 
@@ -241,7 +290,12 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     ///   the frame.
     func write(_ frame: Frame) throws(TetherError) {
         try checkRoom(forPayload: frame.payload.count)
-        try codec.encode(frame, into: &buffers.outbound)
+        if frame.payload.count >= LargePayloads.threshold, buffers.carriesLargePayloads,
+           let split = codec as? any SplitFrameCodec, try split.encodeHeader(of: frame, into: &buffers.outbound) {
+            buffers.attach(frame.payload)
+        } else {
+            try codec.encode(frame, into: &buffers.outbound)
+        }
         if !buffers.flushScheduled { transport.scheduleFlush() }
     }
 

@@ -226,10 +226,15 @@ struct HeaderCodec: FrameCodec {
     /// returning `nil` never consumes anything, and they are bounded by the layout's
     /// `maximumSkippedBytes`.
     private var skipped = 0
+    /// Whether a frame is its header and its body and nothing else: no checksum, no
+    /// compression, no trailer, no resynchronisation. Such a frame's large body can be read
+    /// into and written from its own storage (``SplitFrameCodec``).
+    let isSplit: Bool
 
     init(layout: CompiledHeader, maximumPayloadLength: Int) {
         self.layout = layout
         self.maximumPayloadLength = maximumPayloadLength
+        self.isSplit = layout.checksum == nil && layout.compression == nil && !layout.resynchronizes && layout.trailerLength == 0
     }
 
     private enum Step {
@@ -353,6 +358,26 @@ struct HeaderCodec: FrameCodec {
             }
         }
 
+        var (frame, compressed) = headerFrame(raw, at: start)
+        let type = frame.type
+        let payload: [UInt8]
+        if compressed, let compression = layout.compression {
+            do {
+                payload = try Deflate.inflate(bodyBytes, limit: compression.maximumInflatedLength ?? maximumPayloadLength)
+            } catch {
+                throw TetherError(code: error.code, message: "frame \(hex(type)): \(error.message)", underlying: error)
+            }
+        } else {
+            payload = Array(bodyBytes)
+        }
+        frame.payload = payload
+        frame.integrity = integrity
+        return .frame(frame, total)
+    }
+
+    /// The frame the header at `start` describes, without its payload, and whether its
+    /// compression flag is set.
+    private func headerFrame(_ raw: UnsafeRawBufferPointer, at start: Int) -> (frame: Frame, compressed: Bool) {
         let type = layout.type.map { UInt32(truncatingIfNeeded: $0.load(from: raw, at: start)) } ?? layout.impliedType
         let serial = layout.serial.map { UInt32(truncatingIfNeeded: $0.load(from: raw, at: start)) } ?? 0
         var fields: [String: UInt64] = [:]
@@ -369,19 +394,7 @@ struct HeaderCodec: FrameCodec {
                 fields[value.name] = found
             }
         }
-        let payload: [UInt8]
-        if compressed, let compression = layout.compression {
-            do {
-                payload = try Deflate.inflate(bodyBytes, limit: compression.maximumInflatedLength ?? maximumPayloadLength)
-            } catch {
-                throw TetherError(code: error.code, message: "frame \(hex(type)): \(error.message)", underlying: error)
-            }
-        } else {
-            payload = Array(bodyBytes)
-        }
-        var frame = Frame(type: type, serial: serial, payload: payload, fields: fields)
-        frame.integrity = integrity
-        return .frame(frame, total)
+        return (Frame(type: type, serial: serial, fields: fields), compressed)
     }
 
     /// The checksum of a frame whose header and body are given, by the layout's coverage.
@@ -429,42 +442,10 @@ struct HeaderCodec: FrameCodec {
                 message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes does not fit a \(layout.length.width)-byte length field"
             )
         }
-        func fits(_ value: UInt64, _ slot: FieldSlot, _ what: String) throws(TetherError) {
-            guard value <= slot.maximum else {
-                throw TetherError(
-                    code: .encodingFailed,
-                    message: "frame \(hex(frame.type)): \(what) \(value) does not fit a \(slot.width)-byte field"
-                )
-            }
-        }
         let total = layout.headerLength + bodyLength + layout.trailerLength
         buffer.reserveWritable(total)
         let start = buffer.writerIndex
-        for step in layout.steps {
-            switch step {
-            case .type(let slot):
-                try fits(UInt64(frame.type), slot, "type")
-                buffer.writeInteger(UInt64(frame.type), width: slot.width, endianness: slot.endianness)
-            case .serial(let slot):
-                try fits(UInt64(frame.serial), slot, "serial")
-                buffer.writeInteger(UInt64(frame.serial), width: slot.width, endianness: slot.endianness)
-            case .length(let slot):
-                buffer.writeInteger(UInt64(declared), width: slot.width, endianness: slot.endianness)
-            case .value(let index):
-                let field = layout.values[index]
-                var value = frame.fields[field.name] ?? field.defaultValue
-                if index == layout.flagIndex, let compression = layout.compression {
-                    value &= ~compression.flagMask
-                    if compressedBody != nil { value |= compression.flagMask }
-                }
-                try fits(value, field.slot, field.name)
-                buffer.writeInteger(value, width: field.slot.width, endianness: field.slot.endianness)
-            case .constant(let slot, let value):
-                buffer.writeInteger(value, width: slot.width, endianness: slot.endianness)
-            case .zeros(let count):
-                buffer.writeZeros(count)
-            }
-        }
+        try writeHeader(of: frame, declared: declared, compressed: compressedBody != nil, into: &buffer)
         if let compressedBody {
             buffer.writeBytes(compressedBody)
         } else {
@@ -484,6 +465,78 @@ struct HeaderCodec: FrameCodec {
                 UnsafeMutableRawBufferPointer(rebasing: raw[at..<at + checksum.algorithm.width]).copyBytes(from: sum)
             }
         }
+    }
+
+    /// Appends the header's fields in wire order, the length field saying `declared`.
+    private func writeHeader(of frame: Frame, declared: Int, compressed: Bool, into buffer: inout FrameBuffer) throws(TetherError) {
+        func fits(_ value: UInt64, _ slot: FieldSlot, _ what: String) throws(TetherError) {
+            guard value <= slot.maximum else {
+                throw TetherError(
+                    code: .encodingFailed,
+                    message: "frame \(hex(frame.type)): \(what) \(value) does not fit a \(slot.width)-byte field"
+                )
+            }
+        }
+        for step in layout.steps {
+            switch step {
+            case .type(let slot):
+                try fits(UInt64(frame.type), slot, "type")
+                buffer.writeInteger(UInt64(frame.type), width: slot.width, endianness: slot.endianness)
+            case .serial(let slot):
+                try fits(UInt64(frame.serial), slot, "serial")
+                buffer.writeInteger(UInt64(frame.serial), width: slot.width, endianness: slot.endianness)
+            case .length(let slot):
+                buffer.writeInteger(UInt64(declared), width: slot.width, endianness: slot.endianness)
+            case .value(let index):
+                let field = layout.values[index]
+                var value = frame.fields[field.name] ?? field.defaultValue
+                if index == layout.flagIndex, let compression = layout.compression {
+                    value &= ~compression.flagMask
+                    if compressed { value |= compression.flagMask }
+                }
+                try fits(value, field.slot, field.name)
+                buffer.writeInteger(value, width: field.slot.width, endianness: field.slot.endianness)
+            case .constant(let slot, let value):
+                buffer.writeInteger(value, width: slot.width, endianness: slot.endianness)
+            case .zeros(let count):
+                buffer.writeZeros(count)
+            }
+        }
+    }
+}
+
+extension HeaderCodec: SplitFrameCodec {
+    func header(in buffer: FrameBuffer) -> (frame: Frame, headerLength: Int, bodyLength: Int)? {
+        guard isSplit, buffer.readableBytes >= layout.headerLength else { return nil }
+        return buffer.withReadableBytes { raw -> (frame: Frame, headerLength: Int, bodyLength: Int)? in
+            for constant in layout.constants where constant.slot.load(from: raw, at: 0) != constant.value { return nil }
+            let declared = layout.length.load(from: raw, at: 0)
+            guard declared <= UInt64(Int32.max) else { return nil }
+            let body = Int(declared) - layout.lengthOverhead
+            guard body >= 0, body <= maximumPayloadLength else { return nil }
+            return (headerFrame(raw, at: 0).frame, layout.headerLength, body)
+        }
+    }
+
+    func encodeHeader(of frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
+        guard isSplit else { return false }
+        let bodyLength = frame.payload.count
+        guard bodyLength <= maximumPayloadLength else {
+            throw TetherError(
+                code: .frameTooLarge,
+                message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
+            )
+        }
+        let declared = bodyLength + layout.lengthOverhead
+        guard declared >= 0, UInt64(declared) <= layout.length.maximum else {
+            throw TetherError(
+                code: .frameTooLarge,
+                message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes does not fit a \(layout.length.width)-byte length field"
+            )
+        }
+        buffer.reserveWritable(layout.headerLength)
+        try writeHeader(of: frame, declared: declared, compressed: false, into: &buffer)
+        return true
     }
 }
 

@@ -76,6 +76,30 @@ package enum Syscall {
         try nonblocking { send(fd, pointer, count, noSignalFlag) }
     }
 
+    /// `sendmsg(2)` of several pieces with `MSG_NOSIGNAL` where the platform has it: one
+    /// system call for bytes that lie in several places (a frame's header and its payload).
+    ///
+    /// - Parameters:
+    ///   - fd: The socket.
+    ///   - pieces: The pieces, in order; at most ``maximumPieces``.
+    /// - Returns: How many bytes the kernel took, or would-block.
+    /// - Throws: The `errno` of a failure other than `EINTR` and `EAGAIN`.
+    static func sendPieces(_ fd: Int32, _ pieces: UnsafeBufferPointer<UnsafeRawBufferPointer>) throws(Errno) -> IOResult<Int> {
+        precondition(pieces.count <= maximumPieces, "\(pieces.count) pieces, over the \(maximumPieces) of one call")
+        return try withUnsafeTemporaryAllocation(of: iovec.self, capacity: maximumPieces) { (vectors) throws(Errno) -> IOResult<Int> in
+            for (index, piece) in pieces.enumerated() {
+                vectors[index] = iovec(iov_base: UnsafeMutableRawPointer(mutating: piece.baseAddress), iov_len: piece.count)
+            }
+            var message = msghdr()
+            message.msg_iov = vectors.baseAddress
+            message.msg_iovlen = .init(pieces.count)
+            return try nonblocking { sendmsg(fd, &message, noSignalFlag) }
+        }
+    }
+
+    /// The most pieces one ``sendPieces(_:_:)`` call takes.
+    static let maximumPieces = 16
+
     /// `close(2)`. `EINTR` is not retried: on Linux the descriptor is gone either way.
     package static func closeDescriptor(_ fd: Int32) {
         _ = close(fd)

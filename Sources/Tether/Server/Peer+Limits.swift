@@ -12,15 +12,22 @@ extension Peer {
     }
 
     /// A handler task of this peer ended: its place goes back (or to the next peer waiting),
-    /// and a peer whose reading was paused is decoded and read again.
+    /// and a peer whose reading was paused is decoded and read again. The last one wakes
+    /// the run loop, which then leaves its task group (unless requests wait for a place,
+    /// which the group starts when one comes).
     func handlerFinished() {
         running -= 1
         Self.releaseSlot(slots)
         readMoreIfBelowLimit()
+        if running == 0, !waitingForSlot, let waiter = inboxWaiter {
+            inboxWaiter = nil
+            waiter.resume(returning: true)
+        }
     }
 
     /// Decodes and reads again a peer whose reading was paused, once it is below its limit:
     /// after a handler finished, or after a batch whose immediate requests were answered.
+    @inline(never)
     func readMoreIfBelowLimit() {
         guard let channel, channel.isReadingPaused, !isAtRequestLimit else { return }
         channel.decodeBuffered(self)

@@ -13,7 +13,12 @@ public actor Peer {
     public nonisolated let remoteAddress: SocketAddress
     nonisolated let loop: EventLoop
     private weak var server: Server?
-    let configuration: ServerConfiguration
+    /// The server's configuration, shared by its peers: an idle peer keeps no copy.
+    private let sharedConfiguration: SharedServerConfiguration
+    /// The server's configuration.
+    var configuration: ServerConfiguration {
+        @inline(__always) get { sharedConfiguration.value }
+    }
     private let handlers: HandlerTable
     /// The server's mailboxes, when it has them: sessions are accepted only then.
     let hub: MailboxHub?
@@ -85,7 +90,7 @@ public actor Peer {
         self.remoteAddress = remoteAddress
         self.loop = loop
         self.server = server
-        self.configuration = server.configuration
+        self.sharedConfiguration = server.sharedConfiguration
         self.handlers = server.handlers
         self.slots = server.handlerSlots
         self.hub = server.hub
@@ -97,8 +102,22 @@ public actor Peer {
     nonisolated var hasEnded: Bool { ended.load(ordering: .sequentiallyConsistent) }
 
     /// Serves the peer until its connection closes or the task is cancelled.
+    ///
+    /// The task lives as long as the connection, and its async frames are what an idle
+    /// peer keeps in the task's allocator: everything that does not wait is done by
+    /// synchronous functions, so that these frames stay small and fit, with the rest of
+    /// the task's records, in the allocator's first block.
     func run() async {
-        guard let base = pendingBase else { return }
+        guard attach() else { return }
+        await serve()
+        detach()
+    }
+
+    /// Makes the channel over the accepted socket and starts the peer's timers; `false`
+    /// when the channel could not be made, which is then reported.
+    @inline(never)
+    private func attach() -> Bool {
+        guard let base = pendingBase else { return false }
         pendingBase = nil
         let channelSettings = server?.channelSettings ?? ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
         do throws(TetherError) {
@@ -106,29 +125,89 @@ public actor Peer {
         } catch {
             end(error, graceful: false)
             server?.peerDisconnected(self, reason: error, metrics: counts)
-            return
+            return false
         }
         startTimers()
         server?.peerConnected(self)
+        return true
+    }
+
+    /// Takes the requests as they come until the connection ends.
+    private func serve() async {
         let owner = server
         await withTaskCancellationHandler {
-            await withDiscardingTaskGroup { tasks in
-                // Each wake-up takes every request decoded since the last one. A handler
-                // starts at once on this actor and, if it never suspends, answers before the
-                // next request is looked at: no job is queued for it.
-                while await nextBatch() {
-                    startBatch(in: &tasks)
+            // Each wake-up takes every request decoded since the last one. A peer whose
+            // requests are all answered at once has no task group: the group, with its
+            // frame and queue (more than 1 KB), exists only while handler tasks of the peer
+            // run.
+            while await nextBatch() {
+                if batchStartsTasks() {
+                    guard await serveWithHandlerTasks() else { return }
+                } else {
+                    answerBatch()
                     readMoreIfBelowLimit()
                 }
-                // The connection has ended: nobody is left to answer, so handlers still
-                // running are cancelled rather than awaited.
-                tasks.cancelAll()
             }
         } onCancel: {
-            // Cancelled as the server stops: close after its listener has.
-            let close: @Sendable () -> Void = { [self] in loop.execute { [self] in assumeIsolated { $0.shutdown() } } }
-            if let owner { owner.whenListenerClosed(close) } else { close() }
+            shutdownAfterListener(of: owner)
         }
+    }
+
+    /// Starts the batch's handlers in a task group, and keeps serving in it until no
+    /// handler task of this peer runs; `false` once the connection has ended.
+    ///
+    /// A handler starts at once on this actor and, if it never suspends, answers before the
+    /// next request is looked at: no job is queued for it.
+    ///
+    /// Never inlined: its frame holds the group, and is allocated only while it runs.
+    @inline(never)
+    private func serveWithHandlerTasks() async -> Bool {
+        await withDiscardingTaskGroup { tasks in
+            repeat {
+                startBatch(in: &tasks)
+                readMoreIfBelowLimit()
+                // The last handler to finish wakes the wait below, and the group ends.
+                guard running > 0 else { return true }
+            } while await nextBatch()
+            // The connection has ended: nobody is left to answer, so handlers still
+            // running are cancelled rather than awaited.
+            tasks.cancelAll()
+            return false
+        }
+    }
+
+    /// Whether a request of ``batch`` is handled by a task: a session hello, or a request
+    /// whose handler suspends.
+    @inline(never)
+    private func batchStartsTasks() -> Bool {
+        batch.contains { frame in
+            if let hub, frame.type == hub.configuration.wireTypes.hello { return true }
+            guard let entry = handlers.handler(for: frame.type), case .suspending = entry.kind else { return false }
+            return true
+        }
+    }
+
+    /// Answers the requests of ``batch``, all for immediate handlers, in order.
+    @inline(never)
+    private func answerBatch() {
+        for frame in batch {
+            // A handler answered just before may have closed the peer.
+            guard closeReason == nil else { return }
+            if let entry = handlers.handler(for: frame.type), case .immediate(let handler) = entry.kind {
+                answer(frame, with: handler)
+            }
+        }
+    }
+
+    /// Cancelled as the server stops: closes after the server's listener has.
+    private nonisolated func shutdownAfterListener(of owner: Server?) {
+        let close: @Sendable () -> Void = { [self] in loop.execute { [self] in assumeIsolated { $0.shutdown() } } }
+        if let owner { owner.whenListenerClosed(close) } else { close() }
+    }
+
+    /// Tells the server the peer has ended, and why.
+    @inline(never)
+    private func detach() {
         server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"), metrics: counts)
     }
 
@@ -150,6 +229,7 @@ public actor Peer {
     ///
     /// Each task takes one of the server's places (``HandlerSlots``) first; when none is
     /// free, the rest of the batch goes back to the front of ``inbox`` and waits for one.
+    @inline(never)
     private func startBatch(in tasks: inout DiscardingTaskGroup) {
         for index in batch.indices {
             // A handler started just before may have closed the peer.
@@ -182,7 +262,7 @@ public actor Peer {
     }
 
     /// Moves the requests that arrived since the last call into ``batch``; `false` once the
-    /// connection has ended.
+    /// connection has ended. The batch is empty when the last handler task finished.
     ///
     /// The checks happen inside the continuation's body, which runs without interruption on
     /// this actor: the `await` before it is a suspension point at which a handler task may

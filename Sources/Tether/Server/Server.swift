@@ -70,12 +70,15 @@ public final class Server: Sendable {
     let channelSettings: ChannelSettings
     /// Encodes broadcasts, once for all peers: a codec of the peers' profile.
     let broadcastCodec: any FrameCodec
+    /// The configuration, in one object every peer refers to instead of a copy each.
+    let sharedConfiguration: SharedServerConfiguration
 
     /// Creates a server; nothing listens until ``run()``.
     ///
     /// - Parameter configuration: Address, profile and limits.
     public init(configuration: ServerConfiguration = .init()) {
         self.configuration = configuration
+        sharedConfiguration = SharedServerConfiguration(configuration)
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
         let hub = configuration.mailboxes.map(MailboxHub.init)
         self.hub = hub

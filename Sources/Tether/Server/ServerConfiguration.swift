@@ -160,3 +160,16 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
         }
     }
 }
+
+/// A server's configuration in one object that its peers share.
+final class SharedServerConfiguration: Sendable {
+    /// The configuration.
+    let value: ServerConfiguration
+
+    /// Holds `value`.
+    ///
+    /// - Parameter value: The server's configuration.
+    init(_ value: ServerConfiguration) {
+        self.value = value
+    }
+}

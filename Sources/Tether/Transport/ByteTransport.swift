@@ -85,6 +85,19 @@ package protocol ByteTransportHandler: AnyObject {
     func transportWritable()
     /// The TLS handshake finished: ``ByteTransport/security`` holds its details.
     func transportSecured()
+    /// Between two reads, asked by a transport that reads large bodies into their own
+    /// storage (``TransportBuffers/carriesLargePayloads``): the handler may move the frame
+    /// that starts `inbound` there (``LargePayloads/incoming``), leaving `inbound` empty.
+    ///
+    /// - Returns: Whether it did: the transport then reads the rest of the body into it.
+    func transportTakesLargeBody() -> Bool
+}
+
+extension ByteTransportHandler {
+    /// Default: large bodies go through `inbound` like any other bytes.
+    ///
+    /// - Returns: `false`.
+    package func transportTakesLargeBody() -> Bool { false }
 }
 
 /// The two buffers between a transport and the layer above it, in one object that both
@@ -104,21 +117,33 @@ package class TransportBuffers {
     @exclusivity(unchecked) package final var flushScheduled = false
     /// The buffers of the transport below, for a layer (TLS) that keeps bytes there.
     package final var below: TransportBuffers?
+    /// Large payloads sent from and received into their own storage: `nil` until the
+    /// first one, and always on a transport that does not take them.
+    package final var large: LargePayloads?
     /// Whether this is the ciphertext of a TLS layer, which borrows the loop's other buffer.
     let sealed: Bool
+    /// Whether the transport sends large payloads from their own arrays and reads large
+    /// bodies into theirs (``LargePayloads``): a plain TCP socket does.
+    let carriesLargePayloads: Bool
 
     /// Empty buffers.
     ///
-    /// - Parameter sealed: Whether they carry a TLS layer's ciphertext.
-    init(sealed: Bool = false) {
+    /// - Parameters:
+    ///   - sealed: Whether they carry a TLS layer's ciphertext.
+    ///   - carriesLargePayloads: Whether the transport takes large payloads in their own
+    ///     storage.
+    init(sealed: Bool = false, carriesLargePayloads: Bool = false) {
         self.sealed = sealed
+        self.carriesLargePayloads = carriesLargePayloads
     }
 
-    /// Bytes handed to the transport and not yet sent: in `outbound` and in the layers
-    /// below.
+    /// Bytes handed to the transport and not yet sent: in `outbound`, in the payloads
+    /// waiting in their own arrays, and in the layers below.
     package final var pendingOutboundBytes: Int {
-        guard let below else { return outbound.readableBytes }
-        return outbound.readableBytes + below.pendingOutboundBytes
+        var pending = outbound.readableBytes
+        if let large { pending += large.outgoingBytes }
+        if let below { pending += below.pendingOutboundBytes }
+        return pending
     }
 
     /// Queues `target` to flush at the end of the loop turn, unless it already is: one

@@ -49,7 +49,7 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
             try? Syscall.setOption(fd, level: SocketOptions.tcpLevel, name: SocketOptions.noDelay, value: 1)
         }
         self.socket = .some(socket)
-        super.init(sealed: sealed)
+        super.init(sealed: sealed, carriesLargePayloads: !sealed)
     }
 
     var isOpen: Bool { socket != nil }
@@ -99,26 +99,77 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
         return interest
     }
 
+    /// Reads what the socket holds, four reads at most: into a large body's own storage
+    /// while one is under way, into `inbound` otherwise. The handler hears of the bytes after
+    /// each run of reads into one place, so a body completed is handed over before the
+    /// bytes after it are read.
     private func readNow() {
         let buffers = self.buffers
-        let borrowed = buffers.borrowInbound(from: loop)
-        let outcome = readSocket(into: &buffers.inbound)
-        if outcome.count > 0 { handler?.transportRead() }
-        buffers.settleInbound(borrowed: borrowed, on: loop)
-        if let closeError = outcome.error, isOpen { closeReporting(closeError) }
+        var reads = 4
+        while true {
+            if let large = buffers.large, large.isReceivingBody {
+                let outcome = readBody(into: large, reads: &reads)
+                if outcome.count > 0 { handler?.transportRead() }
+                if let closeError = outcome.error {
+                    if isOpen { closeReporting(closeError) }
+                    return
+                }
+                guard outcome.completed, reads > 0, isOpen, !isReadingPaused else { return }
+            }
+            let borrowed = buffers.borrowInbound(from: loop)
+            let outcome = readSocket(reads: &reads)
+            if outcome.count > 0 { handler?.transportRead() }
+            buffers.settleInbound(borrowed: borrowed, on: loop)
+            if let closeError = outcome.error {
+                if isOpen { closeReporting(closeError) }
+                return
+            }
+            guard outcome.bodyTaken, reads > 0, isOpen, !isReadingPaused else { return }
+        }
     }
 
-    /// Reads what the socket holds now into `buffer`, up to four times 16 KiB or more;
-    /// returns the byte count and the error that ends the transport, if any (end of stream
-    /// included).
-    private func readSocket(into buffer: inout FrameBuffer) -> (count: Int, error: TetherError?) {
+    /// Reads into the missing part of the body under way until it is complete, the socket
+    /// has nothing more, or `reads` are spent; returns the byte count, whether the body is
+    /// complete, and the error that ends the transport, if any (end of stream included).
+    private func readBody(into large: LargePayloads, reads: inout Int) -> (count: Int, completed: Bool, error: TetherError?) {
         var total = 0
         let fd = descriptor
-        for _ in 0..<4 {
+        while reads > 0, large.isReceivingBody {
+            reads -= 1
+            let result: IOResult<Int>
+            do {
+                result = try large.incoming!.receive { (space) throws(Errno) -> IOResult<Int> in
+                    try Syscall.readBytes(fd, space.baseAddress!, space.count)
+                }
+            } catch {
+                return (total, false, socketError(error, doing: "reading from"))
+            }
+            guard case .processed(let count) = result else { break }
+            if count == 0 {
+                return (total, false, TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+            }
+            total += count
+            bytesRead += count
+        }
+        return (total, large.incoming?.isComplete ?? false, nil)
+    }
+
+    /// Reads what the socket holds now into `inbound`, up to `reads` times 16 KiB or more;
+    /// returns the byte count, whether the handler took a large body after a read (the rest
+    /// of it is to be read into its own storage), and the error that ends the transport, if
+    /// any (end of stream included).
+    ///
+    /// `inbound` is reached anew for each read, not held across them: between two reads the
+    /// handler may move its bytes.
+    private func readSocket(reads: inout Int) -> (count: Int, bodyTaken: Bool, error: TetherError?) {
+        var total = 0
+        let fd = descriptor
+        while reads > 0 {
+            reads -= 1
             var full = false
             var endOfStream = false
             do {
-                let count = try buffer.withWritableSpace(minimum: 16 << 10) { (space) throws(Errno) -> Int in
+                let count = try inbound.withWritableSpace(minimum: 16 << 10) { (space) throws(Errno) -> Int in
                     switch try Syscall.readBytes(fd, space.baseAddress!, space.count) {
                     case .processed(let count):
                         full = count == space.count
@@ -129,17 +180,20 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
                     }
                 }
                 if endOfStream {
-                    return (total, TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
+                    return (total, false, TetherError(code: .peerClosed, message: "peer \(remoteAddress) closed the connection"))
                 }
                 if count == 0 { break }
                 total += count
                 bytesRead += count
                 if !full { break }
+                // More is waiting: when it continues a large body, it goes to the body's
+                // own storage rather than through this buffer.
+                if reads > 0, let handler, handler.transportTakesLargeBody() { return (total, true, nil) }
             } catch {
-                return (total, socketError(error, doing: "reading from"))
+                return (total, false, socketError(error, doing: "reading from"))
             }
         }
-        return (total, nil)
+        return (total, false, nil)
     }
 
     private func socketError(_ error: Errno, doing action: String) -> TetherError {
@@ -168,7 +222,8 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
 
     private func flushNow() {
         guard isOpen else { return }
-        let outcome = Self.send(&buffers.outbound, to: descriptor)
+        let buffers = self.buffers
+        let outcome = buffers.hasLargeOutgoing ? buffers.sendGathering(to: descriptor) : Self.send(&buffers.outbound, to: descriptor)
         bytesWritten += outcome.written
         if let error = outcome.error {
             closeReporting(socketError(error, doing: "writing to"))
@@ -212,7 +267,7 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
     }
 
     private func notifyIfWritable() {
-        guard let threshold = writableThreshold, buffers.outbound.readableBytes <= threshold, isOpen else { return }
+        guard let threshold = writableThreshold, buffers.pendingOutboundBytes <= threshold, isOpen else { return }
         writableThreshold = nil
         handler?.transportWritable()
     }
@@ -231,13 +286,14 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
         drainTimer = nil
         if registered { loop.deregister(descriptor) }
         socket.close()
+        large?.dropOutgoing()
         handler = nil
     }
 
     func closeAfterFlush(timeout: Duration) {
         guard isOpen else { return }
         handler = nil
-        if buffers.outbound.readableBytes == 0 {
+        if buffers.pendingOutboundBytes == 0 {
             close()
             return
         }

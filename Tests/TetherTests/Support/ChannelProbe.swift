@@ -52,6 +52,48 @@ actor ChannelProbe: FrameChannelOwner {
         self.channel = channel
     }
 
+    /// Makes and starts a channel over a TCP transport on the connected, nonblocking socket
+    /// `descriptor`, which it owns from now on.
+    func attachTCP(
+        descriptor: Int32,
+        role: FrameChannel<ChannelProbe>.Role = .server,
+        maximumPayloadLength: Int = 1 << 20,
+        maximumOutboundBytes: Int = 1 << 20
+    ) throws(TetherError) {
+        let transport = TCPTransport(
+            socket: Socket(adopting: descriptor),
+            remoteAddress: (try? Syscall.peerAddress(descriptor)) ?? SocketAddress(ipAddress: "127.0.0.1", port: 0)!,
+            loop: loop,
+            noDelay: true
+        )
+        let channel = FrameChannel<ChannelProbe>(
+            transport: transport,
+            loop: loop,
+            codec: SeedCodec(maximumPayloadLength: maximumPayloadLength),
+            role: role,
+            profileName: "seed",
+            maximumOutboundBytes: maximumOutboundBytes,
+            drainTimeout: .seconds(5)
+        )
+        try channel.start(owner: self, tlsHandshakeTimeout: nil)
+        self.channel = channel
+    }
+
+    /// Reads what has arrived now, and returns the bytes the channel has read in all.
+    func readPendingCount() -> Int {
+        channel?.readPending()
+        return channel?.bytesRead ?? 0
+    }
+
+    /// The length of the storage of the large body being received, if there is one.
+    var largeBodyStorage: Int? { channel?.buffers.large?.incoming?.bytes.count }
+
+    /// Whether payloads wait to be sent from their own arrays.
+    var sendsLargePayloads: Bool { channel?.buffers.hasLargeOutgoing ?? false }
+
+    /// Bytes waiting in the channel's inbound buffer.
+    var bufferedInboundBytes: Int { channel?.bufferedInboundBytes ?? 0 }
+
     func setAccepting(_ accepting: Bool) {
         self.accepting = accepting
         if accepting, let channel { channel.decodeBuffered(self) }
