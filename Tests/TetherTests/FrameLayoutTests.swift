@@ -375,6 +375,40 @@ struct FrameLayoutTests {
     func delimiterInPayload() {
         #expect(throws: TetherError.self) { _ = try encoded([Frame(type: 0x401, payload: Array("a\r\nb".utf8))], .lines) }
     }
+
+    /// A header with addresses and no checksum: large payloads go out from their own storage
+    /// after a header encoded alone (``SplitFrameCodec``).
+    static let addressed = try! Profile(
+        name: "addressed",
+        layout: .header([.marker(0x7E), .value("destination", width: 2), .value("source", width: 2), .type(width: 4), .serial(width: 4), .length(width: 4)]),
+        heartbeatType: nil,
+        classify: { _ in .message }
+    )
+
+    @Test("a field too large for its slot fails the frame and leaves no byte of it behind, so the frames around it still decode", arguments: [(Profile.marker, 16), (Profile.marker, 40_000), (Self.addressed, 16), (Self.addressed, 40_000)])
+    func failedEncodingLeavesNothing(profile: Profile, payloadLength: Int) throws {
+        let codec = profile.makeCodec(1 << 20)
+        var buffer = FrameBuffer()
+        let before = Frame(type: 0x401, payload: [1, 2, 3], fields: ["destination": 7, "source": 1])
+        try codec.encode(before, into: &buffer)
+        let written = buffer.readableBytes
+        // destination is a 2-byte field: 70,000 does not fit, after the marker is written.
+        let oversized = Frame(type: 0x401, payload: Array(repeating: 9, count: payloadLength), fields: ["destination": 70_000])
+        let error = #expect(throws: TetherError.self) { try codec.encode(oversized, into: &buffer) }
+        #expect(error?.code == .encodingFailed)
+        #expect(buffer.readableBytes == written)
+        if let split = codec as? any SplitFrameCodec {
+            // The header alone, as a large payload's is written: refused too, or not split.
+            _ = try? split.encodeHeader(of: oversized, into: &buffer)
+            #expect(buffer.readableBytes == written)
+        }
+        let after = Frame(type: 0x401, payload: [4, 5], fields: ["destination": 8, "source": 2])
+        try codec.encode(after, into: &buffer)
+        let frames = try decoded([buffer.readableBytesView[...]], profile)
+        #expect(frames.map(\.payload) == [[1, 2, 3], [4, 5]])
+        #expect(frames.map { $0.fields["destination"] } == [7, 8])
+        #expect(frames.map(\.skippedBytes) == [0, 0])
+    }
 }
 
 /// SHA-256 of a string as lowercase hex, through the library's own implementation.

@@ -189,6 +189,14 @@ public struct FrameBuffer: Sendable {
     ///
     /// Growing allocates the new storage once and copies only the readable bytes to its front,
     /// so it also compacts.
+    /// Drops what was written after `index`, a writer index read earlier with no
+    /// compaction since (after ``reserveWritable(_:)`` for all that came after it): for an
+    /// encoder that fails part way through a frame.
+    package mutating func discardWritten(after index: Int) {
+        precondition(index >= readerIndex && index <= writerIndex, "cannot discard back to \(index): readable bytes are \(readerIndex)..<\(writerIndex)")
+        writerIndex = index
+    }
+
     mutating func reserveWritable(_ count: Int) {
         if storage.count - writerIndex >= count { return }
         let readable = readableBytes

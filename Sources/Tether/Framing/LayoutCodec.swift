@@ -445,7 +445,13 @@ struct HeaderCodec: FrameCodec {
         let total = layout.headerLength + bodyLength + layout.trailerLength
         buffer.reserveWritable(total)
         let start = buffer.writerIndex
-        try writeHeader(of: frame, declared: declared, compressed: compressedBody != nil, into: &buffer)
+        do {
+            try writeHeader(of: frame, declared: declared, compressed: compressedBody != nil, into: &buffer)
+        } catch {
+            // Nothing of a frame that cannot be encoded may stay: the next would follow it.
+            buffer.discardWritten(after: start)
+            throw error
+        }
         if let compressedBody {
             buffer.writeBytes(compressedBody)
         } else {
@@ -535,7 +541,13 @@ extension HeaderCodec: SplitFrameCodec {
             )
         }
         buffer.reserveWritable(layout.headerLength)
-        try writeHeader(of: frame, declared: declared, compressed: false, into: &buffer)
+        let start = buffer.writerIndex
+        do {
+            try writeHeader(of: frame, declared: declared, compressed: false, into: &buffer)
+        } catch {
+            buffer.discardWritten(after: start)
+            throw error
+        }
         return true
     }
 }
