@@ -429,19 +429,7 @@ struct HeaderCodec: FrameCodec {
             if packed.count < frame.payload.count { compressedBody = packed }
         }
         let bodyLength = compressedBody?.count ?? frame.payload.count
-        guard bodyLength <= maximumPayloadLength else {
-            throw TetherError(
-                code: .frameTooLarge,
-                message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
-            )
-        }
-        let declared = bodyLength + layout.lengthOverhead
-        guard declared >= 0, UInt64(declared) <= layout.length.maximum else {
-            throw TetherError(
-                code: .frameTooLarge,
-                message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes does not fit a \(layout.length.width)-byte length field"
-            )
-        }
+        let declared = try declaredLength(ofBody: bodyLength, frameType: frame.type)
         let total = layout.headerLength + bodyLength + layout.trailerLength
         buffer.reserveWritable(total)
         let start = buffer.writerIndex
@@ -524,22 +512,29 @@ extension HeaderCodec: SplitFrameCodec {
         }
     }
 
-    func encodeHeader(of frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
-        guard isSplit else { return false }
-        let bodyLength = frame.payload.count
+    /// The value of the length field for a body of `bodyLength` bytes, once the body is
+    /// within the payload limit and the value fits the field.
+    private func declaredLength(ofBody bodyLength: Int, frameType: UInt32) throws(TetherError) -> Int {
         guard bodyLength <= maximumPayloadLength else {
             throw TetherError(
                 code: .frameTooLarge,
-                message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
+                message: "frame \(hex(frameType)) payload of \(bodyLength) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
             )
         }
         let declared = bodyLength + layout.lengthOverhead
         guard declared >= 0, UInt64(declared) <= layout.length.maximum else {
             throw TetherError(
                 code: .frameTooLarge,
-                message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes does not fit a \(layout.length.width)-byte length field"
+                message: "frame \(hex(frameType)) payload of \(bodyLength) bytes does not fit a \(layout.length.width)-byte length field"
             )
         }
+        return declared
+    }
+
+    func encodeHeader(of frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
+        guard isSplit else { return false }
+        let bodyLength = frame.payload.count
+        let declared = try declaredLength(ofBody: bodyLength, frameType: frame.type)
         buffer.reserveWritable(layout.headerLength)
         let start = buffer.writerIndex
         do {
