@@ -40,6 +40,21 @@ struct PipelineTests {
         }
     }
 
+    /// 0x402 echoes; 0x404 is never answered (it reports reaching its handler on
+    /// `arrival`); 0x40A closes the connection.
+    private static func handlers(_ server: Server, reaching arrival: AsyncStream<Void>.Continuation) {
+        server.handle(type: 0x402) { request, _ in Response(json: ["echo": request.json ?? nil]) }
+        server.handle(type: 0x404) { _, _ in
+            arrival.yield()
+            try await untilCancelledByServer()
+            return Response()
+        }
+        server.handle(type: 0x40A) { _, peer in
+            await peer.close()
+            return Response()
+        }
+    }
+
     private static func echo(_ index: Int) -> Request {
         Request(type: 0x402, json: ["i": .int(index)])
     }
@@ -68,15 +83,7 @@ struct PipelineTests {
     func mixedOutcomes() async throws {
         try await withTestNetwork { network in
             let (reached, arrival) = AsyncStream<Void>.makeStream()
-            try await withNetworkServer(on: network, handlers: { server in
-                server.handle(type: 0x402) { request, _ in Response(json: ["echo": request.json ?? nil]) }
-                // 0x404 is never answered.
-                server.handle(type: 0x404) { _, _ in
-                    arrival.yield()
-                    try await untilCancelledByServer()
-                    return Response()
-                }
-            }) { _, endpoint in
+            try await withNetworkServer(on: network, handlers: { Self.handlers($0, reaching: arrival) }) { _, endpoint in
                 let connection = try await Connection.connect(to: endpoint, configuration: .testing(on: network))
                 // Answered, silent, answered, silent: the silent ones time out at 20 ms.
                 let requests = [Self.echo(0), Request(type: 0x404), Self.echo(2), Request(type: 0x404)]
@@ -117,18 +124,7 @@ struct PipelineTests {
     func lostMidway() async throws {
         try await withTestNetwork { network in
             let (reached, arrival) = AsyncStream<Void>.makeStream()
-            try await withNetworkServer(on: network, handlers: { server in
-                server.handle(type: 0x402) { request, _ in Response(json: ["echo": request.json ?? nil]) }
-                server.handle(type: 0x404) { _, _ in
-                    arrival.yield()
-                    try await untilCancelledByServer()
-                    return Response()
-                }
-                server.handle(type: 0x40A) { _, peer in
-                    await peer.close()
-                    return Response()
-                }
-            }) { _, endpoint in
+            try await withNetworkServer(on: network, handlers: { Self.handlers($0, reaching: arrival) }) { _, endpoint in
                 var configuration = ConnectionConfiguration.testing(on: network)
                 configuration.reconnect = .disabled
                 let connection = try await Connection.connect(to: endpoint, configuration: configuration)
