@@ -196,6 +196,90 @@ struct RequestTableTests {
         #expect(table.remove(serial: old.serial, id: newer.id)?.waiter == "new")
         #expect(table.isEmpty)
     }
+
+    @Test("a response naming a serial that shares a slot with a waiting request does not end it")
+    func slotSharingSerialIsNotAnswered() {
+        var table = RequestTable<String>()
+        let first = table.allocate()
+        table.insert(serial: first.serial, entry: .init(waiter: "first", id: first.id, type: 0x402))
+        // Serials a power of two apart share a slot in any table of that size or smaller.
+        for shift in [1, 4, 8, 16, 24, 31] as [UInt32] {
+            #expect(table.removeAnswered(serial: first.serial &+ (1 << shift)) == nil)
+            #expect(!table.contains(serial: first.serial &+ (1 << shift), id: first.id))
+        }
+        #expect(table.removeAnswered(serial: first.serial)?.waiter == "first")
+    }
+
+    @Test("every serial of a short serial space can be in use at once, and a freed one is found")
+    func shortSerialSpaceFillsUp() {
+        var table = RequestTable<Int>(maximumSerial: 1000)
+        var seen = Set<UInt32>()
+        for waiter in 0..<999 {
+            let (serial, id) = table.allocate()
+            #expect(serial >= 1 && serial <= 1000 && seen.insert(serial).inserted)
+            table.insert(serial: serial, entry: .init(waiter: waiter, id: id, type: 1))
+        }
+        #expect(table.count == 999)
+        let (last, lastID) = table.allocate()
+        #expect(last == 1000)
+        table.insert(serial: last, entry: .init(waiter: 999, id: lastID, type: 1))
+        #expect(table.removeAnswered(serial: 517)?.waiter == 516)
+        #expect(table.allocate().serial == 517)
+    }
+
+    @Test("random requests, responses, timeouts, queueing and reconnects agree with a plain dictionary")
+    func agreesWithAModel() {
+        var generator = BackoffRandom(seed: 0x7E7E)
+        for maximumSerial in [UInt32.max, 300, 7] {
+            var table = RequestTable<Int>(firstSerial: maximumSerial == .max ? .max - 50 : 1, maximumSerial: maximumSerial)
+            // serial -> (id, queued)
+            var model: [UInt32: (id: UInt64, queued: Bool)] = [:]
+            var queue: [(serial: UInt32, id: UInt64)] = []
+            let limit = min(Int(maximumSerial) - 1, 200)
+            for step in 0..<5_000 {
+                let roll = Int.random(in: 0..<100, using: &generator)
+                if roll < 45, model.count < limit {
+                    let (serial, id) = table.allocate()
+                    #expect(serial != 0 && serial <= maximumSerial && model[serial] == nil, "step \(step)")
+                    let queued = roll < 10
+                    table.insert(serial: serial, entry: .init(waiter: step, id: id, type: 1), pending: queued ? Frame(type: 1, serial: serial) : nil)
+                    model[serial] = (id, queued)
+                    if queued { queue.append((serial, id)) }
+                } else if roll < 80, let serial = model.keys.sorted().randomElement(using: &generator) {
+                    // A response for a waiting serial, and one for a serial sharing its slot.
+                    let answered = table.removeAnswered(serial: serial)
+                    #expect((answered != nil) == !model[serial]!.queued, "step \(step)")
+                    if answered != nil { model[serial] = nil }
+                    if model[serial &+ 0x1_0000] == nil {
+                        #expect(table.removeAnswered(serial: serial &+ 0x1_0000) == nil, "step \(step)")
+                    }
+                } else if roll < 92, let serial = model.keys.sorted().randomElement(using: &generator) {
+                    let id = model[serial]!.id
+                    #expect(table.remove(serial: serial, id: id &+ 1) == nil)
+                    #expect(table.remove(serial: serial, id: id)?.id == id, "step \(step)")
+                    model[serial] = nil
+                } else if roll < 98 {
+                    let dequeued = table.dequeue()
+                    while let next = queue.first, model[next.serial]?.id != next.id || model[next.serial]?.queued != true {
+                        queue.removeFirst()
+                    }
+                    #expect(dequeued?.serial == queue.first?.serial, "step \(step)")
+                    if let next = queue.first {
+                        queue.removeFirst()
+                        model[next.serial]!.queued = false
+                    }
+                } else {
+                    let lost = table.removeInFlight()
+                    let expected = model.filter { !$0.value.queued }.keys.sorted()
+                    #expect(lost.map(\.serial) == expected, "step \(step)")
+                    for serial in expected { model[serial] = nil }
+                }
+                #expect(table.count == model.count && table.queuedCount == model.values.filter(\.queued).count, "step \(step)")
+            }
+            #expect(table.removeAll().map(\.serial) == model.keys.sorted())
+            #expect(table.isEmpty)
+        }
+    }
 }
 
 @Suite("Heartbeat state machine")
@@ -254,7 +338,7 @@ struct HeartbeatStateMachineTests {
         for name in ["a", "b", "c", "d"] {
             let (serial, id) = table.allocate()
             ids[serial] = id
-            table.insert(serial: serial, entry: .init(waiter: name, id: id, type: 0x402, pending: Frame(type: 0x402, serial: serial)))
+            table.insert(serial: serial, entry: .init(waiter: name, id: id, type: 0x402), pending: Frame(type: 0x402, serial: serial))
         }
         #expect(table.queuedCount == 4)
         #expect(table.inFlightCount == 0)
@@ -282,7 +366,7 @@ struct HeartbeatStateMachineTests {
         var table = RequestTable<Int>()
         for round in 0..<10_000 {
             let (serial, id) = table.allocate()
-            table.insert(serial: serial, entry: .init(waiter: round, id: id, type: 0x402, pending: Frame(type: 0x402, serial: serial)))
+            table.insert(serial: serial, entry: .init(waiter: round, id: id, type: 0x402), pending: Frame(type: 0x402, serial: serial))
             #expect(table.remove(serial: serial, id: id)?.waiter == round)
         }
         #expect(table.queuedCount == 0)

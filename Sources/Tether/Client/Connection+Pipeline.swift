@@ -94,7 +94,7 @@ extension Connection {
                 // One reading of the clock: every timeout counts from this call.
                 let start = loop.now
                 for (index, request) in requests.enumerated() {
-                    if state.isFinal {
+                    if lifecycle.hasEnded {
                         counters.requestsFailed += 1
                         batch.settle(index, .failure(notConnected()))
                         continue

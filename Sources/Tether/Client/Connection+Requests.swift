@@ -17,7 +17,8 @@ extension Connection: TimerTarget {
     /// ``deadlines`` when its deadline keeps their order (always, for requests that use the
     /// configured timeout), otherwise with a timer of its own, which it returns.
     private func startTimeout(_ limit: Duration, from start: UInt64?, serial: UInt32, id: UInt64) -> LoopTimer? {
-        let deadline = (start ?? loop.now) &+ MonotonicTime.nanoseconds(of: limit)
+        let length = limit == configuration.requestTimeout ? requestTimeoutNanoseconds : MonotonicTime.nanoseconds(of: limit)
+        let deadline = (start ?? loop.now) &+ length
         guard deadlines.accepts(deadline) else {
             return loop.schedule(at: deadline, target: self, tag: id, detail: serial)
         }
@@ -93,7 +94,7 @@ extension Connection {
                 // Everything from the checks to the insert runs here, without interruption on
                 // this actor. The awaits above are suspension points: the connection may have
                 // closed, or this task been cancelled, while they were pending.
-                if state.isFinal {
+                if lifecycle.hasEnded {
                     counters.requestsFailed += 1
                     continuation.resume(throwing: notConnected())
                     return
@@ -139,7 +140,7 @@ extension Connection {
             awaitDrainIfNeeded()
         }
         let timer = limit.flatMap { startTimeout($0, from: start, serial: serial, id: id) }
-        table.insert(serial: serial, entry: .init(waiter: waiter, id: id, type: request.type, timer: timer, timeout: limit, pending: pending))
+        table.insert(serial: serial, entry: .init(waiter: waiter, id: id, type: request.type, timer: timer, timeout: limit), pending: pending)
         return nil
     }
 
@@ -169,7 +170,7 @@ extension Connection {
         let id = nextSendID
         try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-                if state.isFinal {
+                if lifecycle.hasEnded {
                     continuation.resume(throwing: notConnected())
                 } else if Task.isCancelled {
                     continuation.resume(throwing: CancellationError())

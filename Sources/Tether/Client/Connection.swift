@@ -31,6 +31,9 @@ public actor Connection {
     nonisolated let loop: EventLoop
     /// What the framed channel of each connection attempt is made with.
     nonisolated let channelSettings: ChannelSettings
+    /// ``ConnectionConfiguration/requestTimeout`` in nanoseconds, worked out once: most
+    /// requests use it.
+    nonisolated let requestTimeoutNanoseconds: UInt64
 
     /// Runs the actor on its event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -65,10 +68,10 @@ public actor Connection {
     /// Timeouts of requests whose deadlines keep their order, with the one timer set for the
     /// earliest (timer tag 0); other requests get a timer each.
     @exclusivity(unchecked) var deadlines = DeadlineQueue()
-    var deadlineTimer: LoopTimer?
+    @exclusivity(unchecked) var deadlineTimer: LoopTimer?
     /// Where the connection is in its life: phase, attempts, endpoint rotation. Every change
     /// goes through ``handle(_:)``.
-    var lifecycle: ConnectionStateMachine
+    @exclusivity(unchecked) var lifecycle: ConnectionStateMachine
     /// The current state, as last published.
     var state: ConnectionState { lifecycle.state }
     @exclusivity(unchecked) var counters = ConnectionMetrics()
@@ -137,6 +140,7 @@ public actor Connection {
         self.loop = configuration.eventLoopGroup.next()
         self.channelSettings = ChannelSettings(.client, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
         self.table = RequestTable(maximumSerial: configuration.profile.maximumSerial)
+        self.requestTimeoutNanoseconds = configuration.requestTimeout.map { MonotonicTime.nanoseconds(of: $0) } ?? 0
         self.lifecycle = ConnectionStateMachine(
             settings: .init(
                 endpoint: endpoint,

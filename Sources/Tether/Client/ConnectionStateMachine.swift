@@ -308,6 +308,13 @@ struct ConnectionStateMachine: Sendable {
         }
     }
 
+    /// Whether the connection has failed or been closed for good: `state.isFinal`, without
+    /// building the state.
+    var hasEnded: Bool {
+        if case .ended = phase { return true }
+        return false
+    }
+
     /// Whether a channel is attached but not ready: requests and frames wait meanwhile.
     var isHandshaking: Bool {
         switch phase {
