@@ -161,6 +161,107 @@ struct BroadcastTests {
             await connection.close()
         }
     }
+
+    @Test(
+        "queueBroadcast: bursts queued from a handler and from a task on no loop reach every peer of both loops in call order, in their place among pushes, responses and awaited broadcasts, and each call returns the number of peers",
+        .timeLimit(.minutes(1))
+    )
+    func queuedBurstsKeepOrder() async throws {
+        let group = EventLoopGroup(loopCount: 2)
+        let (counted, report) = AsyncStream<[Int]>.makeStream()
+        try await withServer(configure: { $0.eventLoopGroup = group }, handlers: { server in
+            server.handle(type: 0x407) { [unowned server] request, peer in
+                try await peer.push(Frame(type: 0x2, serial: 1, payload: [1]))
+                let counts = (0..<50).map { server.queueBroadcast(Frame(type: 0x3, serial: UInt32(100 + $0), payload: [UInt8($0)])) }
+                try await peer.push(Frame(type: 0x2, serial: 2, payload: [2]))
+                report.yield(counts)
+                return Response(payload: [4])
+            }
+        }) { server, endpoint in
+            let events = server.events
+            let first = try RawSocket.connect(to: endpoint)
+            let second = try RawSocket.connect(to: endpoint)
+            defer { first.close(); second.close() }
+            _ = try await collect(2, from: events.filter { $0.kind == .peerConnected }, "the two peers")
+            let burst = (0..<50).map { Frame(type: 0x3, serial: UInt32(100 + $0), payload: [UInt8($0)]) }
+
+            // From a handler, on the first peer's loop; the second peer is on the other loop.
+            try first.write(seedBytes(type: 0x407, serial: 9))
+            #expect(try await collect(1, from: counted, "the counts") == [Array(repeating: 2, count: 50)])
+            #expect(try await first.readFrame() == Frame(type: 0x2, serial: 1, payload: [1]))
+            for frame in burst { #expect(try await first.readFrame() == frame) }
+            #expect(try await first.readFrame() == Frame(type: 0x2, serial: 2, payload: [2]))
+            #expect(try await first.readFrame() == Frame(type: 0x407, serial: 9, payload: [4]))
+            for frame in burst { #expect(try await second.readFrame() == frame) }
+
+            // From a task on no loop, then an awaited broadcast, which comes after them all.
+            let counts = burst.map { server.queueBroadcast(Frame(type: 0x4, serial: $0.serial, payload: $0.payload)) }
+            #expect(counts == Array(repeating: 2, count: 50))
+            #expect(await server.broadcast(Frame(type: 0x5, serial: 1, payload: [5])) == 2)
+            for socket in [first, second] {
+                for frame in burst { #expect(try await socket.readFrame() == Frame(type: 0x4, serial: frame.serial, payload: frame.payload)) }
+                #expect(try await socket.readFrame() == Frame(type: 0x5, serial: 1, payload: [5]))
+            }
+            #expect(await server.metrics().framesOut == 2 + 50 * 2 + 1 + 50 * 2 + 2)
+        }
+        try await offThread { group.shutdown() }
+    }
+
+    @Test(
+        "queueBroadcast: a peer that does not read holds at most maximumOutboundBytes however many bursts are queued; it gets its frames in order, the readers get every frame, and it stays connected",
+        .timeLimit(.minutes(1))
+    )
+    func queuedBurstsAndASlowPeer() async throws {
+        try await withServer(configure: {
+            $0.limits.maximumOutboundBytes = 64 << 10
+            $0.handshakeTimeout = nil
+            $0.idleTimeout = nil
+        }) { server, endpoint in
+            let events = server.events
+            let readers = try (0..<2).map { _ in try RawSocket.connect(to: endpoint) }
+            let slow = try RawSocket.connect(to: endpoint, receiveBuffer: 4096)
+            defer { for socket in readers + [slow] { socket.close() } }
+            _ = try await collect(3, from: events.filter { $0.kind == .peerConnected }, "the three peers")
+
+            // Each burst fits the bound, so readers that have read the one before get all of
+            // it; the slow peer's bytes pile up (in the kernel, then in the server) until
+            // bursts no longer fit. An awaited broadcast ends each burst and says whether the
+            // slow peer still takes frames.
+            let payload = [UInt8](repeating: 0x61, count: 8 << 10)
+            var serial: UInt32 = 0
+            var missed = 0
+            while missed < 3 {
+                try #require(serial < 20_000, "the slow peer's buffer never filled")
+                var sent: [UInt32] = []
+                for _ in 0..<7 {
+                    serial += 1
+                    #expect(server.queueBroadcast(Frame(type: 0x2, serial: serial, payload: payload)) == 3)
+                    sent.append(serial)
+                }
+                serial += 1
+                let count = await server.broadcast(Frame(type: 0x3, serial: serial, payload: [1]))
+                try #require(count == 2 || count == 3, "broadcast \(serial) reached \(count) peers")
+                if count == 2 { missed += 1 }
+                sent.append(serial)
+                let expected = sent
+                let got = try await offThread { try readers.map { reader in try expected.map { _ in try reader.readFrameBlocking()?.serial } } }
+                try #require(got == [expected, expected])
+            }
+            let written = await server.metrics().framesOut
+            let forSlow = written - 2 * Int(serial)
+            #expect(forSlow < Int(serial), "the slow peer took every frame: nothing was bounded")
+
+            // It gets exactly as many frames as were written for it, in order, intact.
+            let frames = try await offThread { try (0..<forSlow).map { _ in try slow.readFrameBlocking() } }
+            let serials = frames.compactMap { $0?.serial }
+            #expect(serials.count == forSlow && serials == serials.sorted() && Set(serials).count == forSlow)
+            #expect(frames.allSatisfy { $0?.payload == payload || $0?.payload == [1] })
+            // Having read it all, it is still connected: the next broadcast reaches all three.
+            let last = Frame(type: 0x3, serial: 10, payload: [10])
+            #expect(await server.broadcast(last) == 3)
+            #expect(try await slow.readFrame() == last)
+        }
+    }
 }
 
 extension RawSocket {

@@ -188,6 +188,31 @@ struct ClusterNodeTests {
         }
     }
 
+    @Test("frames of queueBroadcast reach the peers of every node, in the order of the calls")
+    func queuedBroadcasts() async throws {
+        let cluster = InProcessCluster()
+        try await withTestNetwork { network in
+            try await withThreeNodes(cluster, on: network) { servers in
+                var streams: [Subscription<Frame>] = []
+                var connections: [Connection] = []
+                for number in 1...3 {
+                    let events = servers[number - 1].events
+                    let connection = try await Connection.connect(to: nodeEndpoint(number), configuration: .testing(on: network))
+                    _ = try await firstEvent(events, "the peer on n\(number)") { $0.kind == .peerConnected }
+                    connections.append(connection)
+                    streams.append(connection.notifications)
+                }
+                let frames = (1...20).map { Frame(type: 0x20, serial: 0, payload: [UInt8($0)]) }
+                for frame in frames { #expect(servers[2].queueBroadcast(frame) == 1) }
+                for (number, stream) in streams.enumerated() {
+                    #expect(try await collect(20, from: stream, "the queued broadcasts on n\(number + 1)") == frames)
+                }
+                #expect(await servers[2].metrics().clusterBroadcastsFailed == 0)
+                for connection in connections { await connection.close() }
+            }
+        }
+    }
+
     @Test("closing a node's sessions sends its clients back; they resume from the store with nothing lost")
     func closeSessions() async throws {
         let cluster = InProcessCluster()

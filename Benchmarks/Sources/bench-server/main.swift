@@ -60,8 +60,10 @@ default:
     server.handle(type: 0x403) { request, _ in
         guard let (rounds, size) = FanOut.parse(request.payload) else { return Response.error("expected rounds and size") }
         let notification = Frame(type: 0x2, payload: [UInt8](repeating: 0x62, count: size))
+        // Queued without waiting for the loops to write each round, as the NIO server's
+        // tasks do: rounds queued together leave together.
         for _ in 0..<rounds {
-            await server.broadcast(notification)
+            server.queueBroadcast(notification)
         }
         return Response()
     }

@@ -62,7 +62,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     var profileName: String { settings.profileName }
     var maximumOutboundBytes: Int { settings.maximumOutboundBytes }
     /// Hears frames and events until the channel closes.
-    private var owner: Owner?
+    @exclusivity(unchecked) private var owner: Owner?
     /// Open until ``close()``, ``closeAfterFlush()`` or the end reported to the owner.
     @exclusivity(unchecked) private(set) var isOpen = true
     private(set) var isReadingPaused = false

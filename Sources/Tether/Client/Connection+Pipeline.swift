@@ -93,13 +93,16 @@ extension Connection {
                 batch.continuation = continuation
                 // One reading of the clock: every timeout counts from this call.
                 let start = loop.now
+                // Read once: a cancellation that comes while the requests are placed runs
+                // the handler below after this step, which ends those placed by then.
+                let cancelled = Task.isCancelled
                 for (index, request) in requests.enumerated() {
                     if lifecycle.hasEnded {
                         counters.requestsFailed += 1
                         batch.settle(index, .failure(notConnected()))
                         continue
                     }
-                    if Task.isCancelled {
+                    if cancelled {
                         counters.requestsCancelled += 1
                         batch.settle(index, .failure(CancellationError()))
                         continue

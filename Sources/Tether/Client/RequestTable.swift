@@ -77,13 +77,12 @@ struct RequestTable<Waiter> {
 
     /// Adds a request: in flight when `pending` is `nil`, otherwise queued at the end with
     /// the frame to write.
-    mutating func insert(serial: UInt32, entry: Entry, pending: Frame? = nil) {
+    mutating func insert(serial: UInt32, entry: consuming Entry, pending: Frame? = nil) {
         if (count + 1) * 2 > slots.count, UInt64(slots.count) <= UInt64(maximumSerial) {
             grow()
         }
         let index = Int(truncatingIfNeeded: serial) & mask
         precondition(slots[index] == nil, "serial \(serial) is already waiting")
-        var entry = entry
         entry.serial = serial
         if let pending {
             entry.isQueued = true
@@ -93,27 +92,28 @@ struct RequestTable<Waiter> {
             entry.isQueued = false
             inFlightCount += 1
         }
-        slots[index] = entry
+        slots[index] = consume entry
     }
 
     /// Removes the in-flight request a response answers. A queued request is never
     /// answered: its serial has not been written, so a response that names it is bogus.
     mutating func removeAnswered(serial: UInt32) -> Entry? {
         let index = Int(truncatingIfNeeded: serial) & mask
-        guard let entry = slots[index], entry.serial == serial, !entry.isQueued else { return nil }
+        // The fields are read in place: no copy of the entry unless it is the one.
+        guard slots[index]?.serial == serial, slots[index]?.isQueued == false else { return nil }
         return take(at: index)
     }
 
     /// Whether request `id` has not ended yet.
     func contains(serial: UInt32, id: UInt64) -> Bool {
-        guard let entry = slots[Int(truncatingIfNeeded: serial) & mask] else { return false }
-        return entry.id == id && entry.serial == serial
+        let index = Int(truncatingIfNeeded: serial) & mask
+        return slots[index]?.id == id && slots[index]?.serial == serial
     }
 
     /// Removes the entry only if it is still the request `id` (for timeouts and cancellation).
     mutating func remove(serial: UInt32, id: UInt64) -> Entry? {
         let index = Int(truncatingIfNeeded: serial) & mask
-        guard let entry = slots[index], entry.id == id, entry.serial == serial else { return nil }
+        guard slots[index]?.id == id, slots[index]?.serial == serial else { return nil }
         return take(at: index)
     }
 

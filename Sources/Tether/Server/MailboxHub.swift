@@ -89,6 +89,12 @@ final class MailboxHub: Sendable {
     /// Each expiry pass, as it ends: the newest few, for whoever watches (tests do).
     let expiries: AsyncStream<Expiry>
     private let expirySink: AsyncStream<Expiry>.Continuation
+    /// Frames of ``Server/queueBroadcast(_:)`` on their way to the cluster, in call order.
+    private let clusterFeed: AsyncStream<Frame>
+    private let clusterSink: AsyncStream<Frame>.Continuation
+    /// How many frames of ``Server/queueBroadcast(_:)`` may wait for the cluster; more are
+    /// counted in ``ServerMetrics/clusterBroadcastsFailed`` and dropped.
+    static let clusterBacklog = 4096
 
     init(configuration: MailboxConfiguration) {
         self.configuration = configuration
@@ -98,6 +104,7 @@ final class MailboxHub: Sendable {
             bufferingPolicy: .bufferingOldest(max(1, configuration.offlineCallbackBufferSize))
         )
         (expiries, expirySink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(8))
+        (clusterFeed, clusterSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(Self.clusterBacklog))
     }
 
     private var store: any MailboxStore { configuration.store }
@@ -208,10 +215,28 @@ final class MailboxHub: Sendable {
     ///
     /// - Parameter loop: Whose clock and timers pace the expiry passes: one every
     ///   ``MailboxConfiguration/expiryInterval`` of its time.
+    /// Hands a frame of ``Server/queueBroadcast(_:)`` to the cluster, after those before it.
+    func queueForCluster(_ frame: Frame) {
+        if case .dropped = clusterSink.yield(frame) {
+            state.withLock { $0.metrics.clusterBroadcastsFailed += 1 }
+        }
+    }
+
     func run(timersOn loop: EventLoop) async {
         await withDiscardingTaskGroup { group in
             group.addTask { [offlineFeed] in
                 for await (callback, push) in offlineFeed { await callback(push) }
+            }
+            if let cluster {
+                group.addTask { [clusterFeed, state] in
+                    for await frame in clusterFeed {
+                        do {
+                            try await cluster.broadcast(frame)
+                        } catch {
+                            state.withLock { $0.metrics.clusterBroadcastsFailed += 1 }
+                        }
+                    }
+                }
             }
             await withDiscardingTaskGroup { timer in
                 if let interval = configuration.expiryInterval {
@@ -231,6 +256,7 @@ final class MailboxHub: Sendable {
             }
             offlineSink.finish()
             expirySink.finish()
+            clusterSink.finish()
         }
     }
 

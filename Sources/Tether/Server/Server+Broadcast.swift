@@ -43,6 +43,45 @@ extension Server {
         return delivered
     }
 
+    /// Pushes a frame to every connected peer and returns at once, without waiting for the
+    /// event loops to write it.
+    ///
+    /// It does what ``broadcast(_:)`` does, but does not wait. The frame is encoded once.
+    /// Each other event loop gets one job that writes it to all of its peers when that
+    /// loop next runs. The peers of the loop the caller runs on are written during the
+    /// call.
+    ///
+    /// Each peer gets the frames of successive calls in the order of the calls, since
+    /// every loop runs its jobs in order. A loop writes its sockets at the end of its turn.
+    /// So frames queued one after another in a burst usually leave in one system call per
+    /// peer, rather than one per frame and peer: this is the fastest way to push many
+    /// notifications. ``broadcast(_:)`` instead waits for each frame to be written before
+    /// the next call.
+    ///
+    /// The rules of ``broadcast(_:)`` hold:
+    /// - a peer whose outbound bytes would pass ``Limits/maximumOutboundBytes`` misses the
+    ///   frame and stays connected;
+    /// - a client that identified with a session gets serial 0;
+    /// - a frame the codec cannot encode reaches no peer.
+    ///
+    /// No call waits to learn which peers took the frame.
+    ///
+    /// On a node of a cluster (``MailboxConfiguration/cluster``), the frames also go to the
+    /// cluster, in call order, from a task of ``run()``. At most 4,096 frames wait for the
+    /// cluster there. A frame beyond that, or one the cluster refuses, is counted in
+    /// ``ServerMetrics/clusterBroadcastsFailed``. A ``broadcast(_:)`` made after them goes
+    /// to the cluster at once, so other nodes' peers may get it before them.
+    ///
+    /// - Parameter frame: The notification to send.
+    /// - Returns: The number of peers connected when it was called, which is the number
+    ///   the frame was queued for; `0` when the codec cannot encode it.
+    @discardableResult
+    public func queueBroadcast(_ frame: Frame) -> Int {
+        let queued = fanOut(frame, then: nil)
+        hub?.queueForCluster(frame)
+        return queued
+    }
+
     /// Writes `frame` to every peer: encoded once, then one job per event loop that writes
     /// the bytes to all of that loop's peers. The peers of the loop the caller runs on, if
     /// any, are written at once, after the other loops have their jobs.
@@ -50,19 +89,30 @@ extension Server {
     /// - Parameters:
     ///   - frame: The frame.
     ///   - done: Called once with the number of peers it was written to, when every loop
-    ///     has written it; on the last loop's thread, or the caller's.
-    func fanOut(_ frame: Frame, then done: (@Sendable (Int) -> Void)?) {
+    ///     has written it; on the last loop's thread, or the caller's. `nil` when no one
+    ///     waits, which spares the tally.
+    /// - Returns: How many peers it was queued for.
+    @discardableResult
+    func fanOut(_ frame: Frame, then done: (@Sendable (Int) -> Void)?) -> Int {
         let groups = peersByLoop()
         guard !groups.isEmpty, let encoded = encodeForPeers(frame) else {
             done?(0)
-            return
+            return 0
         }
         let local = groups.first { $0.loop.inLoop }
+        guard let done else {
+            for group in groups where group !== local {
+                group.loop.execute { _ = group.write(encoded) }
+            }
+            _ = local?.write(encoded)
+            return groups.reduce(0) { $0 + $1.peers.count }
+        }
         let tally = FanOutTally(jobs: groups.count, done: done)
         for group in groups where group !== local {
             group.loop.execute { tally.finished(group.write(encoded)) }
         }
         if let local { tally.finished(local.write(encoded)) }
+        return groups.reduce(0) { $0 + $1.peers.count }
     }
 
     /// The peers grouped by event loop, in the order they connected.

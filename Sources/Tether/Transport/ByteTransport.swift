@@ -116,10 +116,10 @@ package class TransportBuffers {
     /// Set while a flush is scheduled for the end of the loop turn.
     @exclusivity(unchecked) package final var flushScheduled = false
     /// The buffers of the transport below, for a layer (TLS) that keeps bytes there.
-    package final var below: TransportBuffers?
+    @exclusivity(unchecked) package final var below: TransportBuffers?
     /// Large payloads sent from and received into their own storage: `nil` until the
     /// first one, and always on a transport that does not take them.
-    package final var large: LargePayloads?
+    @exclusivity(unchecked) package final var large: LargePayloads?
     /// Whether this is the ciphertext of a TLS layer, which borrows the loop's other buffer.
     let sealed: Bool
     /// Whether the transport sends large payloads from their own arrays and reads large

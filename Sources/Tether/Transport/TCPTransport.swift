@@ -16,15 +16,15 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
     let localAddress: SocketAddress?
     /// The transport is its own buffers: one object per connection rather than two.
     var buffers: TransportBuffers { self }
-    var handler: (any ByteTransportHandler)?
+    @exclusivity(unchecked) var handler: (any ByteTransportHandler)?
     /// The socket, until the transport closes.
-    private var socket: Socket?
+    @exclusivity(unchecked) private var socket: Socket?
     /// The socket's descriptor, for the loop's registrations; stale once closed.
     let descriptor: Int32
     @exclusivity(unchecked) private(set) var bytesRead = 0
     @exclusivity(unchecked) private(set) var bytesWritten = 0
-    var writableThreshold: Int?
-    private var wantsWrite = false
+    @exclusivity(unchecked) var writableThreshold: Int?
+    @exclusivity(unchecked) private var wantsWrite = false
     private(set) var isReadingPaused = false
     private var closeWhenFlushed = false
     private var drainTimer: LoopTimer?
