@@ -27,20 +27,38 @@ enum RequestWaiter {
 /// The outcomes of one pipeline, gathered until the last arrives; then its caller is resumed,
 /// once, with all of them.
 ///
+/// For a caller off the loop, the batch is also the job that places the requests.
+///
 /// `@unchecked Sendable`: it is made, filled and read on its connection's event loop only
-/// (the cancellation handler hands it back to the loop before touching it).
-final class PipelineBatch: @unchecked Sendable {
+/// (the cancellation handler hands it back to the loop before touching it), but for what
+/// a caller off the loop sets before enqueueing it as a job (the queue orders those writes
+/// before the job runs).
+final class PipelineBatch: LoopJob, @unchecked Sendable {
     private var outcomes: [Result<Response, any Error>?]
     private var remaining: Int
     /// The serial and id each place was given, for cancellation; `nil` for a place that
     /// ended before it was recorded in the request table.
     var members: [(serial: UInt32, id: UInt64)?]
     var continuation: UnsafeContinuation<[Result<Response, any Error>], Never>?
+    /// For the job: the connection, the requests and their timeout; dropped once placed.
+    var placing: (connection: Connection, requests: [Request], timeout: Duration?)?
+    /// Whether the requests have been placed (their serials are in ``members``).
+    var placed = false
+    /// Whether the caller was cancelled before the job placed the requests.
+    var cancelRequested = false
 
     init(count: Int) {
         outcomes = Array(repeating: nil, count: count)
         members = Array(repeating: nil, count: count)
         remaining = count
+    }
+
+    func run() {
+        guard let (connection, requests, timeout) = placing else { return }
+        placing = nil
+        onLoop(connection.loop, connection, self) { connection, batch in
+            connection.place(batch, requests: requests, timeout: timeout, cancelled: batch.cancelRequested)
+        }
     }
 
     /// Place `index` ended with `outcome`; the last one resumes the caller.
@@ -84,36 +102,20 @@ extension Connection {
     ///     ``ConnectionConfiguration/requestTimeout``.
     /// - Returns: One outcome per request, in the order of `requests`: the response, or the
     ///   error ``request(_:timeout:)`` would have thrown.
-    public func pipeline(_ requests: [Request], timeout: Duration? = nil) async -> [Result<Response, any Error>] {
+    public nonisolated func pipeline(_ requests: [Request], timeout: Duration? = nil) async -> [Result<Response, any Error>] {
         guard !requests.isEmpty else { return [] }
-        let limit = timeout ?? configuration.requestTimeout
+        // As for request(_:timeout:): a caller off the loop hands the loop a job (the batch
+        // itself) and waits outside the actor, so the outcomes resume it on its own
+        // executor directly.
+        if loop.inLoop {
+            return await pipelineOnLoop(requests, timeout: timeout)
+        }
         let batch = PipelineBatch(count: requests.count)
+        batch.placing = (self, requests, timeout)
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<Response, any Error>], Never>) in
                 batch.continuation = continuation
-                // One reading of the clock: every timeout counts from this call.
-                let start = loop.now
-                // Read once: a cancellation that comes while the requests are placed runs
-                // the handler below after this step, which ends those placed by then.
-                let cancelled = Task.isCancelled
-                for (index, request) in requests.enumerated() {
-                    if lifecycle.hasEnded {
-                        counters.requestsFailed += 1
-                        batch.settle(index, .failure(notConnected()))
-                        continue
-                    }
-                    if cancelled {
-                        counters.requestsCancelled += 1
-                        batch.settle(index, .failure(CancellationError()))
-                        continue
-                    }
-                    let (serial, id) = table.allocate()
-                    batch.members[index] = (serial, id)
-                    if let error = place(request, serial: serial, id: id, limit: limit, from: start, waiter: .pipelined(batch, index: index)) {
-                        batch.members[index] = nil
-                        batch.settle(index, .failure(error))
-                    }
-                }
+                loop.enqueue(.object(batch))
             }
         } onCancel: {
             loop.execute { [self] in
@@ -122,9 +124,58 @@ extension Connection {
         }
     }
 
+    /// ``pipeline(_:timeout:)`` for a caller already on the loop.
+    private func pipelineOnLoop(_ requests: [Request], timeout: Duration?) async -> [Result<Response, any Error>] {
+        let batch = PipelineBatch(count: requests.count)
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<Response, any Error>], Never>) in
+                batch.continuation = continuation
+                // Read once: a cancellation that comes while the requests are placed runs
+                // the handler below after this step, which ends those placed by then.
+                place(batch, requests: requests, timeout: timeout, cancelled: Task.isCancelled)
+            }
+        } onCancel: {
+            loop.execute { [self] in
+                assumeIsolated { $0.cancelPipeline(batch) }
+            }
+        }
+    }
+
+    /// Places every request of a pipeline; `cancelled` when its caller already is.
+    func place(_ batch: PipelineBatch, requests: [Request], timeout: Duration?, cancelled: Bool) {
+        let limit = timeout ?? configuration.requestTimeout
+        batch.placed = true
+        // One reading of the clock: every timeout counts from this call.
+        let start = loop.now
+        for (index, request) in requests.enumerated() {
+            if lifecycle.hasEnded {
+                counters.requestsFailed += 1
+                batch.settle(index, .failure(notConnected()))
+                continue
+            }
+            if cancelled {
+                counters.requestsCancelled += 1
+                batch.settle(index, .failure(CancellationError()))
+                continue
+            }
+            let (serial, id) = table.allocate()
+            batch.members[index] = (serial, id)
+            if let error = place(request, serial: serial, id: id, limit: limit, from: start, waiter: .pipelined(batch, index: index)) {
+                batch.members[index] = nil
+                batch.settle(index, .failure(error))
+            }
+        }
+    }
+
     /// The caller of a pipeline was cancelled: every request of it still waiting ends with
     /// `CancellationError`.
-    private func cancelPipeline(_ batch: PipelineBatch) {
+    func cancelPipeline(_ batch: PipelineBatch) {
+        guard batch.placed else {
+            // The cancellation overtook the job that places the requests: they end as
+            // they are placed.
+            batch.cancelRequested = true
+            return
+        }
         var wroteAny = false
         for member in batch.members {
             guard let (serial, id) = member, let entry = table.remove(serial: serial, id: id) else { continue }

@@ -85,7 +85,28 @@ extension Connection {
     ///   - timeout: How long to wait; `nil` uses ``ConnectionConfiguration/requestTimeout``.
     /// - Returns: The response.
     /// - Throws: ``TetherError`` or `CancellationError`.
-    public func request(_ request: Request, timeout: Duration? = nil) async throws -> Response {
+    public nonisolated func request(_ request: Request, timeout: Duration? = nil) async throws -> Response {
+        // A caller on the loop (a task that prefers ``taskExecutor``) places the request
+        // within the actor. Any other caller hands the loop a job and waits here, outside
+        // the actor: its response then resumes it on its own executor, with no hop back to
+        // the loop to end an isolated call and none from there to the caller.
+        if loop.inLoop {
+            return try await requestOnLoop(request, timeout: timeout)
+        }
+        try Task.checkCancellation()
+        let placement = RequestPlacement(connection: self, request: request, timeout: timeout)
+        return try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Response, any Error>) in
+                placement.continuation = continuation
+                loop.enqueue(.object(placement))
+            }
+        } onCancel: {
+            loop.execute { placement.cancel() }
+        }
+    }
+
+    /// ``request(_:timeout:)`` for a caller already on the loop.
+    private func requestOnLoop(_ request: Request, timeout: Duration?) async throws -> Response {
         try Task.checkCancellation()
         let (serial, id) = table.allocate()
         let limit = timeout ?? configuration.requestTimeout
@@ -112,6 +133,29 @@ extension Connection {
             loop.execute { [self] in
                 assumeIsolated { $0.cancelRequest(serial: serial, id: id) }
             }
+        }
+    }
+
+    /// Places the request of a caller on another thread, on the loop: what
+    /// ``requestOnLoop(_:timeout:)`` does inside its continuation.
+    func place(_ placement: RequestPlacement) {
+        guard let continuation = placement.continuation else { return }
+        if placement.cancelled {
+            counters.requestsCancelled += 1
+            continuation.resume(throwing: CancellationError())
+            return
+        }
+        if lifecycle.hasEnded {
+            counters.requestsFailed += 1
+            continuation.resume(throwing: notConnected())
+            return
+        }
+        let (serial, id) = table.allocate()
+        placement.serial = serial
+        placement.id = id
+        let limit = placement.timeout ?? configuration.requestTimeout
+        if let error = place(placement.request, serial: serial, id: id, limit: limit, waiter: .single(continuation)) {
+            continuation.resume(throwing: error)
         }
     }
 
@@ -330,5 +374,47 @@ extension Connection {
         counters.requestsCompleted += 1
         entry.waiter.resume(returning: Response(frame: frame))
         if table.queuedCount > 0 { pump() }
+    }
+}
+
+/// A request from a caller off the loop, on its way to the loop: the job that places it,
+/// and afterwards the serial and id its cancellation needs.
+///
+/// `@unchecked Sendable`: the caller sets ``continuation`` before enqueueing the job (the
+/// loop's queue orders that write before the job runs); from then on only the loop touches
+/// it.
+final class RequestPlacement: LoopJob, @unchecked Sendable {
+    let connection: Connection
+    let request: Request
+    let timeout: Duration?
+    var continuation: UnsafeContinuation<Response, any Error>?
+    /// Set when placed: id 0 means not yet.
+    var serial: UInt32 = 0
+    var id: UInt64 = 0
+    /// Set when the caller was cancelled before the request was placed.
+    var cancelled = false
+
+    init(connection: Connection, request: Request, timeout: Duration?) {
+        self.connection = connection
+        self.request = request
+        self.timeout = timeout
+    }
+
+    func run() {
+        onLoop(connection.loop, connection, self) { connection, placement in
+            connection.place(placement)
+        }
+    }
+
+    /// The caller was cancelled; on the loop.
+    func cancel() {
+        if id == 0 {
+            // Not placed yet (the cancellation overtook the job): it ends when placed.
+            cancelled = true
+            return
+        }
+        onLoop(connection.loop, connection, (serial, id)) { connection, request in
+            connection.cancelRequest(serial: request.0, id: request.1)
+        }
     }
 }

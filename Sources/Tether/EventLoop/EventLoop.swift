@@ -5,6 +5,12 @@ protocol IOHandler: AnyObject {
     func handleReadiness(_ event: ReadinessEvent)
 }
 
+/// A job for the loop held in an object, so enqueueing it allocates no closure.
+protocol LoopJob: AnyObject, Sendable {
+    /// Runs on the loop's thread.
+    func run()
+}
+
 /// Something that wants to write once, after the loop has run every job of the current turn.
 protocol Flushable: AnyObject {
     func flushAfterTurn()
@@ -31,6 +37,8 @@ package final class EventLoop: @unchecked Sendable {
         case serial(UnownedJob)
         case task(UnownedJob)
         case closure(@Sendable () -> Void)
+        /// Work in an object the caller made anyway, so the job allocates nothing more.
+        case object(any LoopJob)
     }
 
     private struct Remote {
@@ -373,6 +381,8 @@ package final class EventLoop: @unchecked Sendable {
                     job.runSynchronously(on: taskExecutor.asUnownedTaskExecutor())
                 case .closure(let body):
                     body()
+                case .object(let job):
+                    job.run()
                 }
             }
             running.removeAll(keepingCapacity: true)
