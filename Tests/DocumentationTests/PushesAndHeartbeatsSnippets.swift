@@ -91,6 +91,12 @@ private func broadcastExample(server: Server) async {
     print("queued for \(reached) peers")
 }
 
+private func queuedBroadcastExample(server: Server, quotes: [JSONValue]) {
+    for quote in quotes {
+        server.queueBroadcast(Frame(type: 0x23, payload: quote.encoded))
+    }
+}
+
 private func subscribeBeforeConnectingExample(endpoint: Endpoint) async throws {
     let connection = Connection(to: endpoint)
     let greetings = connection.notifications(ofType: 0x21)
@@ -259,6 +265,7 @@ struct PushesAndHeartbeatsSnippets {
             try await Connection.withConnection(to: endpoint, configuration: .localTesting) { first in
                 try await Connection.withConnection(to: endpoint, configuration: .localTesting) { second in
                     let news = (first.notifications(ofType: 0x22), second.notifications(ofType: 0x22))
+                    let quotes = (first.notifications(ofType: 0x23), second.notifications(ofType: 0x23))
                     _ = try await withTimeLimit(testBound) {
                         var count = 0
                         for await event in connected where event.kind == .peerConnected {
@@ -270,6 +277,16 @@ struct PushesAndHeartbeatsSnippets {
                     #expect(lines == ["queued for 2 peers"])
                     #expect(try await firstElement(of: news.0)?.json == ["headline": "Markets open"])
                     #expect(try await firstElement(of: news.1)?.json == ["headline": "Markets open"])
+                    let burst: [JSONValue] = [["q": 1], ["q": 2], ["q": 3]]
+                    queuedBroadcastExample(server: server, quotes: burst)
+                    for stream in [quotes.0, quotes.1] {
+                        let got = try await withTimeLimit(testBound) {
+                            var frames: [JSONValue?] = []
+                            for await frame in stream.prefix(3) { frames.append(frame.json) }
+                            return frames
+                        }
+                        #expect(got == burst.map { Optional($0) })
+                    }
                 }
             }
             return greeter
