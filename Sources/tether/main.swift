@@ -19,6 +19,7 @@ let commands: [any Command.Type] = [
     PinCommand.self,
     ProfilesCommand.self,
     PathCommand.self,
+    UDPCommand.self,
 ]
 
 func topLevelHelp() -> String {

@@ -58,7 +58,8 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
 
         /// Connecting failed for a reason other than a refusal or a timeout.
         public static let connectFailed = Code(value: .connectFailed)
-        /// Every address of the endpoint refused the connection.
+        /// Every address of the endpoint refused the connection; or the peer of a connected
+        /// ``DatagramSocket`` refused a datagram (nothing listens at its port).
         public static let connectionRefused = Code(value: .connectionRefused)
         /// Connecting did not finish within the connect timeout.
         public static let connectTimedOut = Code(value: .connectTimedOut)
@@ -66,7 +67,8 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         public static let resolutionFailed = Code(value: .resolutionFailed)
         /// A request got no response within its timeout.
         public static let timedOut = Code(value: .timedOut)
-        /// The connection was closed by this side, with ``Connection/close()``.
+        /// The connection was closed by this side, with ``Connection/close()`` (or the
+        /// ``DatagramSocket`` with ``DatagramSocket/close()``).
         public static let connectionClosed = Code(value: .connectionClosed)
         /// The peer closed the connection.
         public static let peerClosed = Code(value: .peerClosed)
@@ -88,17 +90,20 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         public static let connectionReset = Code(value: .connectionReset)
         /// The peer sent bytes that break the wire protocol.
         public static let protocolError = Code(value: .protocolError)
-        /// A frame's declared length is above the configured maximum.
+        /// A frame's declared length is above the configured maximum, or a datagram to send
+        /// is larger than ``DatagramConfiguration/maximumDatagramSize``.
         public static let frameTooLarge = Code(value: .frameTooLarge)
         /// The stream ended in the middle of a frame.
         public static let truncatedFrame = Code(value: .truncatedFrame)
         /// The peer stopped answering heartbeats.
         public static let heartbeatTimeout = Code(value: .heartbeatTimeout)
-        /// More bytes are waiting to be written than the outbound limit allows.
+        /// More bytes are waiting to be written than the outbound limit allows, or the
+        /// kernel's send buffer of a ``DatagramSocket`` has no room for a datagram now.
         public static let outboundBufferFull = Code(value: .outboundBufferFull)
         /// More requests are in flight than the configured limit allows.
         public static let tooManyPendingRequests = Code(value: .tooManyPendingRequests)
-        /// The operation needs an open connection and there is none.
+        /// The operation needs an open connection and there is none (or a
+        /// ``DatagramSocket`` sends without an address and is not connected).
         public static let notConnected = Code(value: .notConnected)
         /// The peer answered the request with an error response.
         public static let remoteError = Code(value: .remoteError)

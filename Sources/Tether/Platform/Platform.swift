@@ -97,6 +97,53 @@ package enum Syscall {
         }
     }
 
+    /// `sendto(2)` of one datagram to `address`, or to the connected peer when `address` is
+    /// `nil`, with `MSG_NOSIGNAL` where the platform has it.
+    ///
+    /// - Parameters:
+    ///   - fd: A datagram socket.
+    ///   - bytes: The whole datagram.
+    ///   - address: Where to send it; `nil` for the address the socket is connected to.
+    /// - Returns: How many bytes the kernel took (all of them: a datagram is never split),
+    ///   or would-block.
+    /// - Throws: The `errno` of a failure other than `EINTR` and `EAGAIN`.
+    static func sendDatagram(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, to address: SocketAddress?) throws(Errno) -> IOResult<Int> {
+        guard let address else {
+            return try nonblocking { send(fd, bytes.baseAddress, bytes.count, noSignalFlag) }
+        }
+        return try nonblocking {
+            address.withSockAddr { pointer, length in sendto(fd, bytes.baseAddress, bytes.count, noSignalFlag, pointer, length) }
+        }
+    }
+
+    /// `recvmsg(2)` of one datagram into `space`, with its sender and whether the kernel
+    /// cut it to fit (`MSG_TRUNC` in the message's flags).
+    ///
+    /// - Parameters:
+    ///   - fd: A datagram socket.
+    ///   - space: Where the datagram's bytes go.
+    /// - Returns: The byte count stored, the sender, and whether the datagram was longer
+    ///   than `space` (its rest is lost); or would-block.
+    /// - Throws: The `errno` of a failure other than `EINTR` and `EAGAIN`, such as
+    ///   `ECONNREFUSED` on a connected socket whose peer's port is closed.
+    static func receiveDatagram(_ fd: Int32, into space: UnsafeMutableRawBufferPointer) throws(Errno) -> IOResult<(count: Int, sender: SocketAddress, truncated: Bool)> {
+        var storage = sockaddr_storage()
+        var vector = iovec(iov_base: space.baseAddress, iov_len: space.count)
+        var message = msghdr()
+        let result = try withUnsafeMutablePointer(to: &storage) { (address) throws(Errno) -> IOResult<Int> in
+            try withUnsafeMutablePointer(to: &vector) { (vector) throws(Errno) -> IOResult<Int> in
+                message.msg_name = UnsafeMutableRawPointer(address)
+                message.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
+                message.msg_iov = vector
+                message.msg_iovlen = 1
+                return try nonblocking { recvmsg(fd, &message, 0) }
+            }
+        }
+        guard case .processed(let count) = result else { return .wouldBlock }
+        let truncated = message.msg_flags & Int32(MSG_TRUNC) != 0
+        return .processed((count, SocketAddress(storage: storage), truncated))
+    }
+
     /// The most pieces one ``sendPieces(_:_:)`` call takes.
     static let maximumPieces = 16
 
@@ -226,6 +273,14 @@ extension SocketOptions {
     package static let streamType = SOCK_STREAM
     #else
     package static let streamType = Int32(SOCK_STREAM.rawValue)
+    #endif
+}
+
+extension SocketOptions {
+    #if canImport(Darwin)
+    package static let datagramType = SOCK_DGRAM
+    #else
+    package static let datagramType = Int32(SOCK_DGRAM.rawValue)
     #endif
 }
 

@@ -1,0 +1,131 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Tether
+
+/// `tether udp listen` and `tether udp send`: UDP datagrams by hand, with ``DatagramSocket``.
+struct UDPCommand: Command {
+    static let name = "udp"
+    static let summary = "receive or send UDP datagrams"
+    static let synopsis = "tether udp listen [--host H] --port P [--count N] | tether udp send --host H --port P TEXT"
+    static let help = """
+        listen: binds a UDP socket to HOST (default 127.0.0.1) and PORT (0 for one the
+        system chooses), prints where it listens, then one line per datagram until
+        interrupted (Ctrl-C) or COUNT datagrams were printed:
+
+          listening on udp 127.0.0.1:9000
+          from 127.0.0.1:51234: hello
+          from [::1]:40000: hex 00 01 ff
+
+        A datagram is printed as text when it is UTF-8 without control characters (tab
+        aside), else as hex. Up to 1,024 datagrams wait to be printed; more are dropped, and
+        their count is printed at the end.
+
+        send: sends TEXT as one datagram to HOST:PORT from a port the system chooses, and
+        prints `sent N bytes to ADDRESS`. Delivery is not confirmed: UDP may lose datagrams.
+
+        HOST is a numeric IPv4 or IPv6 address (127.0.0.1, ::1, 0.0.0.0).
+
+        arguments:
+          --host H       the address to bind (listen) or send to (send)
+          --port P       the UDP port
+          --count N      listen: exit 0 after N datagrams
+          -h, --help     show this help
+        """
+
+    enum Action: Sendable {
+        case listen(count: Int?)
+        case send(text: String)
+    }
+
+    var host: String
+    var port: Int
+    var action: Action
+
+    init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        let host = try arguments.option("--host")
+        guard let portText = try arguments.option("--port") else { throw ArgumentError("missing --port") }
+        port = try Parse.port(portText, option: "--port")
+        let count = try arguments.option("--count").map { (text) throws(ArgumentError) in try Parse.count(text, option: "--count") }
+        switch try arguments.positional("listen or send") {
+        case "listen":
+            self.host = host ?? "127.0.0.1"
+            action = .listen(count: count)
+        case "send":
+            guard let host else { throw ArgumentError("udp send needs --host") }
+            guard port != 0 else { throw ArgumentError("udp send needs a --port other than 0") }
+            guard count == nil else { throw ArgumentError("--count is for udp listen") }
+            self.host = host
+            action = .send(text: try arguments.positional("TEXT"))
+        case let other:
+            throw ArgumentError("unknown udp action '\(other)': listen or send")
+        }
+        guard SocketAddress(ipAddress: self.host, port: port) != nil else {
+            throw ArgumentError("--host '\(self.host)' is not a numeric IPv4 or IPv6 address")
+        }
+    }
+
+    func run() async throws -> ExitStatus {
+        switch action {
+        case .listen(let count): try await listen(count: count)
+        case .send(let text): try await send(text)
+        }
+    }
+
+    private func send(_ text: String) async throws -> ExitStatus {
+        guard let destination = SocketAddress(ipAddress: host, port: port) else { return .usage }
+        let socket = try await DatagramSocket.bind(host: destination.isIPv6 ? "::" : "0.0.0.0", port: 0)
+        defer { socket.close() }
+        let bytes = Array(text.utf8)
+        try socket.send(bytes, to: destination)
+        Console.out("sent \(bytes.count) bytes to \(destination)")
+        return .success
+    }
+
+    private func listen(count limit: Int?) async throws -> ExitStatus {
+        let socket = try await DatagramSocket.bind(host: host, port: port)
+        defer { socket.close() }
+        Console.out("listening on udp \(socket.localAddress)")
+        let watcher = SignalWatcher([SIGINT, SIGTERM])
+        defer { watcher.cancel() }
+        let signals = watcher.signals
+        let status = try await withThrowingTaskGroup(of: ExitStatus.self) { group in
+            group.addTask {
+                var printed = 0
+                for try await datagram in socket.datagrams {
+                    Console.out("from \(datagram.sender): \(Self.render(datagram.bytes))")
+                    printed += 1
+                    if let limit, printed >= limit { return .success }
+                }
+                return .success
+            }
+            group.addTask {
+                for await _ in signals { return .success }
+                return .success
+            }
+            let status = try await group.next() ?? .success
+            group.cancelAll()
+            watcher.cancel()
+            socket.close()
+            return status
+        }
+        let dropped = socket.droppedDatagrams + socket.truncatedDatagrams
+        if dropped > 0 { Console.err("tether: \(dropped) datagrams dropped (more than 1,024 waiting, or too large)") }
+        return status
+    }
+
+    /// The datagram as text when it is UTF-8 without control characters other than tab,
+    /// else as `hex 00 01 ff`.
+    static func render(_ bytes: [UInt8]) -> String {
+        if let text = String(validating: bytes, as: UTF8.self),
+            !text.unicodeScalars.contains(where: { ($0.value < 0x20 && $0 != "\t") || $0.value == 0x7f })
+        {
+            return text
+        }
+        return "hex " + bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined(separator: " ")
+    }
+}
