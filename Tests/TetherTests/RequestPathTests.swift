@@ -99,7 +99,7 @@ struct RequestPathTests {
         }
     }
 
-    @Test("a caller off the loop cancelled while its request is in flight ends once with CancellationError; a late cancellation after the response changes nothing")
+    @Test("a caller off the loop, then one on it, cancelled while its request is in flight ends once with CancellationError; a late cancellation after the response changes nothing")
     func cancelledInFlight() async throws {
         let (reached, arrival) = AsyncStream<Void>.makeStream()
         try await withServer(handlers: { server in
@@ -117,12 +117,20 @@ struct RequestPathTests {
             #expect(await connection.metrics.requestsCancelled == 1)
             #expect(await connection.pendingRequestCount == 0)
 
+            // The same from a caller on the connection's loop.
+            let onLoop = Task(executorPreference: connection.taskExecutor) { try await connection.request(Request(type: 0x405)) }
+            _ = try await collect(1, from: reached, "the request from the loop at its handler")
+            onLoop.cancel()
+            await #expect(throws: CancellationError.self) { try await onLoop.value }
+            #expect(await connection.metrics.requestsCancelled == 2)
+            #expect(await connection.pendingRequestCount == 0)
+
             let answered = Task.detached { try await connection.request(Self.echo(3)) }
             let response = try await answered.value
             answered.cancel()
             #expect(Self.index(of: response) == 3)
             let metrics = await connection.metrics
-            #expect(metrics.requestsCancelled == 1 && metrics.requestsCompleted == 1)
+            #expect(metrics.requestsCancelled == 2 && metrics.requestsCompleted == 1)
             await connection.close()
         }
     }

@@ -105,34 +105,46 @@ extension Connection {
         }
     }
 
-    /// ``request(_:timeout:)`` for a caller already on the loop.
-    private func requestOnLoop(_ request: Request, timeout: Duration?) async throws -> Response {
+    /// ``request(_:timeout:)`` for a caller whose task runs on the loop (it prefers
+    /// ``taskExecutor``).
+    ///
+    /// The caller runs a job of the loop's thread, so no job of this actor runs meanwhile:
+    /// the request is placed at once, with no job for the actor, and the response resumes
+    /// the caller on the loop with no hop through the actor either.
+    private nonisolated func requestOnLoop(_ request: Request, timeout: Duration?) async throws -> Response {
         try Task.checkCancellation()
-        let (serial, id) = table.allocate()
-        let limit = timeout ?? configuration.requestTimeout
+        let (serial, id) = callOnLoop(loop, self, ()) { connection, _ in connection.table.allocate() }
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Response, any Error>) in
-                // Everything from the checks to the insert runs here, without interruption on
-                // this actor. The awaits above are suspension points: the connection may have
-                // closed, or this task been cancelled, while they were pending.
-                if lifecycle.hasEnded {
-                    counters.requestsFailed += 1
-                    continuation.resume(throwing: notConnected())
-                    return
-                }
-                if Task.isCancelled {
-                    counters.requestsCancelled += 1
-                    continuation.resume(throwing: CancellationError())
-                    return
-                }
-                if let error = place(request, serial: serial, id: id, limit: limit, waiter: .single(continuation)) {
-                    continuation.resume(throwing: error)
+                // Still the same job on the loop's thread: everything from the checks to the
+                // insert runs without interruption.
+                precondition(loop.inLoop, "a request placed from the loop left the loop's thread")
+                onLoop(loop, self, (request, timeout, serial, id, continuation)) { connection, placing in
+                    connection.place(placing.0, timeout: placing.1, serial: placing.2, id: placing.3, continuation: placing.4)
                 }
             }
         } onCancel: {
             loop.execute { [self] in
                 assumeIsolated { $0.cancelRequest(serial: serial, id: id) }
             }
+        }
+    }
+
+    /// Places the request of a caller on the loop, or ends it at once when it cannot be.
+    private func place(_ request: Request, timeout: Duration?, serial: UInt32, id: UInt64, continuation: UnsafeContinuation<Response, any Error>) {
+        if lifecycle.hasEnded {
+            counters.requestsFailed += 1
+            continuation.resume(throwing: notConnected())
+            return
+        }
+        if Task.isCancelled {
+            counters.requestsCancelled += 1
+            continuation.resume(throwing: CancellationError())
+            return
+        }
+        let limit = timeout ?? configuration.requestTimeout
+        if let error = place(request, serial: serial, id: id, limit: limit, waiter: .single(continuation)) {
+            continuation.resume(throwing: error)
         }
     }
 
