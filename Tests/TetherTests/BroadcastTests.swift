@@ -72,7 +72,12 @@ struct BroadcastTests {
     )
     func ordering() async throws {
         let group = EventLoopGroup(loopCount: 2)
-        try await withServer(configure: { $0.eventLoopGroup = group }, handlers: { server in
+        try await withServer(configure: {
+            $0.eventLoopGroup = group
+            // The second peer sends nothing, and the test may take a while on a busy machine.
+            $0.handshakeTimeout = nil
+            $0.idleTimeout = nil
+        }, handlers: { server in
             server.handle(type: 0x405) { [unowned server] request, peer in
                 try await peer.push(Frame(type: 0x2, serial: 1, payload: [1]))
                 let count = await server.broadcast(Frame(type: 0x3, serial: 2, payload: [2]))
@@ -114,7 +119,12 @@ struct BroadcastTests {
     )
     func closedPeersAndUnencodableFrames() async throws {
         let (counted, report) = AsyncStream<Int>.makeStream()
-        try await withServer(configure: { $0.limits.maximumPayloadLength = 1024 }, handlers: { server in
+        try await withServer(configure: {
+            $0.limits.maximumPayloadLength = 1024
+            // The staying peer sends nothing.
+            $0.handshakeTimeout = nil
+            $0.idleTimeout = nil
+        }, handlers: { server in
             server.handle(type: 0x406) { [unowned server] request, peer in
                 await peer.close()
                 report.yield(await server.broadcast(Frame(type: 0x3, serial: 5, payload: [5])))
@@ -169,7 +179,12 @@ struct BroadcastTests {
     func queuedBurstsKeepOrder() async throws {
         let group = EventLoopGroup(loopCount: 2)
         let (counted, report) = AsyncStream<[Int]>.makeStream()
-        try await withServer(configure: { $0.eventLoopGroup = group }, handlers: { server in
+        try await withServer(configure: {
+            $0.eventLoopGroup = group
+            // The second peer sends nothing, and the test may take a while on a busy machine.
+            $0.handshakeTimeout = nil
+            $0.idleTimeout = nil
+        }, handlers: { server in
             server.handle(type: 0x407) { [unowned server] request, peer in
                 try await peer.push(Frame(type: 0x2, serial: 1, payload: [1]))
                 let counts = (0..<50).map { server.queueBroadcast(Frame(type: 0x3, serial: UInt32(100 + $0), payload: [UInt8($0)])) }
