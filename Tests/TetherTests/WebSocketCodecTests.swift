@@ -1,5 +1,5 @@
 import Testing
-@testable import Tether
+@_spi(Fuzzing) @testable import Tether
 
 /// One frame's bytes, written by hand so the tests can break any rule.
 private func rawFrame(
@@ -187,6 +187,23 @@ struct WebSocketCodecTests {
         #expect(readAll(rawFrame(opcode: 8, mask: 1, payload: [0x0F, 0xA0])).events == [.close(code: 4000, reason: "")])
         let long = WebSocketWriter.closePayload(code: 1002, reason: String(repeating: "é", count: 100))
         #expect(long.count == 124)
+    }
+}
+
+@Suite("WebSocket fuzz invariants")
+struct WebSocketFuzzInvariantTests {
+    @Test("the fuzz target's invariants hold for every corpus seed, every truncation of it, and every seed with one byte flipped")
+    func seeds() {
+        for seed in WebSocketFuzzing.seeds() {
+            for end in 0...seed.bytes.count {
+                #expect(WebSocketFuzzing.check(Array(seed.bytes[..<end])) == nil, "\(seed.name) cut at \(end)")
+            }
+            for index in seed.bytes.indices {
+                var flipped = seed.bytes
+                flipped[index] ^= 0xFF
+                #expect(WebSocketFuzzing.check(flipped) == nil, "\(seed.name) flipped at \(index)")
+            }
+        }
     }
 }
 
