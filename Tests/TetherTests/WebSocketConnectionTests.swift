@@ -96,6 +96,28 @@ struct WebSocketConnectionTests {
             await connection.close()
             let gone = try await firstEvent(events, "the peer to leave") { $0.kind == .peerDisconnected }
             #expect(gone.peer == peer.peer)
+            // The client's graceful close sent a close frame with 1000.
+            #expect(gone.reason?.code == .peerClosed)
+            #expect(gone.reason?.message.hasSuffix("closed the WebSocket with 1000 (normal closure)") == true, "\(String(describing: gone.reason))")
+        }
+    }
+
+    @Test("a ws:// alternate endpoint is reached after the TCP endpoint refuses, and requests flow over it")
+    func alternateEndpoint() async throws {
+        let (refusing, tcp) = try RawSocket.bindOnly()
+        defer { refusing.close() }
+        try await withWebSocketServer { _, endpoint in
+            let connection = try await Connection.connect(to: tcp, configuration: testConfiguration {
+                $0.alternateEndpoints = [endpoint]
+                $0.reconnect = ReconnectPolicy()
+                $0.reconnect.initialDelay = .milliseconds(10)
+                $0.reconnect.jitter = 0
+                $0.reconnect.maximumAttempts = 4
+            })
+            let reply = try await connection.request(Request(type: 0x402, json: ["via": "ws"]))
+            #expect(reply.json == ["echo": ["via": "ws"]])
+            #expect(await connection.connectReport?.endpoint == endpoint)
+            await connection.close()
         }
     }
 
