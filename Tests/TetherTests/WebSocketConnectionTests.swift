@@ -102,6 +102,32 @@ struct WebSocketConnectionTests {
         }
     }
 
+    @Test("a half-sent upgrade ends with handshakeTimeout and a half-sent frame with frameTimeout: the server's own timeouts bound a trickling WebSocket peer")
+    func tricklingPeers() async throws {
+        try await withWebSocketServer(configure: {
+            $0.handshakeTimeout = .milliseconds(300)
+            $0.frameCompletionTimeout = .milliseconds(300)
+        }) { server, endpoint in
+            let events = server.events
+            let plain = Endpoint(host: endpoint.host, port: endpoint.port)
+            let upgrading = try RawSocket.connect(to: plain)
+            try upgrading.write(Array(upgradeRequest().prefix(40)))
+            let first = try await firstEvent(events, "the half-upgraded peer's end") { $0.kind == .peerDisconnected }
+            #expect(first.reason?.code == .handshakeTimeout, "\(String(describing: first.reason))")
+            #expect(try await upgrading.waitForClose())
+
+            let framing = try RawSocket.connect(to: plain)
+            try await offThread { try framing.upgrade() }
+            // A request whose frame stops after its first bytes; the request before it is answered.
+            let request = seedBytes(type: 0x402, serial: 1, payload: Array("{}".utf8))
+            try framing.write(clientFrame(opcode: 2, payload: request) + Array(clientFrame(opcode: 2, payload: request).prefix(3)))
+            let answer = try await offThread { try framing.readWebSocketFrame() }
+            #expect(answer?.opcode == 0x2)
+            let second = try await firstEvent(events, "the half-framed peer's end") { $0.kind == .peerDisconnected }
+            #expect(second.reason?.code == .frameTimeout, "\(String(describing: second.reason))")
+        }
+    }
+
     @Test("a ws:// alternate endpoint is reached after the TCP endpoint refuses, and requests flow over it")
     func alternateEndpoint() async throws {
         let (refusing, tcp) = try RawSocket.bindOnly()
