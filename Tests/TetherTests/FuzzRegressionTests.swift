@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Tether
+@_spi(Fuzzing) @testable import Tether
 
 /// One committed fuzz input: a crash reproducer from Fuzz/Regressions/<profile>/ or a seed
 /// from Fuzz/Corpus/<profile>/.
@@ -18,7 +18,8 @@ struct FuzzInputFile: Sendable, CustomTestStringConvertible {
 
     /// The profile folders under `Fuzz/<folder>/` and their input files, skipping dot files
     /// and READMEs. A folder no built-in profile is named after is returned too, so the test
-    /// can fail on it rather than skip its inputs; `json` holds the JSON target's inputs.
+    /// can fail on it rather than skip its inputs; `json` holds the JSON target's inputs,
+    /// `websocket` the WebSocket frame reader's.
     static func inputs(in folder: String) -> [FuzzInputFile] {
         let base = root.appendingPathComponent("Fuzz").appendingPathComponent(folder)
         let files = FileManager.default
@@ -51,6 +52,13 @@ struct FuzzInputFile: Sendable, CustomTestStringConvertible {
                 try FuzzHarness.runJSON(Array(try Data(contentsOf: url)))
             } catch {
                 Issue.record("\(path): \(error)", sourceLocation: sourceLocation)
+            }
+            return nil
+        }
+        if self.profile == "websocket" {
+            // The WebSocket frame reader's inputs, as the fuzz target runs them.
+            if let violation = WebSocketFuzzing.check(Array(try Data(contentsOf: url))) {
+                Issue.record("\(path): \(violation)", sourceLocation: sourceLocation)
             }
             return nil
         }

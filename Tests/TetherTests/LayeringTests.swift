@@ -14,6 +14,7 @@ struct LayeringTests {
         "EventLoop",  // the loops, their timers and clocks, the executors
         "Transport",  // byte transports: TCP sockets, TLS layer, in-memory pairs
         "Datagram",  // UDP sockets on the loops: DatagramSocket and its inbox
+        "WebSocket",  // RFC 6455: the frame reader and writer, the handshakes, the layer over TCP
         "Channel",  // the framed channel both sides use
         "Mailboxes",  // where session pushes wait: the store protocol and its callers
         "Sessions",  // the session wire and the client's session state

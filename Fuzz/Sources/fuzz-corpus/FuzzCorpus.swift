@@ -10,7 +10,7 @@
 // In a DIRECTORY given here only the built-in profiles' folders are replaced.
 import FuzzHarness
 import Foundation
-import Tether
+@_spi(Fuzzing) import Tether
 
 struct Entry {
     var name: String
@@ -123,6 +123,17 @@ struct FuzzCorpus {
                 try Data(text.utf8).write(to: json.appendingPathComponent("0\(index + 1)-seed.json"))
             }
             print("json: \(jsonSeeds.count) files in \(json.path)")
+            // The WebSocket frame reader's seeds: each kind of frame, both roles' masking.
+            let webSocket = output.appendingPathComponent("websocket")
+            if files.fileExists(atPath: webSocket.path) { try files.removeItem(at: webSocket) }
+            try files.createDirectory(at: webSocket, withIntermediateDirectories: true)
+            let webSocketSeeds = WebSocketFuzzing.seeds()
+            for (index, seed) in webSocketSeeds.enumerated() {
+                let number = String(index + 1)
+                let name = String(repeating: "0", count: max(0, 2 - number.count)) + number + "-" + seed.name
+                try Data(seed.bytes).write(to: webSocket.appendingPathComponent(name))
+            }
+            print("websocket: \(webSocketSeeds.count) files in \(webSocket.path)")
         } catch {
             FileHandle.standardError.write(Data("fuzz-corpus: \(error)\n".utf8))
             exit(1)

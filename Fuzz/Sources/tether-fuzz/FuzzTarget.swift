@@ -1,10 +1,11 @@
 // The libFuzzer entry points. libFuzzer supplies `main`, so this module has no top-level
 // code (SwiftPM compiles executables with -parse-as-library under --sanitize=fuzzer).
 //
-// TETHER_FUZZ_PROFILE names the profile to fuzz, one of Profile.builtIn, or `json` for the
-// JSON parser and writer; `list` prints the names, one a line, and exits.
+// TETHER_FUZZ_PROFILE names the profile to fuzz, one of Profile.builtIn, `json` for the
+// JSON parser and writer, or `websocket` for the WebSocket frame reader; `list` prints the
+// names, one a line, and exits.
 import FuzzHarness
-import Tether
+@_spi(Fuzzing) import Tether
 
 #if canImport(Glibc)
 import Glibc
@@ -12,17 +13,19 @@ import Glibc
 import Darwin
 #endif
 
-/// The profile under test, chosen once from the environment; `nil` to fuzz JSON.
+/// The profile under test, chosen once from the environment; `nil` to fuzz JSON or WebSocket.
 let fuzzedProfile: Profile? = chooseProfile()
+/// Whether the WebSocket frame reader is under test.
+let fuzzesWebSocket = getenv("TETHER_FUZZ_PROFILE").map { String(cString: $0) } == "websocket"
 
 private func chooseProfile() -> Profile? {
     let name = getenv("TETHER_FUZZ_PROFILE").map { String(cString: $0) }
-    let names = Profile.builtIn.map(\.name) + ["json"]
+    let names = Profile.builtIn.map(\.name) + ["json", "websocket"]
     if name == "list" {
         print(names.joined(separator: "\n"))
         exit(0)
     }
-    if name == "json" { return nil }
+    if name == "json" || name == "websocket" { return nil }
     if let name, let profile = Profile.named(name) { return profile }
     let problem = name.map { "unknown profile \"\($0)\"" } ?? "TETHER_FUZZ_PROFILE is not set"
     writeError(
@@ -49,6 +52,10 @@ public func fuzzerInitialize(
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzerTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let input = size == 0 ? [] : Array(UnsafeBufferPointer(start: data, count: size))
+    if fuzzesWebSocket {
+        if let violation = WebSocketFuzzing.check(input) { fatalError("broken WebSocket reader invariant: \(violation)") }
+        return 0
+    }
     guard let profile = fuzzedProfile else {
         do {
             try FuzzHarness.runJSON(input)

@@ -2,6 +2,14 @@
 enum ChannelBase: Sendable {
     case socket(SocketBox)
     case memory(InMemoryTransport)
+    /// A connected socket that carries WebSocket, set up by the options.
+    case webSocket(SocketBox, WebSocketLayerOptions)
+
+    /// Whether it carries WebSocket.
+    var isWebSocket: Bool {
+        if case .webSocket = self { return true }
+        return false
+    }
 }
 
 extension FrameChannel {
@@ -29,6 +37,14 @@ extension FrameChannel {
         switch base {
         case .socket(let box):
             return try overTCP(box.take(), to: remoteAddress, on: loop, owner: owner, settings: settings, serverName: serverName)
+        case .webSocket(let box, let options):
+            guard settings.tls == nil else {
+                box.take().close()
+                throw TetherError(code: .invalidArgument, message: "WebSocket over TLS (wss://) is not supported yet: use a ws:// endpoint without tls")
+            }
+            let tcp = TCPTransport(socket: box.take(), remoteAddress: remoteAddress, loop: loop, noDelay: settings.noDelay, sealed: true)
+            let transport = WebSocketTransport(over: tcp, options: options, loop: loop)
+            return try started(over: transport, on: loop, owner: owner, settings: settings)
         case .memory(let end):
             let transport: any ByteTransport
             if let tls = settings.tls {

@@ -341,6 +341,23 @@ public actor Connection {
     }
 
     private func attach(_ base: ChannelBase, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
+        var base = base
+        if let path = endpoint.webSocketPath {
+            guard case .socket(let box) = base else {
+                throw TetherError(code: .invalidArgument, message: "\(endpoint) needs real sockets: WebSocket does not run on an in-memory network")
+            }
+            let options = configuration.webSocket
+            base = .webSocket(box, WebSocketLayerOptions(
+                role: .client(path: path, host: endpoint.hostHeader, headers: options.headers),
+                maximumMessageSize: options.maximumMessageSize,
+                maximumHeadSize: options.maximumResponseHeadSize,
+                handshakeTimeout: options.handshakeTimeout,
+                drainTimeout: configuration.drainTimeout
+            ))
+        }
+        // The channel reports a finished handshake (TLS, or the WebSocket upgrade) before
+        // anything else goes.
+        lifecycle.settings.secured = configuration.tls != nil || endpoint.webSocketPath != nil
         let channel = try Channel.over(base, to: address, on: loop, owner: self, settings: channelSettings, serverName: endpoint.host)
         self.channel = channel
         remoteAddress = address

@@ -191,6 +191,10 @@ public struct ConnectionConfiguration: Sendable {
     public var tls: TLSConfiguration?
     /// Whether to set `TCP_NODELAY` so small frames go out at once. Default `true`.
     public var noDelay: Bool = true
+    /// How endpoints with a ``Endpoint/webSocketPath`` are reached: extra upgrade headers,
+    /// the largest message, the handshake timeout. Endpoints without a path ignore it.
+    /// Default ``WebSocketClientConfiguration/init()``.
+    public var webSocket = WebSocketClientConfiguration()
     /// How long ``Connection/close()`` lets queued bytes drain before the socket is closed
     /// regardless. Default 5 s.
     public var drainTimeout: Duration = .seconds(5)

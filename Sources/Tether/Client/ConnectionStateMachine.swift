@@ -255,7 +255,9 @@ struct ConnectionStateMachine: Sendable {
         case failSwitcher(OpenerFailure)
     }
 
-    let settings: Settings
+    /// What it knows of the configuration; ``Settings/secured`` is set for each attempt,
+    /// as the endpoint it dialed needs a handshake or not.
+    var settings: Settings
     private(set) var phase: Phase = .idle
     /// The number of the attempt in progress or scheduled (0: made at once).
     private(set) var attempt = 0

@@ -124,6 +124,10 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     public var host: String
     /// The TCP port.
     public var port: Int
+    /// The request path of a WebSocket upgrade, such as `/tether`: when set, the connection
+    /// runs over WebSocket (``WebSocketClientConfiguration``) rather than plain TCP. Default
+    /// `nil`: plain TCP.
+    public var webSocketPath: String?
 
     /// Creates an endpoint.
     ///
@@ -155,9 +159,12 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
         self.init(host: host, port: port)
     }
 
-    /// `host:port`, with brackets around an IPv6 address.
+    /// `host:port`, with brackets around an IPv6 address; `ws://host:port/path` for a
+    /// WebSocket endpoint.
     public var description: String {
-        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        let authority = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        guard let webSocketPath else { return authority }
+        return "ws://\(authority)\(webSocketPath)"
     }
 }
 

@@ -119,7 +119,7 @@ public actor Peer {
     private func attach() -> Bool {
         guard let base = pendingBase else { return false }
         pendingBase = nil
-        let channelSettings = server?.channelSettings ?? ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
+        let channelSettings = (base.isWebSocket ? server?.webSocketChannelSettings : server?.channelSettings) ?? ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
         do throws(TetherError) {
             channel = try Channel.over(base, to: remoteAddress, on: loop, owner: self, settings: channelSettings, serverName: nil)
         } catch {

@@ -46,6 +46,8 @@ public final class Server: Sendable {
         var admitted = 0
         var nextPeer: UInt64 = 1
         var listening: SocketAddress?
+        /// The WebSocket port's address, once it listens.
+        var webSocketListening: SocketAddress?
         var listenWaiters: [CheckedContinuation<SocketAddress, any Error>] = []
         var failure: TetherError?
         var running = false
@@ -68,6 +70,9 @@ public final class Server: Sendable {
     let handlerSlots: HandlerSlots
     /// What the framed channels of every peer share.
     let channelSettings: ChannelSettings
+    /// What the framed channels of the WebSocket port's peers share: as ``channelSettings``,
+    /// without TLS.
+    let webSocketChannelSettings: ChannelSettings
     /// Encodes broadcasts, once for all peers: a codec of the peers' profile.
     let broadcastCodec: any FrameCodec
     /// The configuration, in one object every peer refers to instead of a copy each.
@@ -84,6 +89,7 @@ public final class Server: Sendable {
         self.hub = hub
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
         channelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
+        webSocketChannelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: nil, drainTimeout: configuration.drainTimeout)
         broadcastCodec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         hub?.broadcast { [weak self] frame in self?.fanOut(frame, then: nil) }
     }
@@ -175,6 +181,24 @@ public final class Server: Sendable {
         }
     }
 
+    /// Waits until the server listens and returns the address of its WebSocket port (with
+    /// the real port when ``WebSocketServerConfiguration/port`` is 0).
+    ///
+    /// - Returns: The WebSocket port's address.
+    /// - Throws: ``TetherError`` when ``run()`` failed to listen, or with
+    ///   ``TetherError/Code/invalidArgument`` when the configuration has no
+    ///   ``ServerConfiguration/webSocket``.
+    public func webSocketAddress() async throws -> SocketAddress {
+        guard configuration.webSocket != nil else {
+            throw TetherError(code: .invalidArgument, message: "the server has no WebSocket port: set ServerConfiguration.webSocket")
+        }
+        _ = try await listeningAddress()
+        guard let address = state.withLock({ $0.webSocketListening }) else {
+            throw TetherError(code: .bindFailed, message: "the WebSocket port is not listening")
+        }
+        return address
+    }
+
     /// Pushes a frame to one peer.
     ///
     /// - Parameters:
@@ -251,12 +275,30 @@ public final class Server: Sendable {
             listener = socketListener
             bound = socketListener.address
         }
+        let webSocketListener: Listener?
+        if let webSocket = configuration.webSocket {
+            do throws(TetherError) {
+                let options = webSocketOptions(webSocket)
+                webSocketListener = try await listenForWebSocket(webSocket, on: acceptLoop) { socket, peer in
+                    acceptor.yield((.webSocket(SocketBox(socket), options), peer))
+                }
+            } catch {
+                try? await acceptLoop.submit { [self] in closeListener(listener, port: bound.port) }
+                fail(error)
+                throw error
+            }
+        } else {
+            webSocketListener = nil
+        }
         // A node of a cluster joins it before it accepts anyone.
         do {
             try await hub?.join()
         } catch {
             let failure = TetherError(code: .storeFailed, message: "could not join the cluster: \(error)", underlying: error as? TetherError)
-            try? await acceptLoop.submit { [self] in closeListener(listener, port: bound.port) }
+            try? await acceptLoop.submit { [self] in
+                webSocketListener?.close()
+                closeListener(listener, port: bound.port)
+            }
             fail(failure)
             throw failure
         }
@@ -264,6 +306,7 @@ public final class Server: Sendable {
         // listeningAddress() returns is accepted.
         hub?.start()
         let waiters = state.withLock { state in
+            state.webSocketListening = webSocketListener?.address
             state.listening = bound
             defer { state.listenWaiters.removeAll() }
             return state.listenWaiters
@@ -289,6 +332,7 @@ public final class Server: Sendable {
             await hub?.leave()
         } onCancel: {
             acceptLoop.execute { [self] in
+                webSocketListener?.close()
                 closeListener(listener, port: bound.port)
                 acceptor.finish()
             }
@@ -296,7 +340,10 @@ public final class Server: Sendable {
         // The accept loop above also ends by itself when the task is cancelled, possibly
         // before the close queued by the handler has run: close here too (idempotent) and
         // wait for it, so that once run() returns the port is free to listen on again.
-        try? await acceptLoop.submit { [self] in closeListener(listener, port: bound.port) }
+        try? await acceptLoop.submit { [self] in
+            webSocketListener?.close()
+            closeListener(listener, port: bound.port)
+        }
         state.withLock { $0.stopped = true }
         eventFeed.finish()
     }
@@ -325,6 +372,46 @@ public final class Server: Sendable {
             return false
         }
         if now { job() }
+    }
+
+    /// Binds and starts the WebSocket port's listener.
+    private func listenForWebSocket(
+        _ webSocket: WebSocketServerConfiguration,
+        on loop: EventLoop,
+        accept: @escaping @Sendable (consuming Socket, SocketAddress) -> Void
+    ) async throws(TetherError) -> Listener {
+        guard configuration.memoryNetwork == nil else {
+            throw TetherError(code: .invalidArgument, message: "a WebSocket port needs real sockets, not an in-memory network")
+        }
+        let endpoint = Endpoint(host: webSocket.host ?? configuration.host, port: webSocket.port)
+        let address: SocketAddress
+        do throws(TetherError) {
+            guard let first = try await Resolver.resolve(endpoint).first else {
+                throw TetherError(code: .bindFailed, message: "cannot listen for WebSocket on \(endpoint): no address")
+            }
+            address = first
+        } catch {
+            throw TetherError(code: .bindFailed, message: "cannot listen for WebSocket on \(endpoint): \(error.message)", underlying: error)
+        }
+        let listener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: loop, onAccept: accept)
+        do throws(TetherError) {
+            try await loop.submit { () throws(TetherError) in try listener.start() }
+        } catch {
+            try? await loop.submit { listener.close() }
+            throw error
+        }
+        return listener
+    }
+
+    /// The layer options of a peer accepted on the WebSocket port.
+    private func webSocketOptions(_ webSocket: WebSocketServerConfiguration) -> WebSocketLayerOptions {
+        WebSocketLayerOptions(
+            role: .server(path: webSocket.path, allowedOrigins: webSocket.allowedOrigins),
+            maximumMessageSize: webSocket.maximumMessageSize,
+            maximumHeadSize: webSocket.maximumRequestHeadSize,
+            handshakeTimeout: nil,
+            drainTimeout: configuration.drainTimeout
+        )
     }
 
     private func bindAddress() async throws(TetherError) -> SocketAddress {
@@ -382,6 +469,8 @@ public final class Server: Sendable {
                 _ = bytes.withUnsafeBytes { try? Syscall.sendBytes(fd, $0.baseAddress!, $0.count) }
             }
             socket.close()
+        case .webSocket(let box, _):
+            box.take().close()
         case .memory(let end):
             loop.execute { [drainTimeout = configuration.drainTimeout] in
                 if let bytes { end.buffers.outbound.writeBytes(bytes) }

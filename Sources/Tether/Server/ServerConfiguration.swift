@@ -50,6 +50,10 @@ public struct ServerConfiguration: Sendable {
     /// finish within ``TLSConfiguration/handshakeTimeout``; one that fails or stalls closes
     /// that peer only. Default `nil`: plain TCP.
     public var tls: TLSConfiguration?
+    /// A WebSocket port next to the TCP port: clients that connect to a `ws://` endpoint
+    /// there are served like TCP peers (``WebSocketServerConfiguration``). Default `nil`:
+    /// no WebSocket port.
+    public var webSocket: WebSocketServerConfiguration?
 
     // MARK: Hostile peers
 

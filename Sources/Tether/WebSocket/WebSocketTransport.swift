@@ -1,0 +1,350 @@
+/// How one end of a WebSocket connection is set up: its role in the handshake and its
+/// bounds.
+struct WebSocketLayerOptions: Sendable {
+    enum Role: Sendable {
+        /// Sends the upgrade request for `path` with `Host: host` and the extra headers.
+        case client(path: String, host: String, headers: HTTPHeaders)
+        /// Answers upgrade requests for `path` (any when `nil`) from the allowed origins.
+        case server(path: String?, allowedOrigins: [String]?)
+    }
+
+    var role: Role
+    /// The largest message accepted (1009 beyond it).
+    var maximumMessageSize: Int
+    /// The largest HTTP head of the handshake accepted.
+    var maximumHeadSize: Int
+    /// How long the handshake may take; `nil` leaves it to the layer above.
+    var handshakeTimeout: Duration?
+    /// How long a close waits for the peer to take the close frame.
+    var drainTimeout: Duration
+
+    var isClient: Bool {
+        if case .client = role { return true }
+        return false
+    }
+}
+
+/// WebSocket (RFC 6455) as a layer over a TCP transport: the opening handshake, then the
+/// bytes of the layer above carried in binary messages.
+///
+/// A client sends its upgrade request at ``start()`` and holds what the layer above writes
+/// until the server's `101` has been checked, then reports the handshake as finished
+/// (``ByteTransportHandler/transportSecured()``). A server reads the request (bounded in
+/// size; the peer's handshake timeout bounds its time), answers `101`, or answers `400`,
+/// `403`, `404` or `426` with a short body and ends. Once open, each flush sends what the
+/// layer above wrote as binary messages of at most ``maximumOutgoingMessage`` bytes (masked
+/// by a client with a random key per frame); binary payloads received are appended to the
+/// inbound buffer as they complete, pings are answered with pongs, and a close is answered
+/// with a close carrying the same code before the transport ends with an error that names
+/// the code and reason. A frame that breaks the protocol or a bound is answered with a close
+/// carrying 1002, 1003, 1007 or 1009 and ends this connection only. Loop thread only.
+final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, @unchecked Sendable {
+    // @unchecked Sendable: every member is touched only on `loop`'s thread.
+
+    /// The largest binary message sent: the layer above's bytes are cut into messages of
+    /// this size, so a peer with a smaller maximum message size still takes a large frame.
+    static let maximumOutgoingMessage = 1 << 20
+
+    private enum Phase {
+        /// Waiting for the other end's handshake; a client holds the key it sent.
+        case handshaking(key: String?)
+        case open
+        /// A close frame was sent or received; nothing more is read or written.
+        case closing
+    }
+
+    let loop: EventLoop
+    let base: any ByteTransport
+    let options: WebSocketLayerOptions
+    let buffers = TransportBuffers()
+    var handler: (any ByteTransportHandler)?
+    private var phase: Phase
+    private var reader: WebSocketReader
+    private var handshakeTimer: LoopTimer?
+    private var closed = false
+    private var random = SystemRandomNumberGenerator()
+
+    var writableThreshold: Int? {
+        didSet { base.writableThreshold = writableThreshold }
+    }
+
+    /// Layers WebSocket over `base`, whose buffers must be made with `sealed: true` (they
+    /// borrow the loop's second read buffer, as below TLS).
+    ///
+    /// - Parameters:
+    ///   - base: The transport below; this layer becomes its handler.
+    ///   - options: Role and bounds.
+    ///   - loop: The loop that drives both.
+    init(over base: any ByteTransport, options: WebSocketLayerOptions, loop: EventLoop) {
+        precondition(base.buffers.sealed, "the transport below WebSocket must lend the loop's second read buffer")
+        self.base = base
+        self.options = options
+        self.loop = loop
+        self.phase = .handshaking(key: nil)
+        self.reader = WebSocketReader(expectsMasked: !options.isClient, maximumMessageSize: options.maximumMessageSize)
+        buffers.below = base.buffers
+        base.handler = self
+    }
+
+    var remoteAddress: SocketAddress { base.remoteAddress }
+    var localAddress: SocketAddress? { base.localAddress }
+    var isOpen: Bool { !closed && base.isOpen }
+    var bytesRead: Int { base.bytesRead }
+    var bytesWritten: Int { base.bytesWritten }
+    var security: (any TLSSession)? { nil }
+    var holdsPartialInput: Bool { !base.buffers.inbound.isEmpty || reader.isInsideMessage }
+
+    func start() throws(TetherError) {
+        try base.start()
+        if case .client(let path, let host, let headers) = options.role {
+            let key = WebSocketHandshake.makeKey()
+            phase = .handshaking(key: key)
+            base.buffers.outbound.writeBytes(WebSocketHandshake.request(path: path, host: host, key: key, headers: headers))
+            base.scheduleFlush()
+        }
+        if let timeout = options.handshakeTimeout {
+            handshakeTimer = loop.schedule(after: timeout) { [self] in
+                handshakeTimer = nil
+                guard isOpen, case .handshaking = phase else { return }
+                base.readPending()
+                guard isOpen, case .handshaking = phase else { return }
+                end(TetherError(code: .handshakeTimeout, message: "the WebSocket handshake with \(remoteAddress) did not finish within \(describe(timeout))"), closeCode: nil)
+            }
+        }
+    }
+
+    // MARK: Reading
+
+    func readPending() { base.readPending() }
+    func pauseReading() { base.pauseReading() }
+    func resumeReading() { base.resumeReading() }
+
+    /// Bytes arrived below: the handshake's head first, then frames.
+    func transportRead() {
+        guard isOpen else { return }
+        if case .handshaking(let key) = phase {
+            guard handshake(key: key) else { return }
+        }
+        guard case .open = phase else { return }
+        let borrowed = buffers.borrowInbound(from: loop)
+        let before = buffers.inbound.readableBytes
+        var ending: (TetherError, UInt16?)?
+        var answered = false
+        do throws(WebSocketFailure) {
+            while ending == nil, let event = try reader.next(&base.buffers.inbound, data: &buffers.inbound) {
+                switch event {
+                case .data:
+                    break
+                case .ping(let payload):
+                    WebSocketWriter.write(.pong, payload, maskKey: maskKey(), into: &base.buffers.outbound)
+                    answered = true
+                case .pong:
+                    break
+                case .close(let code, let reason):
+                    ending = (peerClosed(code: code, reason: reason), code ?? 0)
+                }
+            }
+        } catch {
+            ending = (failure(error), error.code)
+        }
+        if answered { base.scheduleFlush() }
+        // What arrived before a close or a bad frame is still handed over.
+        // Part of a frame counts as a read too: the layer above sees that a unit is under
+        // way (``holdsPartialInput``).
+        if buffers.inbound.readableBytes > before || (ending == nil && !base.buffers.inbound.isEmpty) {
+            handler?.transportRead()
+        }
+        if ending != nil { base.buffers.inbound.clear() }
+        buffers.settleInbound(borrowed: borrowed, on: loop)
+        if let (error, code) = ending, isOpen {
+            // An echo of a close without a code carries none (code 0 here).
+            end(error, closeCode: code)
+        }
+    }
+
+    /// Reads the handshake's HTTP head from the bytes below. Returns whether the
+    /// connection is open now.
+    private func handshake(key: String?) -> Bool {
+        let inbound = base.buffers.inbound
+        let headEnd = inbound.withReadableBytes { WebSocketHandshake.endOfHead($0) }
+        guard let headEnd else {
+            if inbound.readableBytes > options.maximumHeadSize { refuseOversizedHead() }
+            return false
+        }
+        guard headEnd <= options.maximumHeadSize else {
+            refuseOversizedHead()
+            return false
+        }
+        let head = String(decoding: inbound.readableBytesView.prefix(headEnd - 4), as: UTF8.self)
+        base.buffers.inbound.moveReaderIndex(forwardBy: headEnd)
+        switch options.role {
+        case .client:
+            do throws(TetherError) {
+                try WebSocketHandshake.checkResponse(head, key: key ?? "", peer: "\(remoteAddress)")
+            } catch {
+                end(error, closeCode: nil)
+                return false
+            }
+            opened()
+            handler?.transportSecured()
+            guard isOpen else { return false }
+            // Frames the server sent right after its answer.
+            return true
+        case .server(let path, let allowedOrigins):
+            switch WebSocketHandshake.answer(head, path: path, allowedOrigins: allowedOrigins) {
+            case .accept(let response):
+                base.buffers.outbound.writeBytes(response)
+                opened()
+                return true
+            case .refuse(let response, let why):
+                base.buffers.outbound.writeBytes(response)
+                end(TetherError(code: .protocolError, message: "refused the WebSocket upgrade of \(remoteAddress): \(why)"), closeCode: nil)
+                return false
+            }
+        }
+    }
+
+    /// The handshake is done: frames flow, and what the layer above held goes out.
+    private func opened() {
+        phase = .open
+        if let handshakeTimer { loop.cancel(handshakeTimer) }
+        handshakeTimer = nil
+        flush()
+    }
+
+    private func refuseOversizedHead() {
+        let limit = options.maximumHeadSize
+        if options.isClient {
+            end(TetherError(code: .protocolError, message: "\(remoteAddress) answered the WebSocket upgrade with a head over \(limit) bytes"), closeCode: nil)
+            return
+        }
+        let body = "WebSocket upgrade refused: request head over \(limit) bytes\n"
+        let text = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+        base.buffers.outbound.writeBytes(Array(text.utf8))
+        end(TetherError(code: .frameTooLarge, message: "refused the WebSocket upgrade of \(remoteAddress): 431, a request head over \(limit) bytes"), closeCode: nil)
+    }
+
+    /// The error for the peer's close frame.
+    private func peerClosed(code: UInt16?, reason: String) -> TetherError {
+        let said = code.map { "\($0) (\(WebSocketCloseCode.name($0)))" } ?? "no code"
+        let why = reason.isEmpty ? "" : ": \(reason)"
+        let normal = code == nil || code == WebSocketCloseCode.normal || code == WebSocketCloseCode.goingAway
+        return TetherError(code: normal ? .peerClosed : .protocolError, message: "\(remoteAddress) closed the WebSocket with \(said)\(why)")
+    }
+
+    /// The error for a frame that broke the protocol or a bound.
+    private func failure(_ failure: WebSocketFailure) -> TetherError {
+        let code: TetherError.Code = failure.code == WebSocketCloseCode.messageTooBig ? .frameTooLarge : .protocolError
+        return TetherError(
+            code: code,
+            message: "\(remoteAddress) sent \(failure.reason); closed the WebSocket with \(failure.code) (\(WebSocketCloseCode.name(failure.code)))"
+        )
+    }
+
+    /// The transport below ended without a close frame.
+    func transportClosed(_ error: TetherError) {
+        guard !closed else { return }
+        if case .handshaking = phase, error.code == .peerClosed {
+            closeReporting(TetherError(code: .peerClosed, message: "\(remoteAddress) closed the connection during the WebSocket handshake"))
+            return
+        }
+        closeReporting(error)
+    }
+
+    func transportSecured() {}
+
+    // MARK: Writing
+
+    /// A client's masking key for the next frame; `nil` on a server.
+    private func maskKey() -> UInt32? {
+        options.isClient ? UInt32.random(in: .min ... .max, using: &random) : nil
+    }
+
+    func scheduleFlush() {
+        if isOpen { buffers.scheduleFlush(of: self, on: loop) }
+    }
+
+    func flushAfterTurn() {
+        buffers.flushScheduled = false
+        flush()
+    }
+
+    /// Frames what the layer above wrote (once open) and flushes the transport below.
+    func flush() {
+        guard isOpen else { return }
+        if case .open = phase { frameOutbound() }
+        base.flush()
+    }
+
+    /// Moves the bytes of the layer above into binary messages below.
+    private func frameOutbound() {
+        while buffers.outbound.readableBytes > 0 {
+            let count = min(buffers.outbound.readableBytes, Self.maximumOutgoingMessage)
+            let key = maskKey()
+            buffers.outbound.withReadableBytes { bytes in
+                WebSocketWriter.write(.binary, UnsafeRawBufferPointer(rebasing: bytes[0..<count]), maskKey: key, into: &base.buffers.outbound)
+            }
+            buffers.outbound.moveReaderIndex(forwardBy: count)
+        }
+        buffers.outbound.shrinkIfIdle(keeping: TransportBuffers.idleBufferLimit)
+    }
+
+    func transportWritable() {
+        guard let threshold = writableThreshold else { return }
+        if buffers.pendingOutboundBytes <= threshold {
+            writableThreshold = nil
+            handler?.transportWritable()
+        } else {
+            base.writableThreshold = max(0, threshold - buffers.outbound.readableBytes)
+        }
+    }
+
+    // MARK: Closing
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        if let handshakeTimer { loop.cancel(handshakeTimer) }
+        handshakeTimer = nil
+        handler = nil
+        base.close()
+    }
+
+    /// Sends what is pending and a close frame with 1000, then lets the transport below
+    /// flush and close. Bytes written before the handshake finished are dropped.
+    func closeAfterFlush(timeout: Duration) {
+        guard isOpen else { return }
+        if case .open = phase {
+            frameOutbound()
+            WebSocketWriter.write(.close, WebSocketWriter.closePayload(code: WebSocketCloseCode.normal, reason: ""), maskKey: maskKey(), into: &base.buffers.outbound)
+        }
+        buffers.outbound.clear()
+        closed = true
+        phase = .closing
+        if let handshakeTimer { loop.cancel(handshakeTimer) }
+        handshakeTimer = nil
+        handler = nil
+        base.closeAfterFlush(timeout: timeout)
+    }
+
+    /// Ends for `error`: sends a close frame with `closeCode` when it is set (0: one
+    /// without a code, the echo of such a close) and the connection is open, lets the
+    /// transport below flush what it holds (an HTTP answer, the close) and close, and
+    /// tells the handler.
+    private func end(_ error: TetherError, closeCode: UInt16?) {
+        guard !closed else { return }
+        let handler = self.handler
+        if let closeCode, case .open = phase {
+            let payload = closeCode == 0 ? [] : WebSocketWriter.closePayload(code: closeCode, reason: error.message)
+            WebSocketWriter.write(.close, payload, maskKey: maskKey(), into: &base.buffers.outbound)
+        }
+        phase = .closing
+        closed = true
+        if let handshakeTimer { loop.cancel(handshakeTimer) }
+        handshakeTimer = nil
+        self.handler = nil
+        buffers.outbound.clear()
+        base.closeAfterFlush(timeout: options.drainTimeout)
+        handler?.transportClosed(error)
+    }
+}

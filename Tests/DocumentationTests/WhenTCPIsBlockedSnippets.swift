@@ -1,0 +1,45 @@
+// The code of Documentation.docc/WhenTCPIsBlocked.md ("When TCP Is Blocked"). The overview
+// is run by its test with the ports moved to 0 and the host to 127.0.0.1; the WebSocket
+// tests (Tests/TetherTests/WebSocket*.swift) cover the rest with real sockets.
+import Tether
+import Testing
+
+func whenTCPIsBlockedOverview() async throws -> (Server, Connection) {
+    // Server: TCP on 9000, WebSocket on 8080 at /tether.
+    var serverConfiguration = ServerConfiguration(host: "0.0.0.0", port: 9000)
+    serverConfiguration.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
+    let server = Server(configuration: serverConfiguration)
+
+    // Client: the same API, a ws:// endpoint.
+    let endpoint = Endpoint(webSocket: "ws://chat.example.com:8080/tether")!
+    let connection = try await Connection.connect(to: endpoint)
+    return (server, connection)
+}
+
+func whenTCPIsBlockedHeaders(token: String) -> ConnectionConfiguration {
+    var configuration = ConnectionConfiguration.defaults
+    configuration.webSocket.headers = ["Authorization": "Bearer \(token)"]
+    configuration.webSocket.handshakeTimeout = .seconds(5)      // default 10 s
+    return configuration
+}
+
+@Suite("When TCP Is Blocked article", .timeLimit(.minutes(1)))
+struct WhenTCPIsBlockedSnippetTests {
+    @Test("the overview's server and client, on free ports of 127.0.0.1, with the article's headers: a request answered over WebSocket")
+    func overview() async throws {
+        var serverConfiguration = ServerConfiguration(host: "127.0.0.1", port: 0)
+        serverConfiguration.webSocket = WebSocketServerConfiguration(port: 0, path: "/tether")
+        let server = Server(configuration: serverConfiguration)
+        server.handle(type: 0x402) { request, _ in Response(payload: request.payload) }
+        let running = Task { try await server.run() }
+        defer { running.cancel() }
+        let address = try await server.webSocketAddress()
+        let endpoint = try #require(Endpoint(webSocket: "ws://127.0.0.1:\(address.port)/tether"))
+        var configuration = whenTCPIsBlockedHeaders(token: "t0ken")
+        configuration.reconnect = .disabled
+        let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+        let reply = try await connection.request(Request(type: 0x402, payload: [1, 2, 3]))
+        #expect(reply.payload == [1, 2, 3])
+        await connection.close()
+    }
+}
