@@ -104,14 +104,25 @@ struct WebSocketConnectionTests {
 
     @Test("a half-sent upgrade ends with handshakeTimeout and a half-sent frame with frameTimeout: the server's own timeouts bound a trickling WebSocket peer")
     func tricklingPeers() async throws {
+        // The server's loop runs on a manual clock: its timeouts wait for the test, however
+        // busy the machine, while its sockets are real.
+        let clock = ManualClock()
+        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        defer { group.shutdown() }
         try await withWebSocketServer(configure: {
+            $0.eventLoopGroup = group
             $0.handshakeTimeout = .milliseconds(300)
             $0.frameCompletionTimeout = .milliseconds(300)
+            $0.idleTimeout = nil
         }) { server, endpoint in
             let events = server.events
             let plain = Endpoint(host: endpoint.host, port: endpoint.port)
             let upgrading = try RawSocket.connect(to: plain)
             try upgrading.write(Array(upgradeRequest().prefix(40)))
+            _ = try await firstEvent(events, "the half-upgraded peer") { $0.kind == .peerConnected }
+            await clock.advance(by: .milliseconds(300) - .nanoseconds(1))
+            #expect(server.peerCount == 1)
+            await clock.advance(by: .nanoseconds(1))
             let first = try await firstEvent(events, "the half-upgraded peer's end") { $0.kind == .peerDisconnected }
             #expect(first.reason?.code == .handshakeTimeout, "\(String(describing: first.reason))")
             #expect(try await upgrading.waitForClose())
@@ -123,6 +134,9 @@ struct WebSocketConnectionTests {
             try framing.write(clientFrame(opcode: 2, payload: request) + Array(clientFrame(opcode: 2, payload: request).prefix(3)))
             let answer = try await offThread { try framing.readWebSocketFrame() }
             #expect(answer?.opcode == 0x2)
+            await clock.advance(by: .milliseconds(300) - .nanoseconds(1))
+            #expect(server.peerCount == 1)
+            await clock.advance(by: .nanoseconds(1))
             let second = try await firstEvent(events, "the half-framed peer's end") { $0.kind == .peerDisconnected }
             #expect(second.reason?.code == .frameTimeout, "\(String(describing: second.reason))")
         }
