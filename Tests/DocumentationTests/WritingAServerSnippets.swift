@@ -338,7 +338,8 @@ struct WritingAServerSnippets {
                 configuration.reconnect = .disabled
                 let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: address.port),
                                                               configuration: configuration)
-                let pending = Task { try await connection.request(Request(type: 0x404)) }
+                // No deadline of its own before the shutdown ends it, however slow the machine.
+                let pending = Task { try await connection.request(Request(type: 0x404), timeout: .seconds(600)) }
                 for await _ in arrivals { break }
                 group.cancelAll()
                 try await group.waitForAll()                 // run() has returned
