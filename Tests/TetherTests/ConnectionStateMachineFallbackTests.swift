@@ -13,6 +13,7 @@ struct ConnectionStateMachineFallbackTests {
     static let webSocket = Endpoint(host: "example.test", port: 80, webSocketPath: "/tether")
     static let refused = TetherError(code: .connectionRefused, message: "connection refused by example.test:9000")
     static let reset = TetherError(code: .connectionLost, message: "connection reset by example.test:9000")
+    static let leaving = TetherError(code: .connectionLost, message: "the connection over the fallback ws://example.test:80/tether was closed to go back to example.test:9000")
     static let refusedHello = TetherError(code: .sessionRejected, message: "the server refused the session")
 
     static func make(tls: Bool = false, session: Bool = false) -> Machine {
@@ -54,7 +55,7 @@ struct ConnectionStateMachineFallbackTests {
         _ = machine.handle(.attached(Self.token(2)))
         #expect(machine.handle(.primaryRetryDue(Self.token(2))) == [])
         #expect(machine.handle(.primaryRetryDue(Self.token(3))) == [
-            .detach(graceful: true), .publish(.connecting), .dial(Self.token(4), endpoint: 0, attempt: 0),
+            .detach(graceful: true), .failInFlight(Self.leaving), .publish(.connecting), .dial(Self.token(4), endpoint: 0, attempt: 0),
         ])
         #expect(machine.handle(.primaryRetryDue(Self.token(3))) == [])
         // Connected over the main endpoint: plain connected, no primary retry.

@@ -8,11 +8,17 @@ import Testing
 @Suite("Fallback to WebSocket", .timeLimit(.minutes(1)))
 struct FallbackTests {
     /// Runs `body` with a server listening for TCP and WebSocket: its TCP endpoint and its
-    /// WebSocket endpoint.
-    func withBothPorts<T: Sendable>(_ body: @escaping @Sendable (Endpoint, Endpoint) async throws -> T) async throws -> T {
+    /// WebSocket endpoint. Besides the echo handlers, type `0x405` echoes once `gate` lets it.
+    func withBothPorts<T: Sendable>(gate: HandlerGate = HandlerGate(), _ body: @escaping @Sendable (Endpoint, Endpoint) async throws -> T) async throws -> T {
         try await withServer(configure: {
             $0.webSocket = WebSocketServerConfiguration(port: 0, path: "/tether")
-        }, handlers: echoHandlers) { server, tcp in
+        }, handlers: { server in
+            echoHandlers(server)
+            server.handle(type: 0x405) { request, _ in
+                await gate.pass()
+                return Response(json: ["echo": request.json ?? nil])
+            }
+        }) { server, tcp in
             let address = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
             return try await body(tcp, Endpoint(host: address.ipAddress, port: address.port, webSocketPath: "/tether"))
         }
@@ -74,6 +80,45 @@ struct FallbackTests {
                 let metrics = await connection.metrics
                 #expect(metrics.connects == 2)
                 #expect(metrics.reconnectAttempts == 0)
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("a primary retry that falls due with a request in flight waits for its response, then reconnects to the TCP endpoint")
+    func primaryRetryWaitsForRequests() async throws {
+        let (refusing, refused) = try RawSocket.bindOnly()
+        defer { refusing.close() }
+        let gate = HandlerGate(open: false)
+        try await withBothPorts(gate: gate) { tcp, webSocket in
+            try await withManualLoop { clock, group in
+                let primary = Endpoint(host: "primary.test", port: 1)
+                let target = Mutex(SocketAddress(ipAddress: refused.host, port: refused.port)!)
+                let connection = try await Connection.connect(to: primary, configuration: testConfiguration {
+                    $0.eventLoopGroup = group
+                    $0.requestTimeout = nil
+                    $0.fallback = FallbackPolicy(endpoint: webSocket, primaryRetryInterval: .seconds(60))
+                    $0.resolver = { endpoint throws(TetherError) in
+                        if endpoint == primary { return [target.withLock { $0 }] }
+                        return [SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!]
+                    }
+                })
+                let states = connection.states
+                target.withLock { $0 = SocketAddress(ipAddress: tcp.host, port: tcp.port)! }
+                let pending = await connection.startRequest(Request(type: 0x405, json: ["held": true]), settlingOn: clock)
+                #expect(await connection.pendingRequestCount == 1)
+
+                await clock.advance(by: .seconds(60))
+                #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
+                #expect(await connection.metrics.connects == 1)
+
+                gate.open()
+                let reply = try await bounded("the held response") { try await pending.value }
+                #expect(reply.json == ["echo": ["held": true]])
+                let seen = try await collect(3, from: states, "the reconnect to the main endpoint")
+                #expect(seen == [ConnectionState(phase: .connected, endpoint: webSocket), .connecting, .connected])
+                #expect(await connection.currentEndpoint == primary)
+                #expect(await connection.metrics.reconnectAttempts == 0)
                 await connection.close()
             }
         }

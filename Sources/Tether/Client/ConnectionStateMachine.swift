@@ -549,9 +549,12 @@ struct ConnectionStateMachine: Sendable {
             return [.failSwitcher(.cancelled)]
         case .primaryRetryDue(let token):
             guard case .connected = phase, onFallback, primaryRetry == token else { return [] }
-            // A planned reconnect: nothing failed, so nothing is counted.
+            // A planned reconnect: nothing failed, so nothing is counted. The actor reports it
+            // when nothing is in flight; should something be, it fails rather than waits on a
+            // channel that is gone.
             attempt = 0
-            return release(graceful: true) + startAttempt()
+            let reason = TetherError(code: .connectionLost, message: "the connection over the fallback \(settings.fallback.map { "\($0.endpoint)" } ?? "") was closed to go back to \(settings.endpoint)")
+            return release(graceful: true) + [.failInFlight(reason)] + startAttempt()
         }
     }
 
