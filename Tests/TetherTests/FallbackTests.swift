@@ -123,4 +123,16 @@ struct FallbackTests {
             }
         }
     }
+
+    @Test("a primary retry interval of zero is refused by connect() with invalidArgument, before any socket")
+    func zeroInterval() async throws {
+        let fallback = Endpoint(host: "127.0.0.1", port: 1, webSocketPath: "/tether")
+        let error = await #expect(throws: TetherError.self) {
+            _ = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: 1), configuration: testConfiguration {
+                $0.fallback = FallbackPolicy(endpoint: fallback, primaryRetryInterval: .zero)
+            })
+        }
+        #expect(error?.code == .invalidArgument)
+        #expect(error?.message == "fallback.primaryRetryInterval must be above zero, not 0 s")
+    }
 }

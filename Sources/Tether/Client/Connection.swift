@@ -285,6 +285,14 @@ public actor Connection {
             handle(.connectAborted(error))
             throw error
         }
+        if let fallback = configuration.fallback, fallback.primaryRetryInterval <= .zero {
+            let error = TetherError(
+                code: .invalidArgument,
+                message: "fallback.primaryRetryInterval must be above zero, not \(describe(fallback.primaryRetryInterval))"
+            )
+            handle(.connectAborted(error))
+            throw error
+        }
         if let tls = configuration.tls {
             // Files that cannot be loaded fail here, before any socket is opened.
             do throws(TetherError) {
