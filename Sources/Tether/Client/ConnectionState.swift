@@ -60,7 +60,8 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// For ``Phase/connected``: the ``FallbackPolicy/endpoint`` when the connection runs over
     /// the ``ConnectionConfiguration/fallback``; `nil` over ``Connection/endpoint`` or one of
     /// the ``ConnectionConfiguration/alternateEndpoints`` (``Connection/currentEndpoint`` says
-    /// which).
+    /// which). So a state over the fallback is not equal to ``connected``: test
+    /// ``phase`` to know whether a connection is connected.
     public var endpoint: Endpoint?
 
     /// Creates a state.
