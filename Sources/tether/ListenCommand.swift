@@ -13,10 +13,10 @@ struct ListenCommand: Command {
     static let name = "listen"
     static let summary = "print the server's pushes as JSON lines; reconnects by itself"
     static let synopsis = """
-        tether listen HOST:PORT [--profile NAME] [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
+        tether listen (HOST:PORT | ws://HOST:PORT/PATH) [--profile NAME] [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
         [--max-attempts N] [--reconnect-delay SECONDS] \
         [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
-        \(VerboseOption.synopsis) \(ClientTLSOptions.synopsis)
+        \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects and prints each notification (push) as one JSON line on stdout:
@@ -82,6 +82,7 @@ struct ListenCommand: Command {
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
+          ws://HOST:PORT/PATH            the server's WebSocket endpoint (ws://127.0.0.1:8080/tether)
         \(ProfileOption.help(column: 33))
           --client-id ID                 identify as this client and resume where it left
                                          off (1 to 256 bytes)
@@ -99,6 +100,7 @@ struct ListenCommand: Command {
           --max-missed N                 misses in a row that count the connection as
                                          lost (default 3)
         \(VerboseOption.help(column: 33))
+        \(FallbackOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -115,6 +117,7 @@ struct ListenCommand: Command {
     var statePath: String?
     var tls = ClientTLSOptions()
     var verbose = false
+    var fallback: FallbackPolicy?
 
     /// The longest client id, in bytes of UTF-8.
     static let maximumClientIDLength = 256
@@ -161,6 +164,7 @@ struct ListenCommand: Command {
         heartbeat = try HeartbeatOptions(parsing: &arguments)
         tls = try ClientTLSOptions(parsing: &arguments)
         verbose = arguments.flag("--verbose")
+        fallback = try FallbackOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
@@ -190,6 +194,7 @@ struct ListenCommand: Command {
 
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration(profile: profile)
+        configuration.fallback = fallback
         configuration.reconnect = reconnectPolicy
         configuration.tls = tls.configuration()
         if !heartbeat.isEmpty {

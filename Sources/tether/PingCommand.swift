@@ -5,8 +5,8 @@ struct PingCommand: Command {
     static let name = "ping"
     static let summary = "send heartbeats and print their round-trip times"
     static let synopsis = """
-        tether ping HOST:PORT [--profile NAME] [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
-        [--max-missed N] \(VerboseOption.synopsis) \(ClientTLSOptions.synopsis)
+        tether ping (HOST:PORT | ws://HOST:PORT/PATH) [--profile NAME] [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
+        [--max-missed N] \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects with heartbeats every INTERVAL and prints one line per ack or miss, then a
@@ -41,6 +41,7 @@ struct PingCommand: Command {
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
+          ws://HOST:PORT/PATH            the server's WebSocket endpoint (ws://127.0.0.1:8080/tether)
         \(ProfileOption.help(column: 33))
           --count N                      heartbeats to wait for (default 4)
           --heartbeat-interval SECONDS   time between heartbeats (default 1); also
@@ -50,6 +51,7 @@ struct PingCommand: Command {
           --max-missed N                 misses in a row that count the connection as lost
                                          (default: COUNT + 1, so every miss is reported)
         \(VerboseOption.help(column: 33))
+        \(FallbackOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -60,6 +62,7 @@ struct PingCommand: Command {
     var heartbeat = HeartbeatOptions()
     var tls = ClientTLSOptions()
     var verbose = false
+    var fallback: FallbackPolicy?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         profile = try ProfileOption.parse(&arguments)
@@ -79,11 +82,13 @@ struct PingCommand: Command {
         }
         tls = try ClientTLSOptions(parsing: &arguments)
         verbose = arguments.flag("--verbose")
+        fallback = try FallbackOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration(profile: profile)
+        configuration.fallback = fallback
         // By default, report every miss instead of closing after the library's default of three.
         configuration.heartbeat = heartbeat.applied(to: .every(.seconds(1), maximumMissed: count + 1))
         configuration.tls = tls.configuration()

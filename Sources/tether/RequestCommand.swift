@@ -5,10 +5,10 @@ struct RequestCommand: Command {
     static let name = "request"
     static let summary = "send one request and print the response content"
     static let synopsis = """
-        tether request HOST:PORT (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
+        tether request (HOST:PORT | ws://HOST:PORT/PATH) (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
         [--profile NAME] [--field NAME=VALUE]... \
         [--timeout SECONDS] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
-        \(VerboseOption.synopsis) \(ClientTLSOptions.synopsis)
+        \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects, sends one request, prints the response content (UTF-8) on stdout and
@@ -62,6 +62,7 @@ struct RequestCommand: Command {
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, localhost:9000, [::1]:9000
+          ws://HOST:PORT/PATH            the server's WebSocket endpoint (ws://127.0.0.1:8080/tether)
           --type TYPE                    the request type: above 0x400 in the seed profile;
                                          0x401 (the default) in marker and lines
         \(ProfileOption.help(column: 33))
@@ -82,6 +83,7 @@ struct RequestCommand: Command {
           --max-missed N                 misses in a row that count the connection as lost
                                          (default 3)
         \(VerboseOption.help(column: 33))
+        \(FallbackOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -95,6 +97,7 @@ struct RequestCommand: Command {
     var heartbeat = HeartbeatOptions()
     var tls = ClientTLSOptions()
     var verbose = false
+    var fallback: FallbackPolicy?
     var http: HTTPRequest?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
@@ -150,11 +153,13 @@ struct RequestCommand: Command {
         }
         tls = try ClientTLSOptions(parsing: &arguments)
         verbose = arguments.flag("--verbose")
+        fallback = try FallbackOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
     }
 
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration(profile: profile)
+        configuration.fallback = fallback
         configuration.connectTimeout = timeout
         // Off unless asked for: the request timeout bounds the wait. With heartbeats, a
         // peer that stops answering fails the request sooner, with connectionLost.

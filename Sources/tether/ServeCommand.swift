@@ -17,7 +17,7 @@ struct ServeCommand: Command {
     static let name = "serve"
     static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
     static let synopsis = """
-        tether serve [--host HOST] [--port PORT] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
+        tether serve [--host HOST] [--port PORT] [--websocket-port PORT [--websocket-path PATH]] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
         [--store FILE | --postgres URL [--node NAME]] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--token SECRET] [--max-mailboxes N] [--max-stored-bytes N] [--mailbox-expiry SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
@@ -78,6 +78,13 @@ struct ServeCommand: Command {
         reason each one left (an idle, handshake or frame timeout among them), and the
         client id each one identifies as.
 
+        With --websocket-port it also serves WebSocket (ws://, no TLS) on that port, for
+        clients on networks that only let web traffic through (`tether request
+        ws://HOST:PORT/PATH`, or `--fallback ws://…`), and prints where on a second line:
+
+          listening on 127.0.0.1:9000
+          listening on ws://127.0.0.1:8080/tether
+
         With --tls-cert and --tls-key it serves TLS (1.2 or 1.3) only, and says so:
 
           listening on 127.0.0.1:9443 (TLS, certificate server.pem)
@@ -97,6 +104,10 @@ struct ServeCommand: Command {
         options:
           --host HOST                   address to listen on (default 127.0.0.1)
           --port PORT                   port; 0 picks a free one (default 9000)
+          --websocket-port PORT         also serve WebSocket on this port; 0 picks a free
+                                        one (default: no WebSocket)
+          --websocket-path PATH         the request path WebSocket clients must ask for,
+                                        starting with / (default: any path)
         \(ProfileOption.help(column: 32))
           --push-every SECONDS          push tick n this often, content {"seq": n, "time":
                                         "<ISO 8601>"}: to every client id the server has
@@ -177,6 +188,8 @@ struct ServeCommand: Command {
     var tls: ServerTLSOptions?
     var httpAllowed: [HTTPAllowedHost] = []
     var httpTimeout: Duration?
+    /// The WebSocket port and path, with --websocket-port.
+    var webSocket: WebSocketServerConfiguration?
 
     /// The longest `--mailbox-age`: ten years.
     static let maximumMailboxAge = 10 * 365 * 86_400
@@ -188,6 +201,16 @@ struct ServeCommand: Command {
         }
         if let port = try arguments.option("--port") {
             self.port = try Parse.port(port, option: "--port")
+        }
+        if let port = try arguments.option("--websocket-port") {
+            webSocket = WebSocketServerConfiguration(port: try Parse.port(port, option: "--websocket-port"))
+        }
+        if let path = try arguments.option("--websocket-path") {
+            guard webSocket != nil else { throw ArgumentError("--websocket-path needs --websocket-port") }
+            guard path.hasPrefix("/"), !path.contains(where: { $0 == " " || $0 == "?" || $0 == "#" }) else {
+                throw ArgumentError("--websocket-path '\(path)' is not a request path: it starts with / and has no spaces, ? or #")
+            }
+            webSocket?.path = path
         }
         profile = try ProfileOption.parse(&arguments)
         if let every = try arguments.option("--push-every") {
@@ -309,6 +332,7 @@ struct ServeCommand: Command {
             Console.err("sessions are off: the \(profile.name) profile has no serial on the wire")
         }
         configuration.tls = tls?.configuration(handshakeTimeout: handshakeTimeout)
+        configuration.webSocket = webSocket
         let server = Server(configuration: configuration)
         SeedService.install(on: server, profile: profile)
         if !httpAllowed.isEmpty {
@@ -346,6 +370,11 @@ struct ServeCommand: Command {
                 group.addTask {
                     let address = try await server.listeningAddress()
                     Console.out("listening on \(address)\(listeningNote)")
+                    if let webSocket {
+                        let ws = try await server.webSocketAddress()
+                        let host = ws.ipAddress.contains(":") ? "[\(ws.ipAddress)]" : ws.ipAddress
+                        Console.out("listening on ws://\(host):\(ws.port)\(webSocket.path ?? "/")")
+                    }
                     return .idle
                 }
                 group.addTask {

@@ -15,7 +15,8 @@ enum VerboseOption {
     /// The lines that describe `report`, with the time until the connection was ready
     /// (TLS and the session hello included) when known.
     static func lines(_ report: ConnectReport, readyIn ready: Duration? = nil) -> [String] {
-        var first = "tether: connected to \(report.address) (\(report.family)) in \(milliseconds(report.connectTime)) ms, resolved in \(milliseconds(report.resolutionTime)) ms"
+        let over = report.endpoint.webSocketPath == nil ? "" : " over \(report.endpoint)"
+        var first = "tether: connected to \(report.address) (\(report.family))\(over) in \(milliseconds(report.connectTime)) ms, resolved in \(milliseconds(report.resolutionTime)) ms"
         if let ready { first += ", ready in \(milliseconds(ready)) ms" }
         var lines = [first]
         if report.attempts.count > 1 || report.endpoint.host != report.address.ipAddress {

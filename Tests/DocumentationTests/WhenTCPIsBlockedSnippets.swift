@@ -23,6 +23,17 @@ func whenTCPIsBlockedHeaders(token: String) -> ConnectionConfiguration {
     return configuration
 }
 
+func whenTCPIsBlockedFallback() -> (ConnectionConfiguration, Endpoint) {
+    // TCP first; when it cannot connect, WebSocket at once, in the same attempt.
+    var configuration = ConnectionConfiguration.defaults
+    configuration.fallback = FallbackPolicy(
+        endpoint: Endpoint(webSocket: "ws://chat.example.com:8080/tether")!,
+        primaryRetryInterval: .seconds(300)     // default 5 minutes
+    )
+    let primary = Endpoint(host: "chat.example.com", port: 9000)
+    return (configuration, primary)
+}
+
 @Suite("When TCP Is Blocked article", .timeLimit(.minutes(1)))
 struct WhenTCPIsBlockedSnippetTests {
     @Test("the overview's server and client, on free ports of 127.0.0.1, with the article's headers: a request answered over WebSocket")
@@ -41,5 +52,13 @@ struct WhenTCPIsBlockedSnippetTests {
         let reply = try await connection.request(Request(type: 0x402, payload: [1, 2, 3]))
         #expect(reply.payload == [1, 2, 3])
         await connection.close()
+    }
+
+    @Test("the fallback section's configuration: the ws:// endpoint at /tether, 5 minutes, which is the default")
+    func fallback() {
+        let (configuration, primary) = whenTCPIsBlockedFallback()
+        #expect(configuration.fallback?.endpoint == Endpoint(host: "chat.example.com", port: 8080, webSocketPath: "/tether"))
+        #expect(configuration.fallback?.primaryRetryInterval == FallbackPolicy(endpoint: primary).primaryRetryInterval)
+        #expect(primary.webSocketPath == nil)
     }
 }

@@ -186,5 +186,6 @@ extension Connection {
         }
         dropEndedDeadlines()
         if wroteAny { pump() }
+        requestEnded()
     }
 }

@@ -290,6 +290,7 @@ extension Connection {
             }
         }
         sendQueue.removeFirst(sent)
+        if sent > 0 { requestEnded() }
         while self.channel === channel, table.queuedCount > 0,
               table.inFlightCount < configuration.limits.maximumInFlightRequests,
               channel.pendingOutboundBytes <= high,
@@ -335,6 +336,7 @@ extension Connection {
             message: "request \(hex(entry.type)) serial \(serial) timed out after \(describe(entry.timeout ?? .zero))\(waited)"
         ))
         if !entry.isQueued { pump() }
+        requestEnded()
     }
 
     func cancelRequest(serial: UInt32, id: UInt64) {
@@ -344,12 +346,14 @@ extension Connection {
         counters.requestsCancelled += 1
         entry.waiter.resume(throwing: CancellationError())
         if !entry.isQueued { pump() }
+        requestEnded()
     }
 
     private func cancelSend(id: UInt64) {
         guard let index = sendQueue.firstIndex(where: { $0.id == id }) else { return }
         let send = sendQueue.remove(at: index)
         send.waiter.resume(throwing: CancellationError())
+        requestEnded()
     }
 
     /// For profiles without serials on the wire: the written request takes its place in line.
@@ -386,6 +390,7 @@ extension Connection {
         counters.requestsCompleted += 1
         entry.waiter.resume(returning: Response(frame: frame))
         if table.queuedCount > 0 { pump() }
+        requestEnded()
     }
 }
 

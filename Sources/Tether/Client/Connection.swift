@@ -88,6 +88,11 @@ public actor Connection {
     /// The socket the connect task opened, until it becomes the channel.
     var dialedSocket: (dialed: Dialed, endpoint: Endpoint)?
     var backoffTimer: LoopTimer?
+    /// The timer after which a connection over the fallback goes back to the main endpoint.
+    var primaryRetryTimer: LoopTimer?
+    /// The primary retry whose timer fired while requests were in flight or queued: it is
+    /// due as soon as none is.
+    var primaryRetryWaiting: ConnectionStateMachine.Token?
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
     /// Where the session stands, with ``ConnectionConfiguration/session``.
@@ -148,7 +153,8 @@ public actor Connection {
                 policy: configuration.reconnect,
                 secured: configuration.tls != nil,
                 greets: configuration.session != nil,
-                asksIdentity: configuration.session?.identityProvider != nil
+                asksIdentity: configuration.session?.identityProvider != nil,
+                fallback: configuration.fallback
             ),
             seed: UInt64.random(in: .min ... .max)
         )
@@ -279,6 +285,14 @@ public actor Connection {
             handle(.connectAborted(error))
             throw error
         }
+        if let fallback = configuration.fallback, fallback.primaryRetryInterval <= .zero {
+            let error = TetherError(
+                code: .invalidArgument,
+                message: "fallback.primaryRetryInterval must be above zero, not \(describe(fallback.primaryRetryInterval))"
+            )
+            handle(.connectAborted(error))
+            throw error
+        }
         if let tls = configuration.tls {
             // Files that cannot be loaded fail here, before any socket is opened.
             do throws(TetherError) {
@@ -389,6 +403,9 @@ public actor Connection {
 
     /// Drops the socket and stops its heartbeats; the rest of the connection stays.
     private func detachChannel(graceful: Bool) {
+        if let primaryRetryTimer { loop.cancel(primaryRetryTimer) }
+        primaryRetryTimer = nil
+        primaryRetryWaiting = nil
         if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         heartbeatTimer = nil
         heartbeatMachine = nil
@@ -560,6 +577,17 @@ public actor Connection {
             if attempt > 0 { counters.reconnectAttempts += 1 }
             let endpoints = [endpoint] + configuration.alternateEndpoints
             startDial(token, to: endpoints[index])
+        case .dialFallback(let token):
+            guard let fallback = configuration.fallback else { preconditionFailure("a fallback dial without a fallback") }
+            startDial(token, to: fallback.endpoint)
+        case .schedulePrimaryRetry(let token, let delay):
+            primaryRetryTimer = loop.schedule(after: delay) { [self] in
+                assumeIsolated { connection in
+                    connection.primaryRetryTimer = nil
+                    connection.primaryRetryWaiting = token
+                    connection.retryPrimaryIfIdle()
+                }
+            }
         case .dialFinished:
             connectTask = nil
         case .abandonDial:

@@ -176,6 +176,10 @@ public struct ConnectionConfiguration: Sendable {
     /// goes to the *n*-th in the list `[endpoint] + alternateEndpoints`, round and round.
     /// Default none.
     public var alternateEndpoints: [Endpoint] = []
+    /// An endpoint to dial at once, in the same attempt, when the one of the attempt cannot
+    /// connect, and to leave again for the main one after
+    /// ``FallbackPolicy/primaryRetryInterval``; see ``FallbackPolicy``. Default `nil`: none.
+    public var fallback: FallbackPolicy?
     /// Whether requests made while the connection is down (reconnecting or suspended) wait
     /// for it, bounded by their own timeout and ``Limits/maximumQueuedRequests``; when
     /// `false` they fail at once with ``TetherError/Code/notConnected``. Default `true`.

@@ -57,6 +57,12 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     public var attempt: Int?
     /// For ``Phase/reconnecting``: how long until that attempt starts.
     public var delay: Duration?
+    /// For ``Phase/connected``: the ``FallbackPolicy/endpoint`` when the connection runs over
+    /// the ``ConnectionConfiguration/fallback``; `nil` over ``Connection/endpoint`` or one of
+    /// the ``ConnectionConfiguration/alternateEndpoints`` (``Connection/currentEndpoint`` says
+    /// which). So a state over the fallback is not equal to ``connected``: test
+    /// ``phase`` to know whether a connection is connected.
+    public var endpoint: Endpoint?
 
     /// Creates a state.
     ///
@@ -65,11 +71,13 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     ///   - reason: Why the connection is not connected.
     ///   - attempt: The next attempt, when reconnecting.
     ///   - delay: The time until it, when reconnecting.
-    public init(phase: Phase, reason: TetherError? = nil, attempt: Int? = nil, delay: Duration? = nil) {
+    ///   - endpoint: The fallback endpoint, when connected over it.
+    public init(phase: Phase, reason: TetherError? = nil, attempt: Int? = nil, delay: Duration? = nil, endpoint: Endpoint? = nil) {
         self.phase = phase
         self.reason = reason
         self.attempt = attempt
         self.delay = delay
+        self.endpoint = endpoint
     }
 
     /// Not asked to connect yet.
@@ -119,10 +127,12 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// Whether the phase is final: ``Phase/failed`` or ``Phase/closed``.
     public var isFinal: Bool { phase == .failed || phase == .closed }
 
-    /// `connected`, `reconnecting (attempt 2 in 1.6 s): peer 127.0.0.1:9000 closed the
-    /// connection`, or `closed: connection to 127.0.0.1:9000 closed by close()`.
+    /// `connected`, `connected (fallback ws://127.0.0.1:8080/tether)`, `reconnecting
+    /// (attempt 2 in 1.6 s): peer 127.0.0.1:9000 closed the connection`, or `closed:
+    /// connection to 127.0.0.1:9000 closed by close()`.
     public var description: String {
         var text = phase.description
+        if let endpoint { text += " (fallback \(endpoint))" }
         if let attempt, let delay { text += " (attempt \(attempt) in \(describe(delay)))" }
         if let reason { text += ": \(reason.message)" }
         return text

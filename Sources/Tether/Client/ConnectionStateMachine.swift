@@ -78,6 +78,15 @@
 /// `switchSession(to:)` after it returned. A stale dial success leaves the dialed socket with
 /// the actor, which closes it.
 ///
+/// **The fallback** (``Settings/fallback``): a `dialFailed` (while dialing or attaching) or a
+/// `lost` while securing, on a dial that was not the fallback's, dials the fallback at once
+/// (``Action/dialFallback(_:)``) as the same attempt, publishing nothing; its failure is the
+/// attempt's. Ready over the fallback publishes `connected` with the fallback's endpoint and
+/// arms the primary retry (``Action/schedulePrimaryRetry(_:after:)``); `primaryRetryDue` with
+/// its token, while still connected, detaches gracefully and dials afresh as attempt 0 (a
+/// planned reconnect: connecting, not reconnecting). Any other new attempt forgets the
+/// primary retry, and a `primaryRetryDue` in another phase or with another token is stale.
+///
 /// **Switching session** (`switchSession`) drops what is under way (a graceful detach, so
 /// the earlier user's deliveries are acknowledged first), fails every request and frame
 /// made before it, has the actor start the new user's session state (``Action/resetSession``)
@@ -107,6 +116,9 @@ struct ConnectionStateMachine: Sendable {
         /// Whether the hello's identity is asked of a provider, which may answer a rejection
         /// with a fresh one.
         var asksIdentity = false
+        /// The endpoint dialed at once when the attempt's endpoint cannot connect, and how
+        /// long a connection over it lasts before the main endpoint is tried again.
+        var fallback: FallbackPolicy?
     }
 
     /// Names one dial or one backoff, so that a result that arrives after it was abandoned
@@ -191,6 +203,9 @@ struct ConnectionStateMachine: Sendable {
         case switchSession(TetherError, asksIdentity: Bool)
         /// The task that called `switchSession(to:)` was cancelled.
         case switchCancelled
+        /// The primary retry timer of the token fired while connected over the fallback, at a
+        /// moment with no request in flight or queued: reconnect, main endpoint first.
+        case primaryRetryDue(Token)
     }
 
     /// How the caller of `connect()` is answered when it does not get its connection.
@@ -210,6 +225,12 @@ struct ConnectionStateMachine: Sendable {
         /// Start the connect task of the token to endpoint `endpoint` (0 is the main one, then
         /// the alternates), as attempt `attempt` (a reconnect attempt when above 0).
         case dial(Token, endpoint: Int, attempt: Int)
+        /// Start the connect task of the token to the fallback endpoint, within the attempt
+        /// under way (no attempt counted).
+        case dialFallback(Token)
+        /// Arm the primary retry timer of the token, which reports `primaryRetryDue` once it
+        /// fired and no request is in flight or queued. The channel's detach disarms it.
+        case schedulePrimaryRetry(Token, after: Duration)
         /// The connect task ended: forget it.
         case dialFinished
         /// Cancel the connect task under way and forget it.
@@ -280,6 +301,10 @@ struct ConnectionStateMachine: Sendable {
     private(set) var rejection: TetherError?
     /// Whether the caller of `switchSession(to:)` waits.
     private(set) var switchWaiting = false
+    /// Whether the dial, the handshake or the connection under way is the fallback's.
+    private(set) var onFallback = false
+    /// The primary retry armed for the connection over the fallback.
+    private(set) var primaryRetry: Token?
     /// Counts the events that changed something: the actor stops carrying out the actions of
     /// one event as soon as a later event (reported by one of those actions) has changed it.
     private(set) var transitions: UInt64 = 0
@@ -304,7 +329,7 @@ struct ConnectionStateMachine: Sendable {
         switch phase {
         case .idle: .idle
         case .dialing, .attaching, .securing, .greeting: .connecting
-        case .connected: .connected
+        case .connected: onFallback ? ConnectionState(phase: .connected, endpoint: settings.fallback?.endpoint) : .connected
         case .backingOff(_, let state), .waitingForNetwork(let state), .ended(let state): state
         case .suspended: .suspended
         }
@@ -362,7 +387,7 @@ struct ConnectionStateMachine: Sendable {
                 }
                 return secured(token)
             case .dialFailed(token, let error):
-                return attemptFailed(error)
+                return attemptFailed(error, fallingBack: true)
             case .connectRequested:
                 return [.refuseConnect]
             default:
@@ -401,7 +426,7 @@ struct ConnectionStateMachine: Sendable {
             return [.dialFinished, .attach(token)]
         case .dialFailed(let token, let error):
             guard case .dialing(token) = phase else { return [] }
-            return [.dialFinished] + attemptFailed(error)
+            return [.dialFinished] + attemptFailed(error, fallingBack: true)
         case .attached:
             illegal(event)
         case .tlsEstablished:
@@ -436,8 +461,12 @@ struct ConnectionStateMachine: Sendable {
             }
         case .lost(let reason):
             switch phase {
-            case .securing, .greeting:
-                // Lost before the handshakes finished: a failed attempt, not a lost connection.
+            case .securing:
+                // Lost in the TLS handshake: a failed attempt, not a lost connection, and a
+                // reason to try the fallback.
+                return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
+            case .greeting:
+                // Lost before the hello was answered: a failed attempt, not a lost connection.
                 return [.detach(graceful: false)] + attemptFailed(reason)
             case .connected(let healthy):
                 // A connection that never proved healthy (an HTTP server, a proxy whose
@@ -518,6 +547,14 @@ struct ConnectionStateMachine: Sendable {
             guard switchWaiting else { return [] }
             switchWaiting = false
             return [.failSwitcher(.cancelled)]
+        case .primaryRetryDue(let token):
+            guard case .connected = phase, onFallback, primaryRetry == token else { return [] }
+            // A planned reconnect: nothing failed, so nothing is counted. The actor reports it
+            // when nothing is in flight; should something be, it fails rather than waits on a
+            // channel that is gone.
+            attempt = 0
+            let reason = TetherError(code: .connectionLost, message: "the connection over the fallback \(settings.fallback.map { "\($0.endpoint)" } ?? "") was closed to go back to \(settings.endpoint)")
+            return release(graceful: true) + [.failInFlight(reason)] + startAttempt()
         }
     }
 
@@ -564,6 +601,8 @@ struct ConnectionStateMachine: Sendable {
         if cancellingBackoff, case .backingOff = phase { actions.append(.cancelBackoff) }
         let token = nextToken()
         phase = .dialing(token)
+        onFallback = false
+        primaryRetry = nil
         actions.append(.publish(.connecting))
         actions.append(.dial(token, endpoint: endpointIndex % max(1, settings.endpointCount), attempt: attempt))
         return actions
@@ -574,7 +613,17 @@ struct ConnectionStateMachine: Sendable {
     private mutating func redial() -> [Action] {
         let token = nextToken()
         phase = .dialing(token)
+        if onFallback { return [.dialFallback(token)] }
         return [.dial(token, endpoint: endpointIndex % max(1, settings.endpointCount), attempt: attempt)]
+    }
+
+    /// Dials the fallback at once, as the same attempt: the attempt's endpoint could not
+    /// connect. The state stays connecting.
+    private mutating func dialFallback() -> [Action] {
+        let token = nextToken()
+        phase = .dialing(token)
+        onFallback = true
+        return [.dialFallback(token)]
     }
 
     /// The channel is up and, with TLS, secured: greet, or be ready.
@@ -591,7 +640,15 @@ struct ConnectionStateMachine: Sendable {
     private mutating func ready() -> [Action] {
         hasConnected = true
         phase = .connected(healthy: false)
-        var actions: [Action] = [.countConnection, .publish(.connected)]
+        var actions: [Action] = [.countConnection]
+        if onFallback, let fallback = settings.fallback {
+            let token = nextToken()
+            primaryRetry = token
+            actions.append(.publish(state))
+            actions.append(.schedulePrimaryRetry(token, after: fallback.primaryRetryInterval))
+        } else {
+            actions.append(.publish(.connected))
+        }
         if openerWaiting {
             openerWaiting = false
             actions.append(.resumeOpener)
@@ -604,9 +661,11 @@ struct ConnectionStateMachine: Sendable {
         return actions
     }
 
-    /// An attempt failed before it became ready: try the next endpoint by the policy, or
-    /// give up.
-    private mutating func attemptFailed(_ reason: TetherError) -> [Action] {
+    /// An attempt failed before it became ready: try the fallback at once when the attempt's
+    /// endpoint could not connect (`fallingBack`) and there is one not tried yet; otherwise
+    /// the next endpoint by the policy, or give up.
+    private mutating func attemptFailed(_ reason: TetherError, fallingBack: Bool = false) -> [Action] {
+        if fallingBack, settings.fallback != nil, !onFallback { return dialFallback() }
         endpointIndex += 1
         if !hasConnected && !settings.policy.appliesToFirstConnect {
             return end(reason, failed: false)

@@ -1,0 +1,17 @@
+extension Connection {
+    /// Goes back to the main endpoint when the primary retry of the connection over the
+    /// fallback is due and nothing is in flight or queued; otherwise waits for the last
+    /// request to end.
+    func retryPrimaryIfIdle() {
+        guard let token = primaryRetryWaiting, table.count == 0, sendQueue.isEmpty else { return }
+        primaryRetryWaiting = nil
+        handle(.primaryRetryDue(token))
+    }
+
+    /// A request ended: when a primary retry waits for none to be left, check on the next
+    /// turn of the loop, after the step that ended it (which may still use the channel).
+    func requestEnded() {
+        guard primaryRetryWaiting != nil else { return }
+        loop.execute { [self] in assumeIsolated { $0.retryPrimaryIfIdle() } }
+    }
+}

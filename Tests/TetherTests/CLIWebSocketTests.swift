@@ -1,0 +1,92 @@
+import Foundation
+import Testing
+@testable import Tether
+
+/// `tether serve --websocket-port` and the clients over `ws://`, directly or as the
+/// `--fallback` of a TCP endpoint that refuses.
+@Suite("tether over WebSocket", .serialized, .timeLimit(.minutes(1)))
+struct CLIWebSocketTests {
+    /// Starts `tether serve` with a WebSocket port at `/tether`: the process and the URL of
+    /// its second listening line.
+    func serveWebSocket() async throws -> (ChildProcess, String) {
+        let server = try tether(["serve", "--port", "0", "--websocket-port", "0", "--websocket-path", "/tether"])
+        do {
+            let url = try await server.waitForOutput("the WebSocket listening line", within: eventBound) { (output: [UInt8]) -> String? in
+                let text = String(decoding: output, as: UTF8.self)
+                guard let start = text.range(of: "listening on ws://"),
+                      let end = text.range(of: "\n", range: start.upperBound..<text.endIndex) else { return nil }
+                return "ws://" + text[start.upperBound..<end.lowerBound]
+            }
+            return (server, url)
+        } catch {
+            server.kill()
+            throw error
+        }
+    }
+
+    @Test("tether serve --websocket-port prints the ws:// URL, and tether request ws://… gets the echo over it")
+    func requestOverWebSocket() async throws {
+        let (server, url) = try await serveWebSocket()
+        defer { server.kill() }
+        #expect(url.hasPrefix("ws://127.0.0.1:") && url.hasSuffix("/tether"), "\(url)")
+        let request = try tether(["request", url, "--type", "0x402", "--json", #"{"over":"ws"}"#, "--verbose"])
+        defer { request.kill() }
+        #expect(try await request.waitForExit(within: eventBound) == 0, "\(request.outputText)")
+        #expect(request.outputText.contains(#"{"echo":{"over":"ws"}}"#), "\(request.outputText)")
+        #expect(request.outputText.contains("(IPv4) over \(url) in "), "\(request.outputText)")
+    }
+
+    @Test("tether request to a refused TCP port with --fallback ws://… connects over the fallback in its one attempt")
+    func requestFallsBack() async throws {
+        let (refusing, refused) = try RawSocket.bindOnly()
+        defer { refusing.close() }
+        let (server, url) = try await serveWebSocket()
+        defer { server.kill() }
+        let request = try tether(["request", "127.0.0.1:\(refused.port)", "--fallback", url, "--type", "0x402", "--json", #"{"via":"fallback"}"#, "--verbose"])
+        defer { request.kill() }
+        #expect(try await request.waitForExit(within: eventBound) == 0, "\(request.outputText)")
+        #expect(request.outputText.contains(#"{"echo":{"via":"fallback"}}"#), "\(request.outputText)")
+        #expect(request.outputText.contains("over \(url) in "), "\(request.outputText)")
+    }
+
+    @Test("tether ping and tether listen take a ws:// endpoint")
+    func pingAndListen() async throws {
+        let (server, url) = try await serveWebSocket()
+        defer { server.kill() }
+        let ping = try tether(["ping", url, "--count", "1"])
+        defer { ping.kill() }
+        #expect(try await ping.waitForExit(within: eventBound) == 0, "\(ping.outputText)")
+        #expect(ping.outputText.contains("--- 127.0.0.1:"), "\(ping.outputText)")
+        let listen = try tether(["listen", "127.0.0.1:1", "--fallback", url, "--verbose"])
+        defer { listen.kill() }
+        _ = try await listen.waitForOutput(containing: "over \(url) in ", within: eventBound)
+    }
+
+    @Test("bad endpoints and options are refused with exit 2 and what is wrong")
+    func refusals() async throws {
+        let cases: [([String], String)] = [
+            (["request", "wss://127.0.0.1:1/x", "--type", "0x402"], "'wss://127.0.0.1:1/x': wss:// (WebSocket over TLS) is not supported; use ws://"),
+            (["request", "127.0.0.1:1", "--fallback", "127.0.0.1:2", "--type", "0x402"], "--fallback '127.0.0.1:2' is not a ws:// URL (for example ws://127.0.0.1:8080/tether)"),
+            (["ping", "ws://127.0.0.1:x/"], "'ws://127.0.0.1:x/' is not a ws:// URL"),
+            (["serve", "--websocket-path", "/x"], "--websocket-path needs --websocket-port"),
+            (["serve", "--websocket-port", "0", "--websocket-path", "x"], "--websocket-path 'x' is not a request path"),
+        ]
+        for (arguments, message) in cases {
+            let command = try tether(arguments)
+            defer { command.kill() }
+            #expect(try await command.waitForExit(within: eventBound) == 2, "\(arguments)")
+            #expect(command.outputText.contains(message), "\(arguments): \(command.outputText)")
+        }
+    }
+
+    @Test("--help of serve, request, listen and ping names the WebSocket options")
+    func help() async throws {
+        for (command, option) in [("serve", "--websocket-port PORT"), ("serve", "--websocket-path PATH"), ("request", "--fallback URL"), ("listen", "--fallback URL"), ("ping", "--fallback URL")] {
+            let help = try tether([command, "--help"])
+            defer { help.kill() }
+            #expect(try await help.waitForExit(within: eventBound) == 0)
+            #expect(help.outputText.contains(option), "\(command): \(option)")
+            if command != "serve" { #expect(help.outputText.contains("ws://HOST:PORT/PATH")) }
+        }
+    }
+}

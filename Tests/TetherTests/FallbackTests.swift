@@ -1,0 +1,138 @@
+import Synchronization
+import Testing
+@testable import Tether
+
+/// Falling back to a WebSocket endpoint over real loopback sockets: a refused TCP endpoint
+/// leads to the server's WebSocket port in the same attempt, and the TCP endpoint is used
+/// again once the primary retry interval has passed.
+@Suite("Fallback to WebSocket", .timeLimit(.minutes(1)))
+struct FallbackTests {
+    /// Runs `body` with a server listening for TCP and WebSocket: its TCP endpoint and its
+    /// WebSocket endpoint. Besides the echo handlers, type `0x405` echoes once `gate` lets it.
+    func withBothPorts<T: Sendable>(gate: HandlerGate = HandlerGate(), _ body: @escaping @Sendable (Endpoint, Endpoint) async throws -> T) async throws -> T {
+        try await withServer(configure: {
+            $0.webSocket = WebSocketServerConfiguration(port: 0, path: "/tether")
+        }, handlers: { server in
+            echoHandlers(server)
+            server.handle(type: 0x405) { request, _ in
+                await gate.pass()
+                return Response(json: ["echo": request.json ?? nil])
+            }
+        }) { server, tcp in
+            let address = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
+            return try await body(tcp, Endpoint(host: address.ipAddress, port: address.port, webSocketPath: "/tether"))
+        }
+    }
+
+    @Test("a refused TCP endpoint connects over the WebSocket fallback at once: one attempt, no reconnect, the state names the fallback")
+    func fallsBack() async throws {
+        let (refusing, tcp) = try RawSocket.bindOnly()
+        defer { refusing.close() }
+        try await withBothPorts { _, webSocket in
+            let connection = try await Connection.connect(to: tcp, configuration: testConfiguration {
+                // Without the fallback a refused first connect would end the connection.
+                $0.fallback = FallbackPolicy(endpoint: webSocket)
+            })
+            let reply = try await connection.request(Request(type: 0x402, json: ["via": "fallback"]))
+            #expect(reply.json == ["echo": ["via": "fallback"]])
+            let report = try #require(await connection.connectReport)
+            #expect(report.endpoint == webSocket)
+            #expect(report.attempts.count == 1)
+            #expect(await connection.currentEndpoint == webSocket)
+            #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
+            let metrics = await connection.metrics
+            #expect(metrics.connects == 1)
+            #expect(metrics.reconnectAttempts == 0)
+            await connection.close()
+        }
+    }
+
+    @Test("after the primary retry interval, and not before, the connection leaves the fallback for the TCP endpoint, with no reconnect counted")
+    func primaryComesBack() async throws {
+        let (refusing, refused) = try RawSocket.bindOnly()
+        defer { refusing.close() }
+        try await withBothPorts { tcp, webSocket in
+            try await withManualLoop { clock, group in
+                // The main endpoint's name resolves to a port that refuses until the test
+                // points it at the server.
+                let primary = Endpoint(host: "primary.test", port: 1)
+                let target = Mutex(SocketAddress(ipAddress: refused.host, port: refused.port)!)
+                let connection = try await Connection.connect(to: primary, configuration: testConfiguration {
+                    $0.eventLoopGroup = group
+                    $0.fallback = FallbackPolicy(endpoint: webSocket, primaryRetryInterval: .seconds(60))
+                    $0.resolver = { endpoint throws(TetherError) in
+                        if endpoint == primary { return [target.withLock { $0 }] }
+                        return [SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!]
+                    }
+                })
+                #expect(await connection.currentEndpoint == webSocket)
+                let states = connection.states
+                target.withLock { $0 = SocketAddress(ipAddress: tcp.host, port: tcp.port)! }
+
+                await clock.advance(by: .seconds(60) - .nanoseconds(1))
+                #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
+                await clock.advance(by: .nanoseconds(1))
+                let seen = try await collect(3, from: states, "the reconnect to the main endpoint")
+                #expect(seen == [ConnectionState(phase: .connected, endpoint: webSocket), .connecting, .connected])
+                #expect(await connection.currentEndpoint == primary)
+                let reply = try await connection.request(Request(type: 0x402, json: ["via": "tcp"]))
+                #expect(reply.json == ["echo": ["via": "tcp"]])
+                let metrics = await connection.metrics
+                #expect(metrics.connects == 2)
+                #expect(metrics.reconnectAttempts == 0)
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("a primary retry that falls due with a request in flight waits for its response, then reconnects to the TCP endpoint")
+    func primaryRetryWaitsForRequests() async throws {
+        let (refusing, refused) = try RawSocket.bindOnly()
+        defer { refusing.close() }
+        let gate = HandlerGate(open: false)
+        try await withBothPorts(gate: gate) { tcp, webSocket in
+            try await withManualLoop { clock, group in
+                let primary = Endpoint(host: "primary.test", port: 1)
+                let target = Mutex(SocketAddress(ipAddress: refused.host, port: refused.port)!)
+                let connection = try await Connection.connect(to: primary, configuration: testConfiguration {
+                    $0.eventLoopGroup = group
+                    $0.requestTimeout = nil
+                    $0.fallback = FallbackPolicy(endpoint: webSocket, primaryRetryInterval: .seconds(60))
+                    $0.resolver = { endpoint throws(TetherError) in
+                        if endpoint == primary { return [target.withLock { $0 }] }
+                        return [SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!]
+                    }
+                })
+                let states = connection.states
+                target.withLock { $0 = SocketAddress(ipAddress: tcp.host, port: tcp.port)! }
+                let pending = await connection.startRequest(Request(type: 0x405, json: ["held": true]), settlingOn: clock)
+                #expect(await connection.pendingRequestCount == 1)
+
+                await clock.advance(by: .seconds(60))
+                #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
+                #expect(await connection.metrics.connects == 1)
+
+                gate.open()
+                let reply = try await bounded("the held response") { try await pending.value }
+                #expect(reply.json == ["echo": ["held": true]])
+                let seen = try await collect(3, from: states, "the reconnect to the main endpoint")
+                #expect(seen == [ConnectionState(phase: .connected, endpoint: webSocket), .connecting, .connected])
+                #expect(await connection.currentEndpoint == primary)
+                #expect(await connection.metrics.reconnectAttempts == 0)
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("a primary retry interval of zero is refused by connect() with invalidArgument, before any socket")
+    func zeroInterval() async throws {
+        let fallback = Endpoint(host: "127.0.0.1", port: 1, webSocketPath: "/tether")
+        let error = await #expect(throws: TetherError.self) {
+            _ = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: 1), configuration: testConfiguration {
+                $0.fallback = FallbackPolicy(endpoint: fallback, primaryRetryInterval: .zero)
+            })
+        }
+        #expect(error?.code == .invalidArgument)
+        #expect(error?.message == "fallback.primaryRetryInterval must be above zero, not 0 s")
+    }
+}
