@@ -120,7 +120,7 @@ extension Connection {
                 // insert runs without interruption.
                 precondition(loop.inLoop, "a request placed from the loop left the loop's thread")
                 onLoop(loop, self, (request, timeout, serial, id, continuation)) { connection, placing in
-                    connection.place(placing.0, timeout: placing.1, serial: placing.2, id: placing.3, continuation: placing.4)
+                    connection.place(placing.0, timeout: placing.1, serial: placing.2, id: placing.3, cancelled: Task.isCancelled, continuation: placing.4)
                 }
             }
         } onCancel: {
@@ -130,14 +130,15 @@ extension Connection {
         }
     }
 
-    /// Places the request of a caller on the loop, or ends it at once when it cannot be.
-    private func place(_ request: Request, timeout: Duration?, serial: UInt32, id: UInt64, continuation: UnsafeContinuation<Response, any Error>) {
+    /// Places a request whose serial and id are allocated, or ends it at once when it
+    /// cannot be: the connection has ended, or its caller was cancelled (`cancelled`).
+    private func place(_ request: Request, timeout: Duration?, serial: UInt32, id: UInt64, cancelled: Bool, continuation: UnsafeContinuation<Response, any Error>) {
         if lifecycle.hasEnded {
             counters.requestsFailed += 1
             continuation.resume(throwing: notConnected())
             return
         }
-        if Task.isCancelled {
+        if cancelled {
             counters.requestsCancelled += 1
             continuation.resume(throwing: CancellationError())
             return
@@ -149,26 +150,14 @@ extension Connection {
     }
 
     /// Places the request of a caller on another thread, on the loop: what
-    /// ``requestOnLoop(_:timeout:)`` does inside its continuation.
+    /// ``requestOnLoop(_:timeout:)`` does inside its continuation. A cancellation that
+    /// overtook the job ends it here.
     func place(_ placement: RequestPlacement) {
         guard let continuation = placement.continuation else { return }
-        if placement.cancelled {
-            counters.requestsCancelled += 1
-            continuation.resume(throwing: CancellationError())
-            return
-        }
-        if lifecycle.hasEnded {
-            counters.requestsFailed += 1
-            continuation.resume(throwing: notConnected())
-            return
-        }
         let (serial, id) = table.allocate()
         placement.serial = serial
         placement.id = id
-        let limit = placement.timeout ?? configuration.requestTimeout
-        if let error = place(placement.request, serial: serial, id: id, limit: limit, waiter: .single(continuation)) {
-            continuation.resume(throwing: error)
-        }
+        place(placement.request, timeout: placement.timeout, serial: serial, id: id, cancelled: placement.cancelled, continuation: continuation)
     }
 
     /// Writes request `request` as `serial` when it can go now, or queues it, and records
