@@ -100,18 +100,18 @@ extension Server {
             return 0
         }
         let local = groups.first { $0.loop.inLoop }
-        guard let done else {
-            for group in groups where group !== local {
-                group.loop.execute { _ = group.write(encoded) }
-            }
-            _ = local?.write(encoded)
-            return groups.reduce(0) { $0 + $1.peers.count }
-        }
-        let tally = FanOutTally(jobs: groups.count, done: done)
+        // No tally when no one waits for the count.
+        let tally = done.map { FanOutTally(jobs: groups.count, done: $0) }
         for group in groups where group !== local {
-            group.loop.execute { tally.finished(group.write(encoded)) }
+            group.loop.execute {
+                let written = group.write(encoded)
+                tally?.finished(written)
+            }
         }
-        if let local { tally.finished(local.write(encoded)) }
+        if let local {
+            let written = local.write(encoded)
+            tally?.finished(written)
+        }
         return groups.reduce(0) { $0 + $1.peers.count }
     }
 
@@ -202,9 +202,9 @@ final class LoopPeers: Sendable {
 final class FanOutTally: Sendable {
     private let remaining: Atomic<Int>
     private let written = Atomic<Int>(0)
-    private let done: (@Sendable (Int) -> Void)?
+    private let done: @Sendable (Int) -> Void
 
-    init(jobs: Int, done: (@Sendable (Int) -> Void)?) {
+    init(jobs: Int, done: @escaping @Sendable (Int) -> Void) {
         remaining = Atomic(jobs)
         self.done = done
     }
@@ -214,7 +214,7 @@ final class FanOutTally: Sendable {
         written.add(count, ordering: .relaxed)
         // The last job's acquire sees every other job's count.
         guard remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 else { return }
-        done?(written.load(ordering: .relaxed))
+        done(written.load(ordering: .relaxed))
     }
 }
 

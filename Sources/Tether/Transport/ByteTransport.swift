@@ -62,6 +62,21 @@ package protocol ByteTransport: AnyObject {
 }
 
 extension ByteTransport {
+    /// For a layer over `base` (TLS, WebSocket), when `base` has drained to the threshold
+    /// the layer set on it: tells the handler once this layer's own pending bytes are at
+    /// ``writableThreshold`` too, or asks `base` for the rest.
+    ///
+    /// - Parameter base: The transport below this layer.
+    func relayWritable(from base: any ByteTransport) {
+        guard let threshold = writableThreshold else { return }
+        if buffers.pendingOutboundBytes <= threshold {
+            writableThreshold = nil
+            handler?.transportWritable()
+        } else {
+            base.writableThreshold = max(0, threshold - buffers.outbound.readableBytes)
+        }
+    }
+
     /// Closes, then tells the handler why: the one report of the end of a transport.
     ///
     /// - Parameter error: Why the transport ended.

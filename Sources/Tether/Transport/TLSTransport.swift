@@ -160,13 +160,7 @@ final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unche
     }
 
     func transportWritable() {
-        guard let threshold = writableThreshold else { return }
-        if buffers.pendingOutboundBytes <= threshold {
-            writableThreshold = nil
-            handler?.transportWritable()
-        } else {
-            base.writableThreshold = max(0, threshold - buffers.outbound.readableBytes)
-        }
+        relayWritable(from: base)
     }
 
     // MARK: Closing

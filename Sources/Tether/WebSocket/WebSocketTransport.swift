@@ -290,13 +290,7 @@ final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, 
     }
 
     func transportWritable() {
-        guard let threshold = writableThreshold else { return }
-        if buffers.pendingOutboundBytes <= threshold {
-            writableThreshold = nil
-            handler?.transportWritable()
-        } else {
-            base.writableThreshold = max(0, threshold - buffers.outbound.readableBytes)
-        }
+        relayWritable(from: base)
     }
 
     // MARK: Closing
