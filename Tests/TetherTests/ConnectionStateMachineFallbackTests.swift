@@ -99,6 +99,59 @@ struct ConnectionStateMachineFallbackTests {
         #expect(machine.handle(.backoffElapsed(backoff)).last == .dial(Token(value: backoff.value + 1), endpoint: 0, attempt: 1))
     }
 
+    @Test("a connection reset or silent before the session hello is answered falls back at once, as the same attempt")
+    func lostOrSilentBeforeHelloFallsBack() {
+        var machine = Self.make(session: true)
+        _ = machine.handle(.connectRequested)
+        _ = machine.handle(.connectStarted)
+        _ = machine.handle(.dialSucceeded(Self.token(1)))
+        _ = machine.handle(.attached(Self.token(1)))
+        #expect(machine.phase == .greeting(Self.token(1)))
+        #expect(machine.handle(.lost(Self.reset)) == [.detach(graceful: false), .dialFallback(Self.token(2))])
+        #expect(machine.attempt == 0)
+        #expect(machine.state == .connecting)
+        // The fallback's own greeting times out: the attempt fails once.
+        _ = machine.handle(.dialSucceeded(Self.token(2)))
+        _ = machine.handle(.attached(Self.token(2)))
+        let silent = TetherError(code: .handshakeTimeout, message: "no answer to the session hello")
+        let actions = machine.handle(.helloTimedOut(Self.token(2), silent))
+        #expect(actions.first == .detach(graceful: false))
+        #expect(!actions.contains { if case .dialFallback = $0 { true } else { false } })
+        #expect(machine.attempt == 1)
+
+        var silentFirst = Self.make(session: true)
+        _ = silentFirst.handle(.connectRequested)
+        _ = silentFirst.handle(.connectStarted)
+        _ = silentFirst.handle(.dialSucceeded(Self.token(1)))
+        _ = silentFirst.handle(.attached(Self.token(1)))
+        #expect(silentFirst.handle(.helloTimedOut(Self.token(1), silent)) == [.detach(graceful: false), .dialFallback(Self.token(2))])
+    }
+
+    @Test("a connection lost before anything arrived from the main endpoint falls back at once as a fresh connecting, counting nothing")
+    func lostBeforeHealthyFallsBack() {
+        var machine = Self.make()
+        _ = machine.handle(.connectRequested)
+        _ = machine.handle(.connectStarted)
+        _ = machine.handle(.dialSucceeded(Self.token(1)))
+        _ = machine.handle(.attached(Self.token(1)))
+        #expect(machine.state == .connected)
+        #expect(machine.handle(.lost(Self.reset)) == [
+            .detach(graceful: false), .failInFlight(Self.reset), .publish(.connecting), .dialFallback(Self.token(2)),
+        ])
+        #expect(machine.attempt == 0)
+        _ = machine.handle(.dialSucceeded(Self.token(2)))
+        #expect(machine.handle(.attached(Self.token(2))) == [
+            .startHeartbeats, .countConnection,
+            .publish(ConnectionState(phase: .connected, endpoint: Self.webSocket)),
+            .schedulePrimaryRetry(Self.token(3), after: .seconds(60)),
+            .writeQueued,
+        ])
+        // Lost over the fallback before it proved healthy: an ordinary failed attempt.
+        let actions = machine.handle(.lost(Self.reset))
+        #expect(!actions.contains { if case .dialFallback = $0 { true } else { false } })
+        #expect(machine.attempt == 1)
+    }
+
     @Test("a session hello refused over the main endpoint is the attempt's failure, not a reason to fall back")
     func helloRefusedDoesNotFallBack() {
         var machine = Self.make(session: true)

@@ -12,6 +12,7 @@ struct FallbackTests {
     func withBothPorts<T: Sendable>(gate: HandlerGate = HandlerGate(), _ body: @escaping @Sendable (Endpoint, Endpoint) async throws -> T) async throws -> T {
         try await withServer(configure: {
             $0.webSocket = WebSocketServerConfiguration(port: 0, path: "/tether")
+            $0.mailboxes = .inMemory
         }, handlers: { server in
             echoHandlers(server)
             server.handle(type: 0x405) { request, _ in
@@ -40,6 +41,55 @@ struct FallbackTests {
             #expect(report.attempts.count == 1)
             #expect(await connection.currentEndpoint == webSocket)
             #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
+            let metrics = await connection.metrics
+            #expect(metrics.connects == 1)
+            #expect(metrics.reconnectAttempts == 0)
+            await connection.close()
+        }
+    }
+
+    @Test("a TCP endpoint that accepts and then resets before anything arrived falls back at once: connecting, then connected over the fallback")
+    func resetAfterAcceptFallsBack() async throws {
+        let (listener, middlebox) = try RawSocket.listen()
+        defer { listener.close() }
+        try await withBothPorts { _, webSocket in
+            let connection = try await Connection.connect(to: middlebox, configuration: testConfiguration {
+                $0.fallback = FallbackPolicy(endpoint: webSocket)
+            })
+            let accepted = try await listener.accept()
+            let states = connection.states
+            accepted.reset()
+            let seen = try await collect(3, from: states, "the fallback after the reset")
+            #expect(seen == [.connected, .connecting, ConnectionState(phase: .connected, endpoint: webSocket)])
+            let reply = try await connection.request(Request(type: 0x402, json: ["via": "fallback"]))
+            #expect(reply.json == ["echo": ["via": "fallback"]])
+            #expect(await connection.currentEndpoint == webSocket)
+            let metrics = await connection.metrics
+            #expect(metrics.connects == 2)
+            #expect(metrics.reconnectAttempts == 0)
+            await connection.close()
+        }
+    }
+
+    @Test("a TCP endpoint that resets on the session hello falls back within the same attempt: connect() returns over the fallback")
+    func resetOnHelloFallsBack() async throws {
+        let (listener, middlebox) = try RawSocket.listen()
+        defer { listener.close() }
+        try await withBothPorts { _, webSocket in
+            let middleman = Task {
+                let accepted = try await listener.accept()
+                // The hello's header, then the reset.
+                _ = try accepted.read(12)
+                accepted.reset()
+            }
+            let connection = try await Connection.connect(to: middlebox, configuration: testConfiguration {
+                $0.fallback = FallbackPolicy(endpoint: webSocket)
+                $0.session = SessionConfiguration(clientID: "middlebox-\(UInt32.random(in: 0 ... .max))")
+            })
+            try await middleman.value
+            #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
+            let reply = try await connection.request(Request(type: 0x402, json: ["via": "fallback"]))
+            #expect(reply.json == ["echo": ["via": "fallback"]])
             let metrics = await connection.metrics
             #expect(metrics.connects == 1)
             #expect(metrics.reconnectAttempts == 0)

@@ -30,7 +30,7 @@
 /// | identityFailed(t) | · | · | ✗ | · | failed attempt | · | · | · | · | · |
 /// | helloTimedOut(t) | · | · | ✗ | · | failed attempt | · | · | · | · | · |
 /// | provedHealthy | ✗ | ✗ | ✗ | · | · | healthy | ✗ | ✗ | ✗ | ✗ |
-/// | lost | · | · | ✗ | failed attempt | failed attempt | backingOff / waitingForNetwork⁴ / ended | · | · | · | · |
+/// | lost | · | · | ✗ | failed attempt | failed attempt | backingOff / waitingForNetwork⁴ / ended / dialing¹⁰ | · | · | · | · |
 /// | backoffElapsed(t) | · | · | ✗ | · | · | · | dialing / waitingForNetwork⁴ | · | · | · |
 /// | pathUpdated | ·⁵ | dialing⁶ | ✗ | dialing⁶ | dialing⁶ | verify⁶ | dialing⁶ | dialing⁷ | ·⁵ | ·⁵ |
 /// | suspend | · | suspended | ✗ | suspended | suspended | suspended | suspended | suspended | · | · |
@@ -52,7 +52,8 @@
 /// ⁸ A rejection for good (`retryable: false`) with an identity provider, when the hello
 /// before was not rejected too: the provider is asked again and the same endpoint dialed at
 /// once, as the same attempt; a second rejection in a row ends (failed). ⁹ The new identity
-/// is taken for the first connect, and the switcher answered at once.
+/// is taken for the first connect, and the switcher answered at once. ¹⁰ The fallback, at
+/// once, for a connection over the main endpoint that never proved healthy.
 /// A *failed attempt* goes to backingOff, or ends
 /// (closed) for a first connect the policy does not retry or a disabled policy, or ends
 /// (failed) once the policy's attempts are spent, or, when no usable path exists, goes to
@@ -78,10 +79,12 @@
 /// `switchSession(to:)` after it returned. A stale dial success leaves the dialed socket with
 /// the actor, which closes it.
 ///
-/// **The fallback** (``Settings/fallback``): a `dialFailed` (while dialing or attaching) or a
-/// `lost` while securing, on a dial that was not the fallback's, dials the fallback at once
-/// (``Action/dialFallback(_:)``) as the same attempt, publishing nothing; its failure is the
-/// attempt's. Ready over the fallback publishes `connected` with the fallback's endpoint and
+/// **The fallback** (``Settings/fallback``): a `dialFailed` (while dialing or attaching), a
+/// `lost` while securing or greeting, or a `helloTimedOut`, on a dial that was not the
+/// fallback's, dials the fallback at once (``Action/dialFallback(_:)``) as the same attempt,
+/// publishing nothing; its failure is the attempt's. A `lost` while connected over the main
+/// endpoint before it proved healthy (nothing ever arrived) dials the fallback at once too,
+/// publishing connecting and counting no attempt. Ready over the fallback publishes `connected` with the fallback's endpoint and
 /// arms the primary retry (``Action/schedulePrimaryRetry(_:after:)``); `primaryRetryDue` with
 /// its token, while still connected, detaches gracefully and dials afresh as attempt 0 (a
 /// planned reconnect: connecting, not reconnecting). Any other new attempt forgets the
@@ -447,7 +450,7 @@ struct ConnectionStateMachine: Sendable {
             return release(graceful: false) + end(reason, failed: true)
         case .helloTimedOut(let token, let reason):
             guard case .greeting(token) = phase else { return [] }
-            return [.detach(graceful: false)] + attemptFailed(reason)
+            return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
         case .provedHealthy:
             switch phase {
             case .connected(healthy: false):
@@ -466,8 +469,13 @@ struct ConnectionStateMachine: Sendable {
                 // reason to try the fallback.
                 return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
             case .greeting:
-                // Lost before the hello was answered: a failed attempt, not a lost connection.
-                return [.detach(graceful: false)] + attemptFailed(reason)
+                // Lost before the hello was answered: a failed attempt, not a lost connection,
+                // and a reason to try the fallback (a middlebox that accepts and resets).
+                return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
+            case .connected(healthy: false) where settings.fallback != nil && !onFallback:
+                // Nothing ever arrived over the main endpoint (a middlebox that accepts and
+                // then resets or drops): the fallback at once, as a planned reconnect.
+                return [.detach(graceful: false), .failInFlight(reason), .publish(.connecting)] + dialFallback()
             case .connected(let healthy):
                 // A connection that never proved healthy (an HTTP server, a proxy whose
                 // backend is down, a server at its limit) counts as one more failed attempt,
@@ -522,7 +530,7 @@ struct ConnectionStateMachine: Sendable {
             return release(graceful: true) + end(reason, failed: false)
         case .identityFailed(let token, let reason):
             guard case .greeting(token) = phase else { return [] }
-            return [.detach(graceful: false)] + attemptFailed(reason)
+            return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
         case .switchSession(let reason, let asks):
             switch phase {
             case .idle:

@@ -4,11 +4,14 @@
 /// With a fallback, every connect attempt (the first, each reconnect, `resume()`,
 /// `reconnectNow()`) dials the endpoint of its turn first (``Connection/endpoint`` or one of
 /// the ``ConnectionConfiguration/alternateEndpoints``). When that dial cannot connect (refused,
-/// timed out, reset, or a TLS handshake that breaks) the fallback ``endpoint`` is dialed at
-/// once, in the same attempt: no backoff in between, no second attempt counted, no
-/// ``ConnectionState/Phase/reconnecting`` published. A failure after the handshakes (a
-/// session hello refused, a connection lost once connected) does not switch to the fallback;
-/// it is the attempt's failure, as without one.
+/// timed out, reset, a TLS handshake that breaks, a session hello that gets no answer or a
+/// reset) the fallback ``endpoint`` is dialed at once, in the same attempt: no backoff in
+/// between, no second attempt counted, no ``ConnectionState/Phase/reconnecting`` published.
+/// A connection over the main endpoint that ends before anything arrived from it (a
+/// middlebox that accepts TCP and then resets or drops it) goes to the fallback at once
+/// too: it publishes ``ConnectionState/Phase/connecting`` and counts no reconnect attempt.
+/// A session hello refused by the server, or a connection lost after something arrived,
+/// does not switch to the fallback; it is the attempt's failure, as without one.
 ///
 /// While connected over the fallback, the connection goes back to try the main endpoint
 /// every ``primaryRetryInterval``: when the interval has passed and no request is in flight

@@ -138,4 +138,12 @@ final class RawSocket: @unchecked Sendable {
         if fd >= 0 { Glibc.close(fd) }
         fd = -1
     }
+
+    /// Closes with a reset (`SO_LINGER` of zero): the peer reads `ECONNRESET`.
+    func reset() {
+        guard fd >= 0 else { return }
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+        close()
+    }
 }
