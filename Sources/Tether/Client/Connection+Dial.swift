@@ -22,6 +22,32 @@ extension Connection {
                     return Dialed(socket: .memory(channel), address: address, report: report)
                 }
         }
+        // A WebSocket endpoint behind a proxy: the race is to the proxy, then CONNECT.
+        let proxy = endpoint.webSocketPath == nil ? nil : configuration.webSocket.proxy
+        let result = await dial(proxy?.endpoint ?? endpoint, began: began)
+        guard let proxy else { return result }
+        switch result {
+        case .failure(let error):
+            return .failure(TetherError(code: error.code, message: "cannot reach \(endpoint) through the proxy \(proxy): \(error.message)", underlying: error))
+        case .success(var dialed):
+            let deadline = began &+ MonotonicTime.nanoseconds(of: configuration.connectTimeout)
+            let now = loop.now
+            let remaining = MonotonicTime.duration(nanoseconds: deadline > now ? deadline - now : 0)
+            guard case .socket(let box) = dialed.socket else { return result }
+            switch await ProxyTunnel.open(box, through: proxy, to: endpoint, timeout: remaining, on: loop, isolation: self) {
+            case .failure(let error):
+                return .failure(error)
+            case .success(let tunnel):
+                dialed.socket = .socket(tunnel)
+                dialed.report.endpoint = endpoint
+                dialed.report.connectTime = MonotonicTime.duration(nanoseconds: loop.now &- began)
+                return .success(dialed)
+            }
+        }
+    }
+
+    /// Resolves `endpoint` and races connections to its addresses, from `began`.
+    private func dial(_ endpoint: Endpoint, began: UInt64) async -> Result<Dialed, TetherError> {
         let addresses: [SocketAddress]
         do {
             if let resolver = configuration.resolver {

@@ -87,10 +87,11 @@ final class ProxyTunnel: IOHandler, @unchecked Sendable {
 
     private let loop: EventLoop
     private let proxy: HTTPProxy
-    private let target: Endpoint
     private var socket: Socket?
     private let fd: Int32
     private var request: [UInt8]
+    /// `host:port` of the endpoint, as the request names it.
+    private let authority: String
     private var sent = 0
     private var answer: [UInt8] = []
     private var timer: LoopTimer?
@@ -99,15 +100,20 @@ final class ProxyTunnel: IOHandler, @unchecked Sendable {
     private init(loop: EventLoop, proxy: HTTPProxy, target: Endpoint, socket: consuming Socket) {
         self.loop = loop
         self.proxy = proxy
-        self.target = target
         self.fd = socket.descriptor
         self.socket = .some(socket)
+        self.authority = Self.authority(of: target)
         self.request = Self.request(for: target, headers: proxy.headers)
+    }
+
+    /// `host:port`, with brackets around an IPv6 address.
+    static func authority(of target: Endpoint) -> String {
+        target.host.contains(":") ? "[\(target.host)]:\(target.port)" : "\(target.host):\(target.port)"
     }
 
     /// The `CONNECT` request for `target`.
     static func request(for target: Endpoint, headers: HTTPHeaders) -> [UInt8] {
-        let authority = target.host.contains(":") ? "[\(target.host)]:\(target.port)" : "\(target.host):\(target.port)"
+        let authority = authority(of: target)
         var text = "CONNECT \(authority) HTTP/1.1\r\nHost: \(authority)\r\n"
         for field in headers { text += "\(field.name): \(field.value)\r\n" }
         text += "\r\n"
@@ -135,7 +141,7 @@ final class ProxyTunnel: IOHandler, @unchecked Sendable {
             }
         } onCancel: {
             loop.execute {
-                tunnel.finish(.failure(TetherError(code: .connectFailed, message: "connecting to \(target) through the proxy \(proxy) was cancelled", underlying: CancellationError())))
+                tunnel.finish(.failure(TetherError(code: .connectFailed, message: "connecting to \(Self.authority(of: target)) through the proxy \(proxy) was cancelled", underlying: CancellationError())))
             }
         }
     }
@@ -150,7 +156,7 @@ final class ProxyTunnel: IOHandler, @unchecked Sendable {
         }
         timer = loop.schedule(after: timeout) { [self] in
             timer = nil
-            finish(.failure(TetherError(code: .connectTimedOut, message: "the proxy \(proxy) did not answer CONNECT \(target) within \(describe(timeout))")))
+            finish(.failure(TetherError(code: .connectTimedOut, message: "the proxy \(proxy) did not answer CONNECT \(authority) within \(describe(timeout))")))
         }
     }
 
@@ -175,7 +181,7 @@ final class ProxyTunnel: IOHandler, @unchecked Sendable {
             }
             try loop.reregister(fd, interest: .read)
         } catch {
-            finish(.failure(TetherError(code: .connectFailed, message: "cannot send CONNECT \(target) to the proxy \(proxy): \(error)", underlying: error)))
+            finish(.failure(TetherError(code: .connectFailed, message: "cannot send CONNECT \(authority) to the proxy \(proxy): \(error)", underlying: error)))
         }
     }
 
@@ -189,42 +195,43 @@ final class ProxyTunnel: IOHandler, @unchecked Sendable {
                     try Syscall.readBytes(fd, bytes.baseAddress!, bytes.count)
                 }
             } catch {
-                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) broke the connection before answering CONNECT \(target): \(error)", underlying: error)))
+                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) broke the connection before answering CONNECT \(authority): \(error)", underlying: error)))
                 return
             }
             guard case .processed(let count) = result else { return }
             if count == 0 {
-                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) closed the connection without answering CONNECT \(target)")))
+                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) closed the connection without answering CONNECT \(authority)")))
                 return
             }
             answer.append(contentsOf: chunk[..<count])
             if let end = answer.withUnsafeBytes({ WebSocketHandshake.endOfHead($0) }), end <= limit {
                 // The server behind says nothing before the client speaks (TLS, the
                 // WebSocket upgrade): bytes after the head cannot belong to the tunnel.
-                guard end == answer.count else {
-                    finish(.failure(TetherError(code: .protocolError, message: "the proxy \(proxy) sent \(answer.count - end) bytes after its answer to CONNECT \(target), before the tunnel carried anything")))
-                    return
-                }
-                finish(verdict(on: String(decoding: answer[..<(end - 4)], as: UTF8.self)))
+                finish(verdict(on: String(decoding: answer[..<(end - 4)], as: UTF8.self), extra: answer.count - end))
                 return
             }
             if answer.count > limit {
-                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) answered CONNECT \(target) with a head over \(limit) bytes")))
+                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) answered CONNECT \(authority) with a head over \(limit) bytes")))
                 return
             }
         }
     }
 
     /// The tunnel for a `2xx` answer; the attempt's failure for any other.
-    private func verdict(on head: String) -> Result<SocketBox, TetherError> {
+    private func verdict(on head: String, extra: Int) -> Result<SocketBox, TetherError> {
         let (start, _) = WebSocketHandshake.parseHead(head)
         let parts = start.split(separator: " ", maxSplits: 2)
         guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), let status = Int(parts[1]) else {
-            return .failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) did not answer CONNECT \(target) with HTTP (first line \"\(start.prefix(80))\")"))
+            return .failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) did not answer CONNECT \(authority) with HTTP (first line \"\(start.prefix(80))\")"))
         }
         guard (200...299).contains(status) else {
             let hint = status == 407 ? ": it wants credentials (HTTPProxy.headers, Proxy-Authorization)" : ""
-            return .failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) refused CONNECT \(target) with \"\(start.prefix(80))\"\(hint)"))
+            return .failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) refused CONNECT \(authority) with \"\(start.prefix(80))\"\(hint)"))
+        }
+        // The server behind says nothing before the client speaks (TLS, the WebSocket
+        // upgrade): bytes after the head cannot belong to the tunnel.
+        guard extra == 0 else {
+            return .failure(TetherError(code: .protocolError, message: "the proxy \(proxy) sent \(extra) bytes after its answer to CONNECT \(authority), before the tunnel carried anything"))
         }
         guard let socket = socket.take() else { preconditionFailure("the tunnel's socket was already handed over") }
         return .success(SocketBox(socket))

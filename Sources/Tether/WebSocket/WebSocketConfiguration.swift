@@ -19,6 +19,9 @@ public struct WebSocketClientConfiguration: Sendable {
     public var handshakeTimeout: Duration = .seconds(10)
     /// The largest HTTP head of the server's answer accepted. Default 8 KiB.
     public var maximumResponseHeadSize: Int = 8 << 10
+    /// An HTTP proxy that WebSocket endpoints are reached through with `CONNECT`; `nil`
+    /// connects to them directly. Plain TCP endpoints never use it. Default `nil`.
+    public var proxy: HTTPProxy?
 
     /// The defaults.
     public init() {}
