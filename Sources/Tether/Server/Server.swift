@@ -390,9 +390,6 @@ public final class Server: Sendable {
         on loop: EventLoop,
         accept: @escaping @Sendable (consuming Socket, SocketAddress) -> Void
     ) async throws(TetherError) -> Listener {
-        guard configuration.memoryNetwork == nil else {
-            throw TetherError(code: .invalidArgument, message: "a WebSocket port needs real sockets, not an in-memory network")
-        }
         let endpoint = Endpoint(host: webSocket.host ?? configuration.host, port: webSocket.port)
         let address: SocketAddress
         do throws(TetherError) {
