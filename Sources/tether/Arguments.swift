@@ -145,21 +145,20 @@ enum Parse {
     }
 
     /// `HOST:PORT`, `[IPV6]:PORT`, or a WebSocket URL `ws://HOST[:PORT][/PATH]` (port 80 and
-    /// path `/` by default); `option` names where it was given, for the error.
+    /// path `/` by default) or `wss://HOST[:PORT][/PATH]` (port 443); `option` names where it
+    /// was given, for the error.
     static func endpoint(_ text: String, option: String? = nil) throws(ArgumentError) -> Endpoint {
         let lowered = text.lowercased()
         let where_ = option.map { "\($0) " } ?? ""
-        if lowered.hasPrefix("wss://") {
-            throw ArgumentError("\(where_)'\(text)': wss:// (WebSocket over TLS) is not supported; use ws://")
-        }
-        if lowered.hasPrefix("ws://") {
+        if lowered.hasPrefix("ws://") || lowered.hasPrefix("wss://") {
             guard let endpoint = Endpoint(webSocket: text), endpoint.port != 0 else {
-                throw ArgumentError("\(where_)'\(text)' is not a ws:// URL (for example ws://127.0.0.1:8080/tether)")
+                let scheme = lowered.hasPrefix("wss://") ? "wss" : "ws"
+                throw ArgumentError("\(where_)'\(text)' is not a \(scheme):// URL (for example \(scheme)://127.0.0.1:8080/tether)")
             }
             return endpoint
         }
         guard let endpoint = Endpoint(parsing: text), endpoint.port != 0 else {
-            throw ArgumentError("\(where_)'\(text)' is not HOST:PORT or ws://HOST:PORT/PATH (for example 127.0.0.1:9000, [::1]:9000 or ws://127.0.0.1:8080/tether)")
+            throw ArgumentError("\(where_)'\(text)' is not HOST:PORT or ws[s]://HOST:PORT/PATH (for example 127.0.0.1:9000, [::1]:9000 or ws://127.0.0.1:8080/tether)")
         }
         return endpoint
     }

@@ -13,7 +13,7 @@ struct ListenCommand: Command {
     static let name = "listen"
     static let summary = "print the server's pushes as JSON lines; reconnects by itself"
     static let synopsis = """
-        tether listen (HOST:PORT | ws://HOST:PORT/PATH) [--profile NAME] [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
+        tether listen (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) [--profile NAME] [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
         [--max-attempts N] [--reconnect-delay SECONDS] \
         [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
@@ -83,6 +83,8 @@ struct ListenCommand: Command {
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
           ws://HOST:PORT/PATH            the server's WebSocket endpoint (ws://127.0.0.1:8080/tether)
+          wss://HOST:PORT/PATH           the same over TLS (port 443 by default); turns TLS on
+                                         with the options below
         \(ProfileOption.help(column: 33))
           --client-id ID                 identify as this client and resume where it left
                                          off (1 to 256 bytes)
@@ -166,6 +168,7 @@ struct ListenCommand: Command {
         verbose = arguments.flag("--verbose")
         fallback = try FallbackOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+        try tls.check(for: [endpoint, fallback?.endpoint])
     }
 
     /// The policy the options ask for: the library's backoff from `--reconnect-delay`,

@@ -5,7 +5,7 @@ struct PingCommand: Command {
     static let name = "ping"
     static let summary = "send heartbeats and print their round-trip times"
     static let synopsis = """
-        tether ping (HOST:PORT | ws://HOST:PORT/PATH) [--profile NAME] [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
+        tether ping (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) [--profile NAME] [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
         [--max-missed N] \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
@@ -42,6 +42,8 @@ struct PingCommand: Command {
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
           ws://HOST:PORT/PATH            the server's WebSocket endpoint (ws://127.0.0.1:8080/tether)
+          wss://HOST:PORT/PATH           the same over TLS (port 443 by default); turns TLS on
+                                         with the options below
         \(ProfileOption.help(column: 33))
           --count N                      heartbeats to wait for (default 4)
           --heartbeat-interval SECONDS   time between heartbeats (default 1); also
@@ -84,6 +86,7 @@ struct PingCommand: Command {
         verbose = arguments.flag("--verbose")
         fallback = try FallbackOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+        try tls.check(for: [endpoint, fallback?.endpoint])
     }
 
     func run() async throws -> ExitStatus {

@@ -5,7 +5,7 @@ struct RequestCommand: Command {
     static let name = "request"
     static let summary = "send one request and print the response content"
     static let synopsis = """
-        tether request (HOST:PORT | ws://HOST:PORT/PATH) (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
+        tether request (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
         [--profile NAME] [--field NAME=VALUE]... \
         [--timeout SECONDS] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
@@ -63,6 +63,8 @@ struct RequestCommand: Command {
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, localhost:9000, [::1]:9000
           ws://HOST:PORT/PATH            the server's WebSocket endpoint (ws://127.0.0.1:8080/tether)
+          wss://HOST:PORT/PATH           the same over TLS (port 443 by default); turns TLS on
+                                         with the options below
           --type TYPE                    the request type: above 0x400 in the seed profile;
                                          0x401 (the default) in marker and lines
         \(ProfileOption.help(column: 33))
@@ -155,6 +157,7 @@ struct RequestCommand: Command {
         verbose = arguments.flag("--verbose")
         fallback = try FallbackOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+        try tls.check(for: [endpoint, fallback?.endpoint])
     }
 
     func run() async throws -> ExitStatus {

@@ -17,7 +17,7 @@ struct ServeCommand: Command {
     static let name = "serve"
     static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
     static let synopsis = """
-        tether serve [--host HOST] [--port PORT] [--websocket-port PORT [--websocket-path PATH]] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
+        tether serve [--host HOST] [--port PORT] [--websocket-port PORT | --websocket-main-port] [--websocket-path PATH] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
         [--store FILE | --postgres URL [--node NAME]] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--token SECRET] [--max-mailboxes N] [--max-stored-bytes N] [--mailbox-expiry SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
@@ -78,12 +78,18 @@ struct ServeCommand: Command {
         reason each one left (an idle, handshake or frame timeout among them), and the
         client id each one identifies as.
 
-        With --websocket-port it also serves WebSocket (ws://, no TLS) on that port, for
-        clients on networks that only let web traffic through (`tether request
-        ws://HOST:PORT/PATH`, or `--fallback ws://…`), and prints where on a second line:
+        With --websocket-port it also serves WebSocket on that port, for clients on networks
+        that only let web traffic through (`tether request ws://HOST:PORT/PATH`, or
+        `--fallback ws://…`), and prints where on a second line:
 
           listening on 127.0.0.1:9000
           listening on ws://127.0.0.1:8080/tether
+
+        With TLS (--tls-cert, --tls-key) the WebSocket port uses the same certificate:
+        wss://, for `tether request wss://HOST:PORT/PATH`. With --websocket-main-port
+        instead, WebSocket clients connect to the main port itself (ws:// or, with TLS,
+        wss://): each connection's first four bytes, `GET ` or not, tell a WebSocket
+        upgrade from Tether frames, within the handshake timeout.
 
         With --tls-cert and --tls-key it serves TLS (1.2 or 1.3) only, and says so:
 
@@ -105,7 +111,10 @@ struct ServeCommand: Command {
           --host HOST                   address to listen on (default 127.0.0.1)
           --port PORT                   port; 0 picks a free one (default 9000)
           --websocket-port PORT         also serve WebSocket on this port; 0 picks a free
-                                        one (default: no WebSocket)
+                                        one; wss:// with the TLS options (default: no
+                                        WebSocket)
+          --websocket-main-port         also serve WebSocket on the main port, told apart
+                                        from Tether frames by the first bytes
           --websocket-path PATH         the request path WebSocket clients must ask for,
                                         starting with / (default: any path)
         \(ProfileOption.help(column: 32))
@@ -205,8 +214,13 @@ struct ServeCommand: Command {
         if let port = try arguments.option("--websocket-port") {
             webSocket = WebSocketServerConfiguration(port: try Parse.port(port, option: "--websocket-port"))
         }
+        if arguments.flag("--websocket-main-port") {
+            guard webSocket == nil else { throw ArgumentError("--websocket-port and --websocket-main-port exclude each other: give one of them") }
+            webSocket = WebSocketServerConfiguration()
+            webSocket?.sharesMainPort = true
+        }
         if let path = try arguments.option("--websocket-path") {
-            guard webSocket != nil else { throw ArgumentError("--websocket-path needs --websocket-port") }
+            guard webSocket != nil else { throw ArgumentError("--websocket-path needs --websocket-port or --websocket-main-port") }
             guard path.hasPrefix("/"), !path.contains(where: { $0 == " " || $0 == "?" || $0 == "#" }) else {
                 throw ArgumentError("--websocket-path '\(path)' is not a request path: it starts with / and has no spaces, ? or #")
             }
@@ -332,7 +346,14 @@ struct ServeCommand: Command {
             Console.err("sessions are off: the \(profile.name) profile has no serial on the wire")
         }
         configuration.tls = tls?.configuration(handshakeTimeout: handshakeTimeout)
-        configuration.webSocket = webSocket
+        // The WebSocket port is wss:// when the server has TLS (the main port's own TLS
+        // applies when WebSocket shares it).
+        configuration.webSocket = webSocket.map { webSocket in
+            var secured = webSocket
+            if !webSocket.sharesMainPort { secured.tls = configuration.tls }
+            return secured
+        }
+        let webSocketScheme = configuration.tls == nil ? "ws" : "wss"
         let server = Server(configuration: configuration)
         SeedService.install(on: server, profile: profile)
         if !httpAllowed.isEmpty {
@@ -373,7 +394,7 @@ struct ServeCommand: Command {
                     if let webSocket {
                         let ws = try await server.webSocketAddress()
                         let host = ws.ipAddress.contains(":") ? "[\(ws.ipAddress)]" : ws.ipAddress
-                        Console.out("listening on ws://\(host):\(ws.port)\(webSocket.path ?? "/")")
+                        Console.out("listening on \(webSocketScheme)://\(host):\(ws.port)\(webSocket.path ?? "/")")
                     }
                     return .idle
                 }

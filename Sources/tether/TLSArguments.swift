@@ -55,6 +55,19 @@ struct ClientTLSOptions: Sendable {
         }
     }
 
+    /// A `wss://` endpoint (the one dialed, or the fallback) turns TLS on, as `--tls` does;
+    /// a `ws://` endpoint with TLS would not be encrypted, and is refused.
+    ///
+    /// - Parameter endpoints: The endpoints the command may dial.
+    /// - Throws: ``ArgumentError`` for a `ws://` endpoint with TLS options.
+    mutating func check(for endpoints: [Endpoint?]) throws(ArgumentError) {
+        let webSocket = endpoints.compactMap { $0 }.filter { $0.webSocketPath != nil }
+        if webSocket.contains(where: \.webSocketSecure) { isEnabled = true }
+        if isEnabled, let plain = webSocket.first(where: { !$0.webSocketSecure }) {
+            throw ArgumentError("'\(plain)' is WebSocket without TLS, but TLS is on (--tls, --ca, --server-name, --cert, --pin, or a wss:// endpoint): use wss://")
+        }
+    }
+
     /// The configuration to connect with, or `nil` without TLS.
     ///
     /// - Parameter handshakeTimeout: How long the TLS handshake may take, when not the

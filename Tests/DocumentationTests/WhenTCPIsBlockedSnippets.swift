@@ -2,6 +2,7 @@
 // is run by its test with the ports moved to 0 and the host to 127.0.0.1; the WebSocket
 // tests (Tests/TetherTests/WebSocket*.swift) cover the rest with real sockets.
 import Tether
+import TetherTLS
 import Testing
 
 func whenTCPIsBlockedOverview() async throws -> (Server, Connection) {
@@ -21,6 +22,31 @@ func whenTCPIsBlockedHeaders(token: String) -> ConnectionConfiguration {
     configuration.webSocket.headers = ["Authorization": "Bearer \(token)"]
     configuration.webSocket.handshakeTimeout = .seconds(5)      // default 10 s
     return configuration
+}
+
+func whenTCPIsBlockedSecure() -> (ServerConfiguration, ConnectionConfiguration, Endpoint) {
+    // Server: WebSocket over TLS on 8443 at /tether, next to plain TCP on 9000.
+    var secureServer = ServerConfiguration(host: "0.0.0.0", port: 9000)
+    var webSocket = WebSocketServerConfiguration(port: 8443, path: "/tether")
+    webSocket.tls = .server(certificateChain: "/etc/tether/server.pem", privateKey: "/etc/tether/server.key")
+    secureServer.webSocket = webSocket
+
+    // Client: a wss:// URL and TLS settings; Endpoint.webSocketSecure is true.
+    var secureClient = ConnectionConfiguration.defaults
+    secureClient.tls = .client()
+    let secureEndpoint = Endpoint(webSocket: "wss://chat.example.com/tether")!   // port 443
+    return (secureServer, secureClient, secureEndpoint)
+}
+
+func whenTCPIsBlockedSharedPort() -> ServerConfiguration {
+    // One port, 443: Tether clients and wss:// clients alike.
+    var sharedServer = ServerConfiguration(host: "0.0.0.0", port: 443)
+    sharedServer.tls = .server(certificateChain: "/etc/tether/server.pem", privateKey: "/etc/tether/server.key")
+    var sharedWebSocket = WebSocketServerConfiguration()
+    sharedWebSocket.path = "/tether"
+    sharedWebSocket.sharesMainPort = true
+    sharedServer.webSocket = sharedWebSocket
+    return sharedServer
 }
 
 func whenTCPIsBlockedFallback() -> (ConnectionConfiguration, Endpoint) {
@@ -52,6 +78,27 @@ struct WhenTCPIsBlockedSnippetTests {
         let reply = try await connection.request(Request(type: 0x402, payload: [1, 2, 3]))
         #expect(reply.payload == [1, 2, 3])
         await connection.close()
+    }
+
+    @Test("the wss:// section's configurations: TLS on the WebSocket port only, a wss:// endpoint on port 443 with client TLS")
+    func secure() {
+        let (server, client, endpoint) = whenTCPIsBlockedSecure()
+        #expect(server.tls == nil)
+        #expect(server.webSocket?.tls != nil)
+        #expect(server.webSocket?.port == 8443)
+        #expect(client.tls != nil)
+        #expect(endpoint.webSocketSecure)
+        #expect(endpoint.port == 443)
+        #expect(endpoint.description == "wss://chat.example.com:443/tether")
+    }
+
+    @Test("the shared port section's configuration: WebSocket at /tether on the TLS main port, no port of its own")
+    func sharedPort() {
+        let server = whenTCPIsBlockedSharedPort()
+        #expect(server.tls != nil)
+        #expect(server.webSocket?.sharesMainPort == true)
+        #expect(server.webSocket?.path == "/tether")
+        #expect(server.webSocket?.tls == nil)
     }
 
     @Test("the fallback section's configuration: the ws:// endpoint at /tether, 5 minutes, which is the default")

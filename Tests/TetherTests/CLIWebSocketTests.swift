@@ -8,14 +8,14 @@ import Testing
 struct CLIWebSocketTests {
     /// Starts `tether serve` with a WebSocket port at `/tether`: the process and the URL of
     /// its second listening line.
-    func serveWebSocket() async throws -> (ChildProcess, String) {
-        let server = try tether(["serve", "--port", "0", "--websocket-port", "0", "--websocket-path", "/tether"])
+    func serveWebSocket(_ options: [String] = ["--websocket-port", "0"], scheme: String = "ws") async throws -> (ChildProcess, String) {
+        let server = try tether(["serve", "--port", "0", "--websocket-path", "/tether"] + options)
         do {
             let url = try await server.waitForOutput("the WebSocket listening line", within: eventBound) { (output: [UInt8]) -> String? in
                 let text = String(decoding: output, as: UTF8.self)
-                guard let start = text.range(of: "listening on ws://"),
+                guard let start = text.range(of: "listening on \(scheme)://"),
                       let end = text.range(of: "\n", range: start.upperBound..<text.endIndex) else { return nil }
-                return "ws://" + text[start.upperBound..<end.lowerBound]
+                return "\(scheme)://" + text[start.upperBound..<end.lowerBound]
             }
             return (server, url)
         } catch {
@@ -34,6 +34,36 @@ struct CLIWebSocketTests {
         #expect(try await request.waitForExit(within: eventBound) == 0, "\(request.outputText)")
         #expect(request.outputText.contains(#"{"echo":{"over":"ws"}}"#), "\(request.outputText)")
         #expect(request.outputText.contains("(IPv4) over \(url) in "), "\(request.outputText)")
+    }
+
+    @Test("tether serve with TLS serves wss:// on its WebSocket port, and tether request wss://… --ca gets the echo over it")
+    func requestOverSecureWebSocket() async throws {
+        let certificates = try await TestCertificates.shared()
+        let (server, url) = try await serveWebSocket(
+            ["--websocket-port", "0", "--tls-cert", certificates.server.certificateChain, "--tls-key", certificates.server.privateKey],
+            scheme: "wss"
+        )
+        defer { server.kill() }
+        #expect(url.hasPrefix("wss://127.0.0.1:") && url.hasSuffix("/tether"), "\(url)")
+        let request = try tether(["request", url, "--ca", certificates.caCertificate, "--type", "0x402", "--json", #"{"over":"wss"}"#])
+        defer { request.kill() }
+        #expect(try await request.waitForExit(within: eventBound) == 0, "\(request.outputText)")
+        #expect(request.outputText.contains(#"{"echo":{"over":"wss"}}"#), "\(request.outputText)")
+        #expect(request.outputText.contains("tether: TLSv1."), "\(request.outputText)")
+    }
+
+    @Test("tether serve --websocket-main-port answers tether request over ws:// and over TCP on the one port")
+    func mainPort() async throws {
+        let (server, url) = try await serveWebSocket(["--websocket-main-port"])
+        defer { server.kill() }
+        let main = try #require(server.outputText.split(separator: "\n").first { $0.hasPrefix("listening on 127.0.0.1:") })
+        #expect(url == "ws://\(main.dropFirst("listening on ".count))/tether", "\(server.outputText)")
+        for target in [url, String(main.dropFirst("listening on ".count))] {
+            let request = try tether(["request", target, "--type", "0x402", "--json", #"{"to":"main"}"#])
+            defer { request.kill() }
+            #expect(try await request.waitForExit(within: eventBound) == 0, "\(target): \(request.outputText)")
+            #expect(request.outputText.contains(#"{"echo":{"to":"main"}}"#), "\(target): \(request.outputText)")
+        }
     }
 
     @Test("tether request to a refused TCP port with --fallback ws://… connects over the fallback in its one attempt")
@@ -65,10 +95,12 @@ struct CLIWebSocketTests {
     @Test("bad endpoints and options are refused with exit 2 and what is wrong")
     func refusals() async throws {
         let cases: [([String], String)] = [
-            (["request", "wss://127.0.0.1:1/x", "--type", "0x402"], "'wss://127.0.0.1:1/x': wss:// (WebSocket over TLS) is not supported; use ws://"),
-            (["request", "127.0.0.1:1", "--fallback", "127.0.0.1:2", "--type", "0x402"], "--fallback '127.0.0.1:2' is not a ws:// URL (for example ws://127.0.0.1:8080/tether)"),
+            (["request", "ws://127.0.0.1:1/x", "--tls", "--type", "0x402"], "'ws://127.0.0.1:1/x' is WebSocket without TLS, but TLS is on (--tls, --ca, --server-name, --cert, --pin, or a wss:// endpoint): use wss://"),
+            (["request", "127.0.0.1:1", "--fallback", "127.0.0.1:2", "--type", "0x402"], "--fallback '127.0.0.1:2' is not a ws:// or wss:// URL (for example ws://127.0.0.1:8080/tether)"),
             (["ping", "ws://127.0.0.1:x/"], "'ws://127.0.0.1:x/' is not a ws:// URL"),
-            (["serve", "--websocket-path", "/x"], "--websocket-path needs --websocket-port"),
+            (["ping", "wss://127.0.0.1:x/"], "'wss://127.0.0.1:x/' is not a wss:// URL"),
+            (["serve", "--websocket-path", "/x"], "--websocket-path needs --websocket-port or --websocket-main-port"),
+            (["serve", "--websocket-port", "0", "--websocket-main-port"], "--websocket-port and --websocket-main-port exclude each other"),
             (["serve", "--websocket-port", "0", "--websocket-path", "x"], "--websocket-path 'x' is not a request path"),
         ]
         for (arguments, message) in cases {
@@ -81,7 +113,7 @@ struct CLIWebSocketTests {
 
     @Test("--help of serve, request, listen and ping names the WebSocket options")
     func help() async throws {
-        for (command, option) in [("serve", "--websocket-port PORT"), ("serve", "--websocket-path PATH"), ("request", "--fallback URL"), ("listen", "--fallback URL"), ("ping", "--fallback URL")] {
+        for (command, option) in [("serve", "--websocket-port PORT"), ("serve", "--websocket-main-port"), ("serve", "--websocket-path PATH"), ("request", "wss://HOST:PORT/PATH"), ("request", "--fallback URL"), ("listen", "--fallback URL"), ("ping", "--fallback URL")] {
             let help = try tether([command, "--help"])
             defer { help.kill() }
             #expect(try await help.waitForExit(within: eventBound) == 0)

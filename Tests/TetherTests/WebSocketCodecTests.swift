@@ -287,12 +287,13 @@ struct WebSocketHandshakeTests {
         #expect(request == "GET /t HTTP/1.1\r\nHost: h:1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer x\r\n\r\n")
     }
 
-    @Test("ws:// URLs parse into WebSocket endpoints")
+    @Test("ws:// and wss:// URLs parse into WebSocket endpoints")
     func urls() {
         #expect(Endpoint(webSocket: "ws://127.0.0.1:8080/tether") == Endpoint(host: "127.0.0.1", port: 8080, webSocketPath: "/tether"))
         #expect(Endpoint(webSocket: "ws://example.com") == Endpoint(host: "example.com", port: 80, webSocketPath: "/"))
         #expect(Endpoint(webSocket: "ws://[::1]:9/a?b=c") == Endpoint(host: "::1", port: 9, webSocketPath: "/a?b=c"))
-        #expect(Endpoint(webSocket: "wss://example.com/") == nil)
+        #expect(Endpoint(webSocket: "wss://example.com/")?.webSocketSecure == true)
+        #expect(Endpoint(webSocket: "http://example.com/") == nil)
         #expect(Endpoint(webSocket: "ws://host:99999/") == nil)
         #expect(Endpoint(host: "127.0.0.1", port: 8080, webSocketPath: "/tether").description == "ws://127.0.0.1:8080/tether")
     }

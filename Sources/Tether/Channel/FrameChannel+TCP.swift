@@ -4,6 +4,10 @@ enum ChannelBase: Sendable {
     case memory(InMemoryTransport)
     /// A connected socket that carries WebSocket, set up by the options.
     case webSocket(SocketBox, WebSocketLayerOptions)
+    /// A connected socket accepted on a server's main port shared with WebSocket: its first
+    /// bytes (after TLS, when the settings have it) decide between Tether frames and a
+    /// WebSocket upgrade answered with the options (``ProtocolSniffer``).
+    case sniffed(SocketBox, WebSocketLayerOptions)
 
     /// Whether it carries WebSocket.
     var isWebSocket: Bool {
@@ -38,12 +42,14 @@ extension FrameChannel {
         case .socket(let box):
             return try overTCP(box.take(), to: remoteAddress, on: loop, owner: owner, settings: settings, serverName: serverName)
         case .webSocket(let box, let options):
-            guard settings.tls == nil else {
-                box.take().close()
-                throw TetherError(code: .invalidArgument, message: "WebSocket over TLS (wss://) is not supported yet: use a ws:// endpoint without tls")
-            }
-            let tcp = TCPTransport(socket: box.take(), remoteAddress: remoteAddress, loop: loop, noDelay: settings.noDelay, sealed: true)
-            let transport = WebSocketTransport(over: tcp, options: options, loop: loop)
+            // TCP, then TLS when the settings have it (wss://), then WebSocket.
+            let below = try securedTCP(box.take(), to: remoteAddress, on: loop, settings: settings, serverName: serverName, sealedWithoutTLS: true)
+            let transport = WebSocketTransport(over: below, options: options, loop: loop)
+            return try started(over: transport, on: loop, owner: owner, settings: settings)
+        case .sniffed(let box, let options):
+            // TCP, then TLS when the settings have it, then the first bytes decide.
+            let below = try securedTCP(box.take(), to: remoteAddress, on: loop, settings: settings, serverName: serverName, sealedWithoutTLS: false)
+            let transport = ProtocolSniffer(over: below, webSocket: options, loop: loop)
             return try started(over: transport, on: loop, owner: owner, settings: settings)
         case .memory(let end):
             let transport: any ByteTransport
@@ -80,6 +86,37 @@ extension FrameChannel {
         return channel
     }
 
+    /// A TCP transport over `socket`, with TLS over it when the settings have it: what a
+    /// WebSocket layer or a protocol sniffer goes over.
+    ///
+    /// - Parameters:
+    ///   - socket: The connected socket; closed when the TLS session cannot be made.
+    ///   - remoteAddress: The peer's address.
+    ///   - loop: The loop that drives it.
+    ///   - settings: `TCP_NODELAY` and TLS.
+    ///   - serverName: The host a client expects the certificate to name; `nil` on a server.
+    ///   - sealedWithoutTLS: Whether a socket without TLS lends the loop's second read
+    ///     buffer (under a WebSocket layer) rather than the plain one (under a sniffer,
+    ///     which may hand the socket to frames directly).
+    /// - Returns: The transport, not started.
+    /// - Throws: ``TetherError`` when the TLS session cannot be made.
+    private static func securedTCP(
+        _ socket: consuming Socket,
+        to remoteAddress: SocketAddress,
+        on loop: EventLoop,
+        settings: ChannelSettings,
+        serverName: String?,
+        sealedWithoutTLS: Bool
+    ) throws(TetherError) -> any ByteTransport {
+        var session: (any TLSSession)?
+        if let tls = settings.tls {
+            // On failure the socket, dropped, closes.
+            session = try tls.provider.makeSession(host: serverName, remoteAddress: remoteAddress)
+        }
+        let tcp = TCPTransport(socket: socket, remoteAddress: remoteAddress, loop: loop, noDelay: settings.noDelay, sealed: session != nil || sealedWithoutTLS)
+        return session.map { TLSTransport(over: tcp, session: $0, loop: loop) } ?? tcp
+    }
+
     /// A channel over a connected TCP socket, with TLS layered on it when `tls` is set,
     /// started and owned by `owner`.
     ///
@@ -102,18 +139,7 @@ extension FrameChannel {
         settings: ChannelSettings,
         serverName: String?
     ) throws(TetherError) -> FrameChannel {
-        var session: (any TLSSession)?
-        if let tls = settings.tls {
-            session = try tls.provider.makeSession(host: serverName, remoteAddress: remoteAddress)
-        }
-        let tcp = TCPTransport(
-            socket: socket,
-            remoteAddress: remoteAddress,
-            loop: loop,
-            noDelay: settings.noDelay,
-            sealed: session != nil
-        )
-        let transport: any ByteTransport = session.map { TLSTransport(over: tcp, session: $0, loop: loop) } ?? tcp
+        let transport = try securedTCP(socket, to: remoteAddress, on: loop, settings: settings, serverName: serverName, sealedWithoutTLS: false)
         return try started(over: transport, on: loop, owner: owner, settings: settings)
     }
 }

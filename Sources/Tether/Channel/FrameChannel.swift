@@ -48,9 +48,11 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     typealias Role = ChannelRole
 
     let loop: EventLoop
-    let transport: any ByteTransport
+    /// The transport; replaced once at most, by the one a sniffing first layer hands over
+    /// (``transportReplaced(by:)``).
+    @exclusivity(unchecked) private(set) var transport: any ByteTransport
     /// The transport's buffers, reached directly on the per-frame path.
-    let buffers: TransportBuffers
+    @exclusivity(unchecked) private(set) var buffers: TransportBuffers
     /// The peer's address: the transport's, not copied, so an idle connection keeps it once.
     var remoteAddress: SocketAddress { transport.remoteAddress }
     /// This end's address, when it has one.
@@ -345,6 +347,16 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
 
     private static func writable(_ owner: isolated Owner, _ channel: FrameChannel) {
         owner.channelWritable(channel)
+    }
+
+    /// The first layer (``ProtocolSniffer``) decided what the peer speaks and took itself
+    /// out: the channel reads from and writes to `replacement` from now on, with no layer
+    /// between. Bytes read and written so far are in `replacement`'s buffers.
+    ///
+    /// - Parameter replacement: The transport below the sniffer, or a WebSocket layer over it.
+    func transportReplaced(by replacement: any ByteTransport) {
+        transport = replacement
+        buffers = replacement.buffers
     }
 
     // MARK: Security

@@ -293,6 +293,11 @@ public actor Connection {
             handle(.connectAborted(error))
             throw error
         }
+        let reachable = [endpoint] + configuration.alternateEndpoints + (configuration.fallback.map { [$0.endpoint] } ?? [])
+        if let mismatch = reachable.lazy.compactMap({ [tls = configuration.tls] in $0.webSocketSecurityMismatch(tls: tls) }).first {
+            handle(.connectAborted(mismatch))
+            throw mismatch
+        }
         if let tls = configuration.tls {
             // Files that cannot be loaded fail here, before any socket is opened.
             do throws(TetherError) {
@@ -360,6 +365,9 @@ public actor Connection {
             guard case .socket(let box) = base else {
                 throw TetherError(code: .invalidArgument, message: "\(endpoint) needs real sockets: WebSocket does not run on an in-memory network")
             }
+            // Checked before any socket is opened too (``open()``); here for endpoints
+            // reached otherwise.
+            if let mismatch = endpoint.webSocketSecurityMismatch(tls: configuration.tls) { throw mismatch }
             let options = configuration.webSocket
             base = .webSocket(box, WebSocketLayerOptions(
                 role: .client(path: path, host: endpoint.hostHeader, headers: options.headers),

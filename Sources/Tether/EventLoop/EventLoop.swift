@@ -79,6 +79,11 @@ package final class EventLoop: @unchecked Sendable {
     /// Where TLS connections read ciphertext: their session takes all of it at once, so one
     /// buffer per loop serves every connection. Allocated on first use.
     var sealedReadBuffer = FrameBuffer(capacity: 0)
+    /// Where a WebSocket layer reads its messages' bytes when the layer below it borrows
+    /// ``readBuffer`` for the same read (TLS plaintext under `wss://`, a socket whose first
+    /// bytes were sniffed): a third buffer per loop, so no layer takes the one below it is
+    /// still reading from. Allocated on first use.
+    var layerReadBuffer = FrameBuffer(capacity: 0)
     private var thread: ThreadID?
     private var joinable: BlockingThread?
     private var stopped = false

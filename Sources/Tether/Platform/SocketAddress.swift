@@ -128,6 +128,14 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     /// runs over WebSocket (``WebSocketClientConfiguration``) rather than plain TCP. Default
     /// `nil`: plain TCP.
     public var webSocketPath: String?
+    /// Whether the WebSocket runs over TLS (`wss://`): the connection then makes a TLS
+    /// session with ``ConnectionConfiguration/tls`` (verifying the certificate for
+    /// ``host``) before the upgrade. Only meaningful with a ``webSocketPath``; set by
+    /// ``init(webSocket:)`` for a `wss://` URL. A `wss://` endpoint without
+    /// ``ConnectionConfiguration/tls`` fails to connect with
+    /// ``TetherError/Code/invalidArgument``, and so does a `ws://` endpoint with it: the
+    /// connection never drops encryption it was configured with. Default `false`.
+    public var webSocketSecure = false
 
     /// Creates an endpoint.
     ///
@@ -160,11 +168,11 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// `host:port`, with brackets around an IPv6 address; `ws://host:port/path` for a
-    /// WebSocket endpoint.
+    /// WebSocket endpoint, `wss://host:port/path` for one over TLS.
     public var description: String {
         let authority = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         guard let webSocketPath else { return authority }
-        return "ws://\(authority)\(webSocketPath)"
+        return "\(webSocketSecure ? "wss" : "ws")://\(authority)\(webSocketPath)"
     }
 }
 

@@ -588,7 +588,18 @@ extension Peer: TimerTarget {
     private func handshakeExpired() {
         handshakeTimer = nil
         guard let channel, counts.framesIn == 0 else { return }
+        // Bytes that arrived after this turn's readiness check may complete the first frame.
+        channel.readPending()
+        guard self.channel === channel, counts.framesIn == 0 else { return }
         let timeout = configuration.handshakeTimeout.map(describe) ?? "its handshake timeout"
+        if let sniffer = channel.transport as? ProtocolSniffer {
+            // On a main port shared with WebSocket, still waiting for the first four bytes.
+            end(TetherError(
+                code: .handshakeTimeout,
+                message: "peer \(channel.remoteAddress) sent \(sniffer.bytesWaiting) of the 4 bytes that tell Tether frames from a WebSocket upgrade within \(timeout) of connecting"
+            ), graceful: false)
+            return
+        }
         end(TetherError(
             code: .handshakeTimeout,
             message: "peer \(channel.remoteAddress) sent no complete frame within \(timeout) of connecting"

@@ -71,7 +71,7 @@ public final class Server: Sendable {
     /// What the framed channels of every peer share.
     let channelSettings: ChannelSettings
     /// What the framed channels of the WebSocket port's peers share: as ``channelSettings``,
-    /// without TLS.
+    /// with the WebSocket port's TLS (``WebSocketServerConfiguration/tls``) instead.
     let webSocketChannelSettings: ChannelSettings
     /// Encodes broadcasts, once for all peers: a codec of the peers' profile.
     let broadcastCodec: any FrameCodec
@@ -89,7 +89,7 @@ public final class Server: Sendable {
         self.hub = hub
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
         channelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
-        webSocketChannelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: nil, drainTimeout: configuration.drainTimeout)
+        webSocketChannelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.webSocket?.tls, drainTimeout: configuration.drainTimeout)
         broadcastCodec = configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)
         hub?.broadcast { [weak self] frame in self?.fanOut(frame, then: nil) }
     }
@@ -182,7 +182,8 @@ public final class Server: Sendable {
     }
 
     /// Waits until the server listens and returns the address of its WebSocket port (with
-    /// the real port when ``WebSocketServerConfiguration/port`` is 0).
+    /// the real port when ``WebSocketServerConfiguration/port`` is 0): the main port's
+    /// address with ``WebSocketServerConfiguration/sharesMainPort``.
     ///
     /// - Returns: The WebSocket port's address.
     /// - Throws: ``TetherError`` when ``run()`` failed to listen, or with
@@ -234,6 +235,12 @@ public final class Server: Sendable {
                 )
             }
             try configuration.tls?.provider.prepare()
+            if let webSocket = configuration.webSocket {
+                guard configuration.memoryNetwork == nil else {
+                    throw TetherError(code: .invalidArgument, message: "WebSocket needs real sockets, not an in-memory network")
+                }
+                if !webSocket.sharesMainPort { try webSocket.tls?.provider.prepare() }
+            }
             // On an in-memory network the host is a name, never resolved.
             address = configuration.memoryNetwork == nil ? try await bindAddress() : SocketAddress(ipAddress: "127.0.0.1", port: 0)!
         } catch {
@@ -263,9 +270,12 @@ public final class Server: Sendable {
         } else {
             let socketListener: Listener
             do throws(TetherError) {
+                // With WebSocket on the main port, each connection's first bytes decide.
+                let sniffing = configuration.webSocket.flatMap { $0.sharesMainPort ? webSocketOptions($0) : nil }
                 socketListener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: acceptLoop) { socket, peer in
                     // Once the stream has ended, the box is dropped and closes the socket.
-                    acceptor.yield((.socket(SocketBox(socket)), peer))
+                    let box = SocketBox(socket)
+                    acceptor.yield((sniffing.map { .sniffed(box, $0) } ?? .socket(box), peer))
                 }
                 try await acceptLoop.submit { () throws(TetherError) in try socketListener.start() }
             } catch {
@@ -276,7 +286,7 @@ public final class Server: Sendable {
             bound = socketListener.address
         }
         let webSocketListener: Listener?
-        if let webSocket = configuration.webSocket {
+        if let webSocket = configuration.webSocket, !webSocket.sharesMainPort {
             do throws(TetherError) {
                 let options = webSocketOptions(webSocket)
                 webSocketListener = try await listenForWebSocket(webSocket, on: acceptLoop) { socket, peer in
@@ -306,7 +316,7 @@ public final class Server: Sendable {
         // listeningAddress() returns is accepted.
         hub?.start()
         let waiters = state.withLock { state in
-            state.webSocketListening = webSocketListener?.address
+            state.webSocketListening = configuration.webSocket?.sharesMainPort == true ? bound : webSocketListener?.address
             state.listening = bound
             defer { state.listenWaiters.removeAll() }
             return state.listenWaiters
@@ -380,9 +390,6 @@ public final class Server: Sendable {
         on loop: EventLoop,
         accept: @escaping @Sendable (consuming Socket, SocketAddress) -> Void
     ) async throws(TetherError) -> Listener {
-        guard configuration.memoryNetwork == nil else {
-            throw TetherError(code: .invalidArgument, message: "a WebSocket port needs real sockets, not an in-memory network")
-        }
         let endpoint = Endpoint(host: webSocket.host ?? configuration.host, port: webSocket.port)
         let address: SocketAddress
         do throws(TetherError) {
@@ -462,7 +469,7 @@ public final class Server: Sendable {
     private func refuse(_ base: ChannelBase, reason: TetherError, on loop: EventLoop) {
         let bytes = configuration.tls == nil ? ConnectionRefusal(tooManyConnections: reason.message).bytes(in: configuration.profile) : nil
         switch base {
-        case .socket(let box):
+        case .socket(let box), .sniffed(let box, _):
             let socket = box.take()
             if let bytes {
                 let fd = socket.descriptor

@@ -106,6 +106,12 @@ package protocol ByteTransportHandler: AnyObject {
     ///
     /// - Returns: Whether it did: the transport then reads the rest of the body into it.
     func transportTakesLargeBody() -> Bool
+    /// The transport this handler sits on took itself out of the stack
+    /// (``ProtocolSniffer``): `transport`, already pointing at this handler, is the one to
+    /// read from and write to from now on. Only a framed channel sits over such a layer.
+    ///
+    /// - Parameter transport: The transport that replaces the old one.
+    func transportReplaced(by transport: any ByteTransport)
 }
 
 extension ByteTransportHandler {
@@ -113,6 +119,13 @@ extension ByteTransportHandler {
     ///
     /// - Returns: `false`.
     package func transportTakesLargeBody() -> Bool { false }
+
+    /// Default: a handler that never sits over a layer that replaces itself.
+    ///
+    /// - Parameter transport: The transport that replaces the old one.
+    package func transportReplaced(by transport: any ByteTransport) {
+        preconditionFailure("only a framed channel goes over a layer that replaces itself")
+    }
 }
 
 /// The two buffers between a transport and the layer above it, in one object that both
@@ -137,6 +150,11 @@ package class TransportBuffers {
     @exclusivity(unchecked) package final var large: LargePayloads?
     /// Whether this is the ciphertext of a TLS layer, which borrows the loop's other buffer.
     let sealed: Bool
+    /// Whether these are the buffers of a WebSocket layer over a transport that borrows the
+    /// loop's plain read buffer itself (TLS plaintext, a socket whose first bytes were
+    /// sniffed): `inbound` then borrows the loop's third buffer
+    /// (``EventLoop/layerReadBuffer``), never one the layer below holds during the read.
+    let layered: Bool
     /// Whether the transport sends large payloads from their own arrays and reads large
     /// bodies into theirs (``LargePayloads``): a plain TCP socket does.
     let carriesLargePayloads: Bool
@@ -147,9 +165,13 @@ package class TransportBuffers {
     ///   - sealed: Whether they carry a TLS layer's ciphertext.
     ///   - carriesLargePayloads: Whether the transport takes large payloads in their own
     ///     storage.
-    init(sealed: Bool = false, carriesLargePayloads: Bool = false) {
+    ///   - layered: Whether they belong to a layer over buffers that borrow the loop's
+    ///     plain read buffer (``layered``).
+    init(sealed: Bool = false, carriesLargePayloads: Bool = false, layered: Bool = false) {
+        precondition(!(sealed && layered), "buffers borrow one of the loop's read buffers")
         self.sealed = sealed
         self.carriesLargePayloads = carriesLargePayloads
+        self.layered = layered
     }
 
     /// Bytes handed to the transport and not yet sent: in `outbound`, in the payloads
@@ -178,7 +200,13 @@ package class TransportBuffers {
     /// buffer. Returns whether it did, for ``settleInbound(borrowed:on:)``.
     final func borrowInbound(from loop: EventLoop) -> Bool {
         guard inbound.capacity == 0 else { return false }
-        if sealed { swap(&inbound, &loop.sealedReadBuffer) } else { swap(&inbound, &loop.readBuffer) }
+        if sealed {
+            swap(&inbound, &loop.sealedReadBuffer)
+        } else if layered {
+            swap(&inbound, &loop.layerReadBuffer)
+        } else {
+            swap(&inbound, &loop.readBuffer)
+        }
         return true
     }
 
@@ -188,10 +216,14 @@ package class TransportBuffers {
     final func settleInbound(borrowed: Bool, on loop: EventLoop) {
         guard inbound.isEmpty else { return }
         if borrowed {
-            if sealed { swap(&inbound, &loop.sealedReadBuffer) } else { swap(&inbound, &loop.readBuffer) }
             if sealed {
+                swap(&inbound, &loop.sealedReadBuffer)
                 loop.sealedReadBuffer.shrinkIfIdle(keeping: Self.idleBufferLimit)
+            } else if layered {
+                swap(&inbound, &loop.layerReadBuffer)
+                loop.layerReadBuffer.shrinkIfIdle(keeping: Self.idleBufferLimit)
             } else {
+                swap(&inbound, &loop.readBuffer)
                 loop.readBuffer.shrinkIfIdle(keeping: Self.idleBufferLimit)
             }
         } else {

@@ -35,8 +35,12 @@ public struct WebSocketClientConfiguration: Sendable {
 /// and fit ``maximumRequestHeadSize``; a request that is not a valid upgrade is answered
 /// with `400 Bad Request`, a wrong `Sec-WebSocket-Version` with `426 Upgrade Required`, a
 /// path not served with `404 Not Found`, an origin not allowed with `403 Forbidden`, a
-/// head too large with `431`, and the connection is closed. Plain TCP only: the port does
-/// not use ``ServerConfiguration/tls``.
+/// head too large with `431`, and the connection is closed.
+///
+/// The port is plain TCP (`ws://`) unless ``tls`` is set (`wss://`); it does not use
+/// ``ServerConfiguration/tls``. With ``sharesMainPort`` there is no port of its own: the
+/// server's main port takes both Tether frames and WebSocket upgrades, told apart by the
+/// first four bytes, after the main port's TLS when it has it.
 public struct WebSocketServerConfiguration: Sendable {
     /// The address to listen on; `nil` uses the server's ``ServerConfiguration/host``.
     /// Default `nil`.
@@ -59,6 +63,28 @@ public struct WebSocketServerConfiguration: Sendable {
     /// ends that connection with close code 1009. Default 16 MiB + 64 KiB: one frame of the
     /// default largest payload with its header.
     public var maximumMessageSize: Int = (16 << 20) + (64 << 10)
+    /// TLS for the WebSocket port (`wss://`): make one with `.server(…)` from the
+    /// `TetherTLS` module, as for ``ServerConfiguration/tls``. Each connection's TLS
+    /// handshake must finish within ``TLSConfiguration/handshakeTimeout``, and the upgrade
+    /// request after it within ``ServerConfiguration/handshakeTimeout`` of connecting; the
+    /// server reports the finished TLS handshake with ``ServerEvent/Kind/peerSecured`` and
+    /// ``Peer/tlsDetails``, as for a TLS peer on the main port. Not used with
+    /// ``sharesMainPort``, where the main port's ``ServerConfiguration/tls`` applies.
+    /// Default `nil`: plain TCP (`ws://`).
+    public var tls: TLSConfiguration?
+    /// Whether WebSocket clients connect to the server's main port rather than a port of
+    /// their own.
+    ///
+    /// Each connection on the main port is read until its first four bytes (after the TLS
+    /// handshake, when ``ServerConfiguration/tls`` is set): exactly `GET ` makes it a
+    /// WebSocket peer, answered with ``path``, ``allowedOrigins`` and the limits of this
+    /// configuration; any other byte makes it a Tether peer, whose frame decoder gets every
+    /// byte from the first. The wait for those bytes is bounded by
+    /// ``ServerConfiguration/handshakeTimeout``. ``host``, ``port`` and ``tls`` are not
+    /// used, and ``Server/webSocketAddress()`` returns the main port's address. A profile
+    /// whose frames can begin with the bytes `GET ` (a line-based profile, a seed frame of
+    /// type `0x47455420`) must not share its port. Default `false`: a port of its own.
+    public var sharesMainPort = false
 
     /// The defaults: any port, any path, any origin.
     public init() {}
@@ -75,21 +101,33 @@ public struct WebSocketServerConfiguration: Sendable {
 }
 
 extension Endpoint {
-    /// An endpoint reached over WebSocket, from a `ws://host:port/path` URL.
+    /// An endpoint reached over WebSocket, from a `ws://host:port/path` or
+    /// `wss://host:port/path` URL.
     ///
-    /// The port defaults to 80 and the path to `/`; a query is kept as part of the path.
-    /// `wss://` (WebSocket over TLS) is not supported yet.
+    /// The port defaults to 80 for `ws://` and 443 for `wss://`, and the path to `/`; a
+    /// query is kept as part of the path. A `wss://` endpoint sets ``webSocketSecure``: the
+    /// WebSocket then runs over TLS made with ``ConnectionConfiguration/tls``, which must be
+    /// set.
     ///
     /// ```swift
     /// let endpoint = Endpoint(webSocket: "ws://127.0.0.1:8080/tether")!
+    /// let secure = Endpoint(webSocket: "wss://tether.example.com/tether")!   // port 443
     /// ```
     ///
-    /// - Parameter url: The URL, starting with `ws://`.
-    /// - Returns: The endpoint, or `nil` when the text is not a `ws://` URL with a host and a
-    ///   valid port.
+    /// - Parameter url: The URL, starting with `ws://` or `wss://`.
+    /// - Returns: The endpoint, or `nil` when the text is not a `ws://` or `wss://` URL with
+    ///   a host and a valid port.
     public init?(webSocket url: String) {
-        guard url.lowercased().hasPrefix("ws://") else { return nil }
-        let rest = url.dropFirst(5)
+        let lowered = url.lowercased()
+        let secure: Bool
+        if lowered.hasPrefix("ws://") {
+            secure = false
+        } else if lowered.hasPrefix("wss://") {
+            secure = true
+        } else {
+            return nil
+        }
+        let rest = url.dropFirst(secure ? 6 : 5)
         let authority: Substring
         let path: String
         if let slash = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) {
@@ -104,10 +142,11 @@ extension Endpoint {
             self.init(host: parsed.host, port: parsed.port, webSocketPath: path)
         } else if !authority.contains(":") || (authority.hasPrefix("[") && authority.hasSuffix("]")) {
             let host = authority.hasPrefix("[") ? String(authority.dropFirst().dropLast()) : String(authority)
-            self.init(host: host, port: 80, webSocketPath: path)
+            self.init(host: host, port: secure ? 443 : 80, webSocketPath: path)
         } else {
             return nil
         }
+        webSocketSecure = secure
     }
 
     /// An endpoint reached over WebSocket at `webSocketPath`.
@@ -121,9 +160,26 @@ extension Endpoint {
         self.webSocketPath = webSocketPath
     }
 
-    /// The `Host` header of an upgrade request to this endpoint.
+    /// Why a connection with `tls` cannot reach this endpoint, if it cannot: a `wss://`
+    /// endpoint needs TLS settings, and a `ws://` endpoint with TLS settings would drop the
+    /// encryption they ask for. `nil` for a plain TCP endpoint and a consistent one.
+    func webSocketSecurityMismatch(tls: TLSConfiguration?) -> TetherError? {
+        guard webSocketPath != nil else { return nil }
+        if webSocketSecure, tls == nil {
+            return TetherError(code: .invalidArgument, message: "\(self) is WebSocket over TLS but ConnectionConfiguration.tls is not set: set it (the certificate is verified for \(host))")
+        }
+        if !webSocketSecure, tls != nil {
+            var secure = self
+            secure.webSocketSecure = true
+            return TetherError(code: .invalidArgument, message: "\(self) is WebSocket without TLS but ConnectionConfiguration.tls is set: use \(secure) to keep the connection encrypted")
+        }
+        return nil
+    }
+
+    /// The `Host` header of an upgrade request to this endpoint: without the port when it
+    /// is the scheme's default (80, or 443 for `wss://`).
     var hostHeader: String {
         let name = host.contains(":") ? "[\(host)]" : host
-        return port == 80 ? name : "\(name):\(port)"
+        return port == (webSocketSecure ? 443 : 80) ? name : "\(name):\(port)"
     }
 }

@@ -56,7 +56,7 @@ final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, 
     let loop: EventLoop
     let base: any ByteTransport
     let options: WebSocketLayerOptions
-    let buffers = TransportBuffers()
+    let buffers: TransportBuffers
     var handler: (any ByteTransportHandler)?
     private var phase: Phase
     private var reader: WebSocketReader
@@ -68,15 +68,22 @@ final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, 
         didSet { base.writableThreshold = writableThreshold }
     }
 
-    /// Layers WebSocket over `base`, whose buffers must be made with `sealed: true` (they
-    /// borrow the loop's second read buffer, as below TLS).
+    /// Layers WebSocket over `base`.
+    ///
+    /// Over a socket made with `sealed: true` (it borrows the loop's second read buffer, as
+    /// below TLS), this layer's inbound borrows the loop's plain read buffer during a read.
+    /// Over a transport that borrows the plain read buffer itself (TLS plaintext, for
+    /// `wss://`; a socket whose first bytes were sniffed), it borrows the loop's third
+    /// buffer (``EventLoop/layerReadBuffer``) instead: the bytes it decodes from are in the
+    /// plain one, lent to the layer below until the read ends.
     ///
     /// - Parameters:
     ///   - base: The transport below; this layer becomes its handler.
     ///   - options: Role and bounds.
     ///   - loop: The loop that drives both.
     init(over base: any ByteTransport, options: WebSocketLayerOptions, loop: EventLoop) {
-        precondition(base.buffers.sealed, "the transport below WebSocket must lend the loop's second read buffer")
+        precondition(!base.buffers.layered, "WebSocket does not run over another WebSocket layer")
+        buffers = TransportBuffers(layered: !base.buffers.sealed)
         self.base = base
         self.options = options
         self.loop = loop
@@ -91,11 +98,19 @@ final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, 
     var isOpen: Bool { !closed && base.isOpen }
     var bytesRead: Int { base.bytesRead }
     var bytesWritten: Int { base.bytesWritten }
-    var security: (any TLSSession)? { nil }
-    var holdsPartialInput: Bool { !base.buffers.inbound.isEmpty || reader.isInsideMessage }
+    /// The TLS session below, for `wss://`; `nil` over a plain socket.
+    var security: (any TLSSession)? { base.security }
+    var holdsPartialInput: Bool { !base.buffers.inbound.isEmpty || reader.isInsideMessage || base.holdsPartialInput }
 
     func start() throws(TetherError) {
         try base.start()
+        startAboveStartedBase()
+    }
+
+    /// Begins over a transport below that has already started (a socket whose first bytes
+    /// were read to tell WebSocket from Tether frames): a client sends its upgrade request,
+    /// and the handshake timer starts.
+    func startAboveStartedBase() {
         if case .client(let path, let host, let headers) = options.role {
             let key = WebSocketHandshake.makeKey()
             phase = .handshaking(key: key)
@@ -108,7 +123,9 @@ final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, 
                 guard isOpen, case .handshaking = phase else { return }
                 base.readPending()
                 guard isOpen, case .handshaking = phase else { return }
-                end(TetherError(code: .handshakeTimeout, message: "the WebSocket handshake with \(remoteAddress) did not finish within \(describe(timeout))"), closeCode: nil)
+                // Over TLS the timer covers both handshakes: say which one stalled.
+                let stage = base.security.map { $0.isEstablished ? "the WebSocket handshake" : "the TLS handshake (before the WebSocket upgrade)" } ?? "the WebSocket handshake"
+                end(TetherError(code: .handshakeTimeout, message: "\(stage) with \(remoteAddress) did not finish within \(describe(timeout))"), closeCode: nil)
             }
         }
     }
@@ -251,7 +268,11 @@ final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, 
         closeReporting(error)
     }
 
-    func transportSecured() {}
+    /// The TLS handshake below finished (`wss://`). A server reports it at once, as a TLS
+    /// peer does; a client reports the end of its handshake once the upgrade is answered.
+    func transportSecured() {
+        if !options.isClient, isOpen { handler?.transportSecured() }
+    }
 
     // MARK: Writing
 
