@@ -49,6 +49,13 @@ func whenTCPIsBlockedSharedPort() -> ServerConfiguration {
     return sharedServer
 }
 
+func whenTCPIsBlockedProxy() -> ConnectionConfiguration {
+    // WebSocket endpoints through the office proxy; TCP endpoints stay direct.
+    var proxied = ConnectionConfiguration.defaults
+    proxied.webSocket.proxy = HTTPProxy(url: "http://alice:secret@proxy.example.com:3128")
+    return proxied
+}
+
 func whenTCPIsBlockedFallback() -> (ConnectionConfiguration, Endpoint) {
     // TCP first; when it cannot connect, WebSocket at once, in the same attempt.
     var configuration = ConnectionConfiguration.defaults

@@ -1,4 +1,6 @@
 import Testing
+import TetherTLS
+import TetherTesting
 @testable import Tether
 
 /// WebSocket endpoints reached through an HTTP `CONNECT` proxy: a real proxy (tinyproxy)
@@ -36,6 +38,24 @@ struct ProxyTests {
             #expect(report.endpoint == webSocket)
             #expect(report.address == SocketAddress(ipAddress: "127.0.0.1", port: proxy.port))
             #expect(await connection.currentEndpoint == webSocket)
+            await connection.close()
+        }
+    }
+
+    @Test("a wss:// endpoint through tinyproxy: TLS and the upgrade go through the tunnel, a 1 MiB request comes back whole")
+    func secureThroughTinyproxy() async throws {
+        let proxy = try await TinyProxy.start()
+        let certificates = try await TestCertificates.shared()
+        try await withSecureWebSocketServer(certificates) { server, endpoint in
+            server.handle(type: 0x405) { request, _ in Response(payload: request.payload) }
+            let connection = try await Connection.connect(to: endpoint, configuration: webSocketClientTLS(certificates) {
+                $0.webSocket.proxy = proxy.httpProxy
+            })
+            try await proxy.waitForConnect(to: endpoint)
+            #expect(await connection.tlsDetails?.peerSubject == "/CN=localhost")
+            let large = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+            let echoed = try await connection.request(Request(type: 0x405, payload: large))
+            #expect(echoed.payload == large)
             await connection.close()
         }
     }
