@@ -5,8 +5,8 @@ struct BenchCommand: Command {
     static let name = "bench"
     static let summary = "load a server with requests; print throughput and latency percentiles"
     static let synopsis = """
-        tether bench HOST:PORT [--profile NAME] [--connections C] [--in-flight K] [--duration S] [--size BYTES] [--type T] [--on-loop] \
-        \(ClientTLSOptions.synopsis)
+        tether bench HOST:PORT|ws://HOST:PORT/PATH [--profile NAME] [--connections C] [--in-flight K] [--duration S] [--size BYTES] [--type T] [--on-loop] \
+        \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Opens C connections and keeps K requests in flight on each: every response sends the
@@ -21,10 +21,12 @@ struct BenchCommand: Command {
         requests are 0x401.
 
         With TLS, each connection does its handshake before the measurement starts, and the
-        first line of the results names the protocol and cipher.
+        first line of the results names the protocol and cipher. Over WebSocket (a ws:// or
+        wss:// URL, or a --fallback taken) the first line names the endpoint in use.
 
         arguments:
-          HOST:PORT            the server: 127.0.0.1:9000, [::1]:9000
+          HOST:PORT            the server: 127.0.0.1:9000, [::1]:9000, or its WebSocket
+                               URL: ws://127.0.0.1:8080/tether, wss://…
         \(ProfileOption.help(column: 23))
           --connections C      connections to open (default 1)
           --in-flight K        requests in flight per connection (default 1)
@@ -33,6 +35,8 @@ struct BenchCommand: Command {
           --type T             request type (default 0x402; 0x401 in marker and lines)
           --on-loop            run the request tasks on their connection's event loop
                                (Connection.taskExecutor) instead of the global executor
+        \(FallbackOption.help(column: 23))
+        \(ProxyOption.help(column: 23))
         \(ClientTLSOptions.help(column: 23))
           -h, --help           show this help
         """
@@ -46,6 +50,8 @@ struct BenchCommand: Command {
     var type: UInt32 = 0x402
     var onLoop = false
     var tls = ClientTLSOptions()
+    var fallback: FallbackPolicy?
+    var proxy: HTTPProxy?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         profile = try ProfileOption.parse(&arguments)
@@ -86,8 +92,11 @@ struct BenchCommand: Command {
             type = echo
         }
         onLoop = arguments.flag("--on-loop")
+        fallback = try FallbackOption.parse(&arguments)
+        proxy = try ProxyOption.parse(&arguments)
         tls = try ClientTLSOptions(parsing: &arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+        try tls.check(for: [endpoint, fallback?.endpoint])
     }
 
     func run() async throws -> ExitStatus {
@@ -95,6 +104,8 @@ struct BenchCommand: Command {
         configuration.heartbeat = .disabled
         configuration.reconnect.appliesToFirstConnect = false
         configuration.tls = tls.configuration()
+        configuration.fallback = fallback
+        configuration.webSocket.proxy = proxy
         var connecting: [Connection] = []
         do {
             for _ in 0..<connections {
@@ -106,8 +117,9 @@ struct BenchCommand: Command {
         }
         let opened = connecting
         let security = await opened.first?.tlsDetails.map { ", \($0.version) \($0.cipher)" } ?? ""
+        let target = await opened.first?.currentEndpoint ?? endpoint
         do {
-            try await measure(on: opened, security: security)
+            try await measure(on: opened, target: target, security: security)
         } catch {
             for connection in opened { await connection.close() }
             throw error
@@ -116,8 +128,10 @@ struct BenchCommand: Command {
         return .success
     }
 
-    /// - Parameter security: `, TLSv1.3 …` for the results, or nothing without TLS.
-    private func measure(on opened: [Connection], security: String) async throws {
+    /// - Parameters:
+    ///   - target: The endpoint in use, as the results name it: the fallback's when taken.
+    ///   - security: `, TLSv1.3 …` for the results, or nothing without TLS.
+    private func measure(on opened: [Connection], target: Endpoint, security: String) async throws {
         let clock = ContinuousClock()
         let start = clock.now
         let deadline = start + duration
@@ -157,16 +171,16 @@ struct BenchCommand: Command {
             return all
         }
         let elapsed = nanoseconds(clock.now - start)
-        report(latencies.sorted(), elapsedNanoseconds: elapsed, security: security)
+        report(latencies.sorted(), target: target, elapsedNanoseconds: elapsed, security: security)
     }
 
-    private func report(_ sorted: [UInt64], elapsedNanoseconds: UInt64, security: String) {
+    private func report(_ sorted: [UInt64], target: Endpoint, elapsedNanoseconds: UInt64, security: String) {
         let seconds = Double(elapsedNanoseconds) / 1e9
         let count = sorted.count
         let rate = Double(count) / seconds
         let megabytes = rate * Double(size) / 1e6
         let wire = profile.name == Profile.seed.name ? "" : ", profile \(profile.name)"
-        Console.out("\(endpoint): \(connections) connection(s) × \(inFlight) in flight, \(size)-byte payloads, \(onLoop ? "tasks on the loop" : "tasks on the global executor")\(wire)\(security)")
+        Console.out("\(target): \(connections) connection(s) × \(inFlight) in flight, \(size)-byte payloads, \(onLoop ? "tasks on the loop" : "tasks on the global executor")\(wire)\(security)")
         Console.out("\(count) requests in \(String(format2(seconds))) s: \(Int(rate.rounded())) req/s, \(format2(megabytes)) MB/s each way")
         guard count > 0 else { return }
         Console.out("latency      µs")

@@ -16,7 +16,7 @@ struct ListenCommand: Command {
         tether listen (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) [--profile NAME] [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
         [--max-attempts N] [--reconnect-delay SECONDS] \
         [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
-        \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
+        \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects and prints each notification (push) as one JSON line on stdout:
@@ -103,6 +103,7 @@ struct ListenCommand: Command {
                                          lost (default 3)
         \(VerboseOption.help(column: 33))
         \(FallbackOption.help(column: 33))
+        \(ProxyOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -120,6 +121,7 @@ struct ListenCommand: Command {
     var tls = ClientTLSOptions()
     var verbose = false
     var fallback: FallbackPolicy?
+    var proxy: HTTPProxy?
 
     /// The longest client id, in bytes of UTF-8.
     static let maximumClientIDLength = 256
@@ -167,6 +169,7 @@ struct ListenCommand: Command {
         tls = try ClientTLSOptions(parsing: &arguments)
         verbose = arguments.flag("--verbose")
         fallback = try FallbackOption.parse(&arguments)
+        proxy = try ProxyOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
         try tls.check(for: [endpoint, fallback?.endpoint])
     }
@@ -198,6 +201,7 @@ struct ListenCommand: Command {
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration(profile: profile)
         configuration.fallback = fallback
+        configuration.webSocket.proxy = proxy
         configuration.reconnect = reconnectPolicy
         configuration.tls = tls.configuration()
         if !heartbeat.isEmpty {

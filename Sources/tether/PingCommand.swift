@@ -6,7 +6,7 @@ struct PingCommand: Command {
     static let summary = "send heartbeats and print their round-trip times"
     static let synopsis = """
         tether ping (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) [--profile NAME] [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
-        [--max-missed N] \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
+        [--max-missed N] \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects with heartbeats every INTERVAL and prints one line per ack or miss, then a
@@ -54,6 +54,7 @@ struct PingCommand: Command {
                                          (default: COUNT + 1, so every miss is reported)
         \(VerboseOption.help(column: 33))
         \(FallbackOption.help(column: 33))
+        \(ProxyOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -65,6 +66,7 @@ struct PingCommand: Command {
     var tls = ClientTLSOptions()
     var verbose = false
     var fallback: FallbackPolicy?
+    var proxy: HTTPProxy?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         profile = try ProfileOption.parse(&arguments)
@@ -85,6 +87,7 @@ struct PingCommand: Command {
         tls = try ClientTLSOptions(parsing: &arguments)
         verbose = arguments.flag("--verbose")
         fallback = try FallbackOption.parse(&arguments)
+        proxy = try ProxyOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
         try tls.check(for: [endpoint, fallback?.endpoint])
     }
@@ -92,6 +95,7 @@ struct PingCommand: Command {
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration(profile: profile)
         configuration.fallback = fallback
+        configuration.webSocket.proxy = proxy
         // By default, report every miss instead of closing after the library's default of three.
         configuration.heartbeat = heartbeat.applied(to: .every(.seconds(1), maximumMissed: count + 1))
         configuration.tls = tls.configuration()

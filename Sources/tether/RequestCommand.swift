@@ -8,7 +8,7 @@ struct RequestCommand: Command {
         tether request (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
         [--profile NAME] [--field NAME=VALUE]... \
         [--timeout SECONDS] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
-        \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ClientTLSOptions.synopsis)
+        \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
         Connects, sends one request, prints the response content (UTF-8) on stdout and
@@ -86,6 +86,7 @@ struct RequestCommand: Command {
                                          (default 3)
         \(VerboseOption.help(column: 33))
         \(FallbackOption.help(column: 33))
+        \(ProxyOption.help(column: 33))
         \(ClientTLSOptions.help(column: 33))
           -h, --help                     show this help
         """
@@ -100,6 +101,7 @@ struct RequestCommand: Command {
     var tls = ClientTLSOptions()
     var verbose = false
     var fallback: FallbackPolicy?
+    var proxy: HTTPProxy?
     var http: HTTPRequest?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
@@ -156,6 +158,7 @@ struct RequestCommand: Command {
         tls = try ClientTLSOptions(parsing: &arguments)
         verbose = arguments.flag("--verbose")
         fallback = try FallbackOption.parse(&arguments)
+        proxy = try ProxyOption.parse(&arguments)
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
         try tls.check(for: [endpoint, fallback?.endpoint])
     }
@@ -163,6 +166,7 @@ struct RequestCommand: Command {
     func run() async throws -> ExitStatus {
         var configuration = ConnectionConfiguration(profile: profile)
         configuration.fallback = fallback
+        configuration.webSocket.proxy = proxy
         configuration.connectTimeout = timeout
         // Off unless asked for: the request timeout bounds the wait. With heartbeats, a
         // peer that stops answering fails the request sooner, with connectionLost.

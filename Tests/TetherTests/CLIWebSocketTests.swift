@@ -79,6 +79,34 @@ struct CLIWebSocketTests {
         #expect(request.outputText.contains("over \(url) in "), "\(request.outputText)")
     }
 
+    @Test("tether bench measures over a ws:// URL, and over the --fallback of a refused TCP port, naming the endpoint in use")
+    func bench() async throws {
+        let (refusing, refused) = try RawSocket.bindOnly()
+        defer { refusing.close() }
+        let (server, url) = try await serveWebSocket()
+        defer { server.kill() }
+        for arguments in [[url], ["127.0.0.1:\(refused.port)", "--fallback", url]] {
+            let bench = try tether(["bench"] + arguments + ["--duration", "0.3", "--in-flight", "4"])
+            defer { bench.kill() }
+            #expect(try await bench.waitForExit(within: eventBound) == 0, "\(arguments): \(bench.outputText)")
+            #expect(bench.outputText.contains("\(url): 1 connection(s) × 4 in flight, 64-byte payloads"), "\(arguments): \(bench.outputText)")
+            #expect(bench.outputText.contains(" req/s, "), "\(arguments): \(bench.outputText)")
+        }
+    }
+
+    @Test("tether request --proxy reaches a ws:// URL through tinyproxy", .enabled(if: TinyProxy.available, "tinyproxy is not installed"))
+    func requestThroughProxy() async throws {
+        let proxy = try await TinyProxy.start()
+        let (server, url) = try await serveWebSocket()
+        defer { server.kill() }
+        let request = try tether(["request", url, "--proxy", "http://127.0.0.1:\(proxy.port)", "--type", "0x402", "--json", #"{"via":"proxy"}"#])
+        defer { request.kill() }
+        #expect(try await request.waitForExit(within: eventBound) == 0, "\(request.outputText)")
+        #expect(request.outputText.contains(#"{"echo":{"via":"proxy"}}"#), "\(request.outputText)")
+        let endpoint = try #require(Endpoint(webSocket: url))
+        try await proxy.waitForConnect(to: endpoint)
+    }
+
     @Test("tether ping and tether listen take a ws:// endpoint")
     func pingAndListen() async throws {
         let (server, url) = try await serveWebSocket()
@@ -99,6 +127,8 @@ struct CLIWebSocketTests {
             (["request", "127.0.0.1:1", "--fallback", "127.0.0.1:2", "--type", "0x402"], "--fallback '127.0.0.1:2' is not a ws:// or wss:// URL (for example ws://127.0.0.1:8080/tether)"),
             (["ping", "ws://127.0.0.1:x/"], "'ws://127.0.0.1:x/' is not a ws:// URL"),
             (["ping", "wss://127.0.0.1:x/"], "'wss://127.0.0.1:x/' is not a wss:// URL"),
+            (["request", "ws://127.0.0.1:1/x", "--proxy", "https://proxy:3128", "--type", "0x402"], "--proxy 'https://proxy:3128' is not an http://[USER:PASSWORD@]HOST[:PORT] URL (for example http://127.0.0.1:3128)"),
+            (["bench", "ws://127.0.0.1:1/x", "--tls"], "'ws://127.0.0.1:1/x' is WebSocket without TLS, but TLS is on"),
             (["serve", "--websocket-path", "/x"], "--websocket-path needs --websocket-port or --websocket-main-port"),
             (["serve", "--websocket-port", "0", "--websocket-main-port"], "--websocket-port and --websocket-main-port exclude each other"),
             (["serve", "--websocket-port", "0", "--websocket-path", "x"], "--websocket-path 'x' is not a request path"),
@@ -111,14 +141,14 @@ struct CLIWebSocketTests {
         }
     }
 
-    @Test("--help of serve, request, listen and ping names the WebSocket options")
+    @Test("--help of serve, request, listen, ping and bench names the WebSocket options")
     func help() async throws {
-        for (command, option) in [("serve", "--websocket-port PORT"), ("serve", "--websocket-main-port"), ("serve", "--websocket-path PATH"), ("request", "wss://HOST:PORT/PATH"), ("request", "--fallback URL"), ("listen", "--fallback URL"), ("ping", "--fallback URL")] {
+        for (command, option) in [("serve", "--websocket-port PORT"), ("serve", "--websocket-main-port"), ("serve", "--websocket-path PATH"), ("request", "wss://HOST:PORT/PATH"), ("request", "--fallback URL"), ("listen", "--fallback URL"), ("ping", "--fallback URL"), ("request", "--proxy URL"), ("listen", "--proxy URL"), ("ping", "--proxy URL"), ("bench", "--fallback URL"), ("bench", "--proxy URL")] {
             let help = try tether([command, "--help"])
             defer { help.kill() }
             #expect(try await help.waitForExit(within: eventBound) == 0)
             #expect(help.outputText.contains(option), "\(command): \(option)")
-            if command != "serve" { #expect(help.outputText.contains("ws://HOST:PORT/PATH")) }
+            if command != "serve" { #expect(help.outputText.contains("ws://HOST:PORT/PATH"), "\(command)") }
         }
     }
 }
