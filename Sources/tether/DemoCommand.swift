@@ -50,7 +50,11 @@ struct DemoCommand: Command {
              business servers; the demo server forwards to it alone (its allow-list), the
              client GETs its /weather through the long connection, and a GET of an address
              that is not allowed is refused before any connection is made
-         10. a clean close and the final state
+         10. when TCP is blocked: a second server with a WebSocket port, and a firewall on
+             127.0.0.1 that lets the TCP handshake through and then resets the connection;
+             a client with that TCP port first and ws:// as its fallback connects over
+             WebSocket in its one attempt, prints its states, and gets its answer
+         11. a clean close and the final state
 
         Ends by itself in about a second and a half and exits 0; exits 1 if any step
         fails. Every wait is bounded, and the whole demo gives up after 10 s.
@@ -117,6 +121,7 @@ struct DemoCommand: Command {
         try await encrypted()
         try await wireFormats()
         try await httpThroughTheChannel(running.server, connection)
+        try await whenTCPIsBlocked()
         try await close(connection)
     }
 
@@ -439,8 +444,55 @@ struct DemoCommand: Command {
         }
     }
 
+    private static func whenTCPIsBlocked() async throws {
+        Console.out("\n10. when TCP is blocked: the WebSocket fallback")
+        var webSocket = WebSocketServerConfiguration(port: 0, path: "/tether")
+        webSocket.host = "127.0.0.1"
+        let server = DemoServer(port: 0, store: InMemoryMailboxStore(), webSocket: webSocket)
+        let firewall = try DemoFirewall()
+        defer { firewall.stop() }
+        do {
+            let tcp = try await server.listeningAddress()
+            let address = try await withTimeout(stepLimit, waitingFor: "the WebSocket port") { try await server.server.webSocketAddress() }
+            let fallback = Endpoint(host: address.ipAddress, port: address.port, webSocketPath: "/tether")
+            Console.out("   a server on \(tcp), with a WebSocket port: \(fallback)")
+            Console.out("   a firewall on 127.0.0.1:\(firewall.port) lets the TCP handshake through, then resets the connection")
+            var configuration = ConnectionConfiguration()
+            configuration.connectTimeout = stepLimit
+            configuration.requestTimeout = stepLimit
+            configuration.session = SessionConfiguration(clientID: "\(clientID)-fallback")
+            configuration.fallback = FallbackPolicy(endpoint: fallback)
+            let connection = Connection(to: Endpoint(host: "127.0.0.1", port: firewall.port), configuration: configuration)
+            let states = connection.states
+            Console.out("   client: 127.0.0.1:\(firewall.port) first, \(fallback) when it cannot connect")
+            do {
+                try await connection.connect()
+                try await withTimeout(stepLimit, waitingFor: "the connected state") {
+                    for await state in states {
+                        Console.out("   state: \(state)")
+                        if state.phase == .connected { break }
+                    }
+                }
+                let request = Request(type: 0x402, json: ["through": "the firewall"])
+                Console.out("   -> \(hex(request.type)) \(embeddedJSON(request.payload))")
+                let response = try await connection.request(request)
+                Console.out("   <- \(hex(response.type)) serial \(response.serial): \(response.text)  over \(await connection.currentEndpoint)")
+                let metrics = await connection.metrics
+                Console.out("   the firewall reset \(firewall.resetCount) connection\(firewall.resetCount == 1 ? "" : "s"); \(metrics.connects) connect, \(metrics.reconnectAttempts) reconnect attempts; TCP is tried again after 5 minutes (FallbackPolicy.primaryRetryInterval)")
+            } catch {
+                await connection.close()
+                throw error
+            }
+            await connection.close()
+        } catch {
+            try? await server.stop()
+            throw error
+        }
+        try await server.stop()
+    }
+
     private static func close(_ connection: Connection) async throws {
-        Console.out("\n10. close")
+        Console.out("\n11. close")
         let states = connection.states
         await connection.close()
         let seen = try await withTimeout(stepLimit, waitingFor: "the closed state") {
@@ -490,10 +542,12 @@ private struct DemoServer: Sendable {
     ///     sessions needs.
     ///   - profile: Its wire format.
     ///   - tls: TLS for the server, if any.
-    init(port: Int, store: (any MailboxStore)?, profile: Profile = .seed, tls: TLSConfiguration? = nil) {
+    ///   - webSocket: Its WebSocket port, if any.
+    init(port: Int, store: (any MailboxStore)?, profile: Profile = .seed, tls: TLSConfiguration? = nil, webSocket: WebSocketServerConfiguration? = nil) {
         var configuration = ServerConfiguration(host: "127.0.0.1", port: port, profile: profile)
         configuration.mailboxes = store.map(MailboxConfiguration.init(store:))
         configuration.tls = tls
+        configuration.webSocket = webSocket
         let server = Server(configuration: configuration)
         SeedService.install(on: server, profile: profile)
         let (stopped, ended) = AsyncStream<Result<Void, any Error>>.makeStream()

@@ -13,50 +13,17 @@ import Tether
 /// document and anything else with 404, one connection at a time, `Connection: close`.
 /// Every wait is a `poll` with a timeout, so `stop()` returns promptly.
 final class DemoHTTPServer: Sendable {
-    let port: Int
-    private let stopping = Atomic<Bool>(false)
+    private let listener: DemoListener
+
+    var port: Int { listener.port }
 
     init() throws {
-        let fd = socket(AF_INET, SocketOptions.streamType, 0)
-        guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-        let listening = Socket(adopting: fd)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else {
-            let error = POSIXError(.init(rawValue: errno) ?? .EIO)
-            listening.close()
-            throw error
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        port = Int(UInt16(bigEndian: address.sin_port))
-        // The accept loop owns the listening socket and closes it when it leaves.
-        let box = SocketBox(listening)
-        Thread { [self] in
-            let listening = box.take()
-            let fd = listening.descriptor
-            while !stopping.load(ordering: .acquiring) {
-                var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                guard poll(&descriptor, 1, 20) > 0 else { continue }
-                let accepted = accept(fd, nil, nil)
-                guard accepted >= 0 else { continue }
-                let client = Socket(adopting: accepted)
-                DemoHTTPServer.serve(client.descriptor)
-                client.close()
-            }
-        }.start()
+        listener = try DemoListener(serving: DemoHTTPServer.serve)
     }
 
     /// Stops accepting: the accept loop closes the listening socket within 20 ms.
     func stop() {
-        stopping.store(true, ordering: .releasing)
+        listener.stop()
     }
 
     private static func serve(_ fd: Int32) {
