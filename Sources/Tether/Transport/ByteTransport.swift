@@ -61,6 +61,24 @@ package protocol ByteTransport: AnyObject {
     func closeAfterFlush(timeout: Duration)
 }
 
+/// A transport that is a layer over another (TLS, WebSocket, the protocol sniffer): the
+/// peer, the addresses, the byte counts and the reading controls are those of the
+/// transport below.
+package protocol TransportLayer: ByteTransport {
+    /// The transport below this layer.
+    var base: any ByteTransport { get }
+}
+
+extension TransportLayer {
+    var remoteAddress: SocketAddress { base.remoteAddress }
+    var localAddress: SocketAddress? { base.localAddress }
+    var bytesRead: Int { base.bytesRead }
+    var bytesWritten: Int { base.bytesWritten }
+    func readPending() { base.readPending() }
+    func pauseReading() { base.pauseReading() }
+    func resumeReading() { base.resumeReading() }
+}
+
 extension ByteTransport {
     /// For a layer over `base` (TLS, WebSocket), when `base` has drained to the threshold
     /// the layer set on it: tells the handler once this layer's own pending bytes are at

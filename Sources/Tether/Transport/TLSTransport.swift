@@ -9,7 +9,7 @@
 /// verdict on a client certificate (TLS 1.3), ends on the peer's close_notify, sends
 /// close_notify when closed gracefully, and answers a peer that sends no TLS at all with a
 /// `protocol_version` alert and an error that says what it sent. Loop thread only.
-final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unchecked Sendable {
+final class TLSTransport: TransportLayer, ByteTransportHandler, Flushable, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop`'s thread.
 
     let loop: EventLoop
@@ -43,11 +43,7 @@ final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unche
         base.handler = self
     }
 
-    var remoteAddress: SocketAddress { base.remoteAddress }
-    var localAddress: SocketAddress? { base.localAddress }
     var isOpen: Bool { base.isOpen }
-    var bytesRead: Int { base.bytesRead }
-    var bytesWritten: Int { base.bytesWritten }
     var security: (any TLSSession)? { session }
     var holdsPartialInput: Bool { session.isEstablished && session.holdsPartialRecord }
 
@@ -64,9 +60,6 @@ final class TLSTransport: ByteTransport, ByteTransportHandler, Flushable, @unche
 
     // MARK: Reading
 
-    func readPending() { base.readPending() }
-    func pauseReading() { base.pauseReading() }
-    func resumeReading() { base.resumeReading() }
 
     /// Ciphertext arrived below: all of it goes through the session, the plaintext into
     /// this layer's inbound buffer.

@@ -16,7 +16,7 @@
 /// stream for Tether frames, or as the first binary messages after the `101` for WebSocket.
 /// The server writes nothing of its own before the peer's first bytes, apart from its TLS
 /// handshake, which runs below this layer. Loop thread only.
-final class ProtocolSniffer: ByteTransport, ByteTransportHandler, @unchecked Sendable {
+final class ProtocolSniffer: TransportLayer, ByteTransportHandler, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop`'s thread.
 
     /// The bytes a WebSocket upgrade request starts with.
@@ -53,11 +53,7 @@ final class ProtocolSniffer: ByteTransport, ByteTransportHandler, @unchecked Sen
         base.handler = self
     }
 
-    var remoteAddress: SocketAddress { base.remoteAddress }
-    var localAddress: SocketAddress? { base.localAddress }
     var isOpen: Bool { !closed && base.isOpen }
-    var bytesRead: Int { base.bytesRead }
-    var bytesWritten: Int { base.bytesWritten }
     var security: (any TLSSession)? { base.security }
     var holdsPartialInput: Bool { !base.buffers.inbound.isEmpty || base.holdsPartialInput }
 
@@ -71,9 +67,6 @@ final class ProtocolSniffer: ByteTransport, ByteTransportHandler, @unchecked Sen
 
     // MARK: Reading
 
-    func readPending() { base.readPending() }
-    func pauseReading() { base.pauseReading() }
-    func resumeReading() { base.resumeReading() }
 
     /// Bytes arrived below: decides once they differ from `GET ` or match all of it.
     func transportRead() {

@@ -38,7 +38,7 @@ struct WebSocketLayerOptions: Sendable {
 /// with a close carrying the same code before the transport ends with an error that names
 /// the code and reason. A frame that breaks the protocol or a bound is answered with a close
 /// carrying 1002, 1003, 1007 or 1009 and ends this connection only. Loop thread only.
-final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, @unchecked Sendable {
+final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop`'s thread.
 
     /// The largest binary message sent: the layer above's bytes are cut into messages of
@@ -93,11 +93,7 @@ final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, 
         base.handler = self
     }
 
-    var remoteAddress: SocketAddress { base.remoteAddress }
-    var localAddress: SocketAddress? { base.localAddress }
     var isOpen: Bool { !closed && base.isOpen }
-    var bytesRead: Int { base.bytesRead }
-    var bytesWritten: Int { base.bytesWritten }
     /// The TLS session below, for `wss://`; `nil` over a plain socket.
     var security: (any TLSSession)? { base.security }
     var holdsPartialInput: Bool { !base.buffers.inbound.isEmpty || reader.isInsideMessage || base.holdsPartialInput }
@@ -132,9 +128,6 @@ final class WebSocketTransport: ByteTransport, ByteTransportHandler, Flushable, 
 
     // MARK: Reading
 
-    func readPending() { base.readPending() }
-    func pauseReading() { base.pauseReading() }
-    func resumeReading() { base.resumeReading() }
 
     /// Bytes arrived below: the handshake's head first, then frames.
     func transportRead() {
