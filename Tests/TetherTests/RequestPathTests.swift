@@ -40,6 +40,24 @@ struct RequestPathTests {
         }
     }
 
+    @Test("a task cancelled before it calls request, off the loop and on it: CancellationError, nothing written, and requestsCancelled counts each")
+    func cancelledBeforeTheCall() async throws {
+        try await withServer(handlers: echoHandlers) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            for executor in [nil, connection.taskExecutor] as [(any TaskExecutor)?] {
+                let task = Task(executorPreference: executor) {
+                    await suspendUntilCancelledQuietly()
+                    return try await connection.request(Self.echo(1))
+                }
+                task.cancel()
+                await #expect(throws: CancellationError.self) { try await task.value }
+            }
+            let metrics = await connection.metrics
+            #expect(metrics.requestsCancelled == 2 && metrics.requestsSent == 0 && metrics.framesOut == 0)
+            await connection.close()
+        }
+    }
+
     @Test("a cancellation that reaches the loop before the request's job: the request is never written and ends once with CancellationError")
     func cancelledBeforePlaced() async throws {
         try await withServer(handlers: echoHandlers) { _, endpoint in
@@ -134,4 +152,9 @@ struct RequestPathTests {
             await connection.close()
         }
     }
+}
+
+/// Returns once the calling task is cancelled, without throwing.
+private func suspendUntilCancelledQuietly() async {
+    _ = try? await suspendUntilCancelled()
 }

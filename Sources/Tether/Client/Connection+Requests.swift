@@ -93,7 +93,8 @@ extension Connection {
         if loop.inLoop {
             return try await requestOnLoop(request, timeout: timeout)
         }
-        try Task.checkCancellation()
+        // A caller cancelled already goes through the loop too: the placement job ends it
+        // there, counted in ``ConnectionMetrics/requestsCancelled``.
         let placement = RequestPlacement(connection: self, request: request, timeout: timeout)
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Response, any Error>) in
@@ -112,7 +113,10 @@ extension Connection {
     /// the request is placed at once, with no job for the actor, and the response resumes
     /// the caller on the loop with no hop through the actor either.
     private nonisolated func requestOnLoop(_ request: Request, timeout: Duration?) async throws -> Response {
-        try Task.checkCancellation()
+        if Task.isCancelled {
+            callOnLoop(loop, self, ()) { connection, _ in connection.counters.requestsCancelled += 1 }
+            throw CancellationError()
+        }
         let (serial, id) = callOnLoop(loop, self, ()) { connection, _ in connection.table.allocate() }
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Response, any Error>) in

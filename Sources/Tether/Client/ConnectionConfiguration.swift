@@ -172,8 +172,11 @@ public struct ConnectionConfiguration: Sendable {
     /// Default: after 1 s, ×1.6 per attempt, at most 120 s, ±20 % jitter, never giving up,
     /// the first connect included.
     public var reconnect = ReconnectPolicy()
-    /// More endpoints to try, in turn with ``Connection/endpoint``: attempt *n* after a loss
-    /// goes to the *n*-th in the list `[endpoint] + alternateEndpoints`, round and round.
+    /// More endpoints to try, in turn with ``Connection/endpoint``, in the list
+    /// `[endpoint] + alternateEndpoints`, round and round: each failed attempt moves on to the
+    /// next one. After a connection that proved healthy is lost, attempt 1 goes back to the
+    /// endpoint it was connected to (it worked last), and only its failure moves on; a
+    /// connection lost before it proved healthy counts as a failed attempt and moves on.
     /// Default none.
     public var alternateEndpoints: [Endpoint] = []
     /// An endpoint to dial at once, in the same attempt, when the one of the attempt cannot

@@ -35,7 +35,7 @@ public struct Heartbeat: Sendable, Hashable, CustomStringConvertible {
         self.roundTripTime = roundTripTime
     }
 
-    /// `heartbeat 3 acked in 0.12 ms`.
+    /// `heartbeat 3 acked in 120 µs`: the round-trip time in whole microseconds.
     public var description: String {
         if let roundTripTime {
             let micros = Double(roundTripTime.components.attoseconds) / 1e12 + Double(roundTripTime.components.seconds) * 1e6

@@ -100,7 +100,9 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// More bytes are waiting to be written than the outbound limit allows, or the
         /// kernel's send buffer of a ``DatagramSocket`` has no room for a datagram now.
         public static let outboundBufferFull = Code(value: .outboundBufferFull)
-        /// More requests are in flight than the configured limit allows.
+        /// A request could not be queued: ``Limits/maximumQueuedRequests`` requests already
+        /// wait to be sent (the queue, not the requests in flight, which only
+        /// ``Limits/maximumInFlightRequests`` bounds by holding the queue).
         public static let tooManyPendingRequests = Code(value: .tooManyPendingRequests)
         /// The operation needs an open connection and there is none (or a
         /// ``DatagramSocket`` sends without an address and is not connected).

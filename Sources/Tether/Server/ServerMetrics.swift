@@ -21,6 +21,38 @@ public struct PeerMetrics: Sendable, Hashable {
     /// ``ServerConfiguration/maximumRequestsPerPeer`` requests being handled.
     public var readPauses = 0
 
+    /// Counters with the given values, zero where not given: for an app's tests of code that
+    /// reads metrics.
+    ///
+    /// - Parameters:
+    ///   - bytesIn: Bytes read from the peer's socket.
+    ///   - bytesOut: Bytes written to the peer's socket.
+    ///   - framesIn: Frames decoded from the peer.
+    ///   - framesOut: Frames queued for the peer.
+    ///   - requestsHandled: Responses queued for the peer.
+    ///   - heartbeatsAcked: Heartbeats of the peer answered.
+    ///   - notificationsReplayed: Stored pushes replayed to the peer.
+    ///   - readPauses: Times reading the peer was paused at its request limit.
+    public init(
+        bytesIn: Int = 0,
+        bytesOut: Int = 0,
+        framesIn: Int = 0,
+        framesOut: Int = 0,
+        requestsHandled: Int = 0,
+        heartbeatsAcked: Int = 0,
+        notificationsReplayed: Int = 0,
+        readPauses: Int = 0
+    ) {
+        self.bytesIn = bytesIn
+        self.bytesOut = bytesOut
+        self.framesIn = framesIn
+        self.framesOut = framesOut
+        self.requestsHandled = requestsHandled
+        self.heartbeatsAcked = heartbeatsAcked
+        self.notificationsReplayed = notificationsReplayed
+        self.readPauses = readPauses
+    }
+
     /// Adds `other`'s counts to these.
     mutating func add(_ other: PeerMetrics) {
         readPauses += other.readPauses
@@ -93,6 +125,9 @@ public struct ServerMetrics: Sendable, Hashable {
     /// Broadcasts the cluster could not take (``MailboxConfiguration/cluster``): only this
     /// server's peers got them.
     public var clusterBroadcastsFailed = 0
+
+    /// Counters at zero, to set the fields of: for an app's tests of code that reads metrics.
+    public init() {}
 
     /// Adds the traffic counts of one peer.
     mutating func add(_ peer: PeerMetrics) {
