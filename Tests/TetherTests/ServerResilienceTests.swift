@@ -20,6 +20,19 @@ private func networkConfiguration(
 
 @Suite("Server resilience", .timeLimit(.minutes(1)))
 struct ServerResilienceTests {
+    @Test("listeningAddress() of a server that never runs ends with CancellationError when its task is cancelled, before or while it waits")
+    func listeningAddressHonoursCancellation() async throws {
+        let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
+        let waiting = Task { try await server.listeningAddress() }
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await server.listeningAddress()
+        }
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await bounded("the cancelled wait") { try await waiting.value } }
+        await #expect(throws: CancellationError.self) { try await bounded("the wait cancelled first") { try await early.value } }
+    }
+
     @Test("a peer that sends nothing is closed with idleTimeout at the timeout after connecting, not 1 ns before")
     func idle() async throws {
         try await withTestNetwork { network in

@@ -48,7 +48,9 @@ public final class Server: Sendable {
         var listening: SocketAddress?
         /// The WebSocket port's address, once it listens.
         var webSocketListening: SocketAddress?
-        var listenWaiters: [CheckedContinuation<SocketAddress, any Error>] = []
+        /// Callers of ``listeningAddress()`` waiting, by the id that cancels them.
+        var listenWaiters: [UInt64: CheckedContinuation<SocketAddress, any Error>] = [:]
+        var nextListenWaiter: UInt64 = 0
         var failure: TetherError?
         var running = false
         var stopped = false
@@ -168,16 +170,27 @@ public final class Server: Sendable {
     /// the configuration asked for port 0).
     ///
     /// - Returns: The listening address.
-    /// - Throws: ``TetherError`` when ``run()`` failed to listen.
+    /// - Throws: ``TetherError`` when ``run()`` failed to listen; `CancellationError` when
+    ///   the calling task is cancelled first.
     public func listeningAddress() async throws -> SocketAddress {
-        try await withCheckedThrowingContinuation { continuation in
-            let ready = state.withLock { state -> Result<SocketAddress, TetherError>? in
-                if let address = state.listening { return .success(address) }
-                if let failure = state.failure { return .failure(failure) }
-                state.listenWaiters.append(continuation)
-                return nil
+        let id = state.withLock { state in
+            defer { state.nextListenWaiter += 1 }
+            return state.nextListenWaiter
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let ready = state.withLock { state -> Result<SocketAddress, any Error>? in
+                    if let address = state.listening { return .success(address) }
+                    if let failure = state.failure { return .failure(failure) }
+                    // Cancelled before it could wait: the handler found nothing to end.
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    state.listenWaiters[id] = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(with: ready) }
             }
-            if let ready { continuation.resume(with: ready) }
+        } onCancel: {
+            state.withLock { $0.listenWaiters.removeValue(forKey: id) }?.resume(throwing: CancellationError())
         }
     }
 
@@ -319,7 +332,7 @@ public final class Server: Sendable {
             state.webSocketListening = configuration.webSocket?.sharesMainPort == true ? bound : webSocketListener?.address
             state.listening = bound
             defer { state.listenWaiters.removeAll() }
-            return state.listenWaiters
+            return Array(state.listenWaiters.values)
         }
         for waiter in waiters { waiter.resume(returning: bound) }
         eventFeed.publish(ServerEvent(kind: .listening, address: bound))
@@ -437,7 +450,7 @@ public final class Server: Sendable {
         let waiters = state.withLock { state in
             state.failure = error
             defer { state.listenWaiters.removeAll() }
-            return state.listenWaiters
+            return Array(state.listenWaiters.values)
         }
         for waiter in waiters { waiter.resume(throwing: error) }
         eventFeed.finish()
