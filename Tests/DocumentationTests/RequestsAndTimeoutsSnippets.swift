@@ -115,7 +115,7 @@ private func codableExample(connection: Connection) async throws {
 }
 
 private func textAndDictionaryExample(connection: Connection) async throws {
-    let line = try await connection.request(Request(type: 0x431, payload: Array("ping".utf8)))
+    let line = try await connection.request(Request(type: 0x431, text: "ping"))
     print(line.text)                                 // pong
     let legacy = try await connection.request(try Request(type: 0x402, jsonObject: ["ids": [1, 2, 3]]))
     let object = try legacy.jsonObject()             // [String: Any]
@@ -446,7 +446,7 @@ struct RequestsAndTimeoutsSnippets {
             echoHandlers(server)
             installOrderHandler(on: server)
             server.handle(type: 0x431) { request, _ in
-                Response(payload: Array((request.text == "ping" ? "pong" : "?").utf8))
+                Response(text: request.text == "ping" ? "pong" : "?")
             }
         }) { _, _, connection in
             let printed = try await withPrintedLines {

@@ -4,6 +4,31 @@ import TetherTesting
 
 @Suite("Requests", .timeLimit(.minutes(1)))
 struct RequestTests {
+    @Test("a handler that returns .noReply sends nothing: a frame sent without waiting is handled unanswered, a request waiting for it times out, and the next request gets its own answer")
+    func noReply() async throws {
+        let (handled, handling) = AsyncStream<String>.makeStream()
+        try await withServer(handlers: { server in
+            echoHandlers(server)
+            server.handle(type: 0x450) { request, _ in
+                handling.yield(request.text)
+                return .noReply
+            }
+        }) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            try await connection.send(Frame(type: 0x450, text: "fire and forget"))
+            let error = await #expect(throws: TetherError.self) {
+                try await connection.request(Request(type: 0x450, text: "waits"), timeout: .milliseconds(200))
+            }
+            #expect(error?.code == .timedOut)
+            let reply = try await connection.request(Request(type: 0x402, text: "\"after\""))
+            #expect(reply.json == ["echo": "after"])
+            #expect(try await collect(2, from: handled, "both declined requests") == ["fire and forget", "waits"])
+            #expect(await server.metrics().requestsHandled == 1)
+            #expect(await connection.metrics.framesIn == 1)
+            await connection.close()
+        }
+    }
+
     @Test("a request gets the response with its serial and content")
     func simple() async throws {
         try await withServer(handlers: echoHandlers) { _, endpoint in

@@ -99,6 +99,8 @@ public struct Response: Sendable, Hashable {
     public var fields: [String: UInt64]
     /// Whether the response's checksum verified, in profiles that carry one.
     public var integrity: FrameIntegrity
+    /// Set on ``noReply``: the server sends nothing for the request.
+    var isNoReply = false
 
     /// Creates a response with raw content. On a server, leave `type` and `serial` at 0
     /// and they are copied from the request.

@@ -322,6 +322,9 @@ public actor Peer {
 
     func respond(_ response: Response, to request: Frame) {
         guard let channel else { return }
+        let inOrder = configuration.profile.correlation.key(for: request.type) != nil
+        // Declined: nothing goes out, but where replies are matched by order.
+        if response.isNoReply, !inOrder { return }
         var fields = response.fields
         if !request.fields.isEmpty {
             fields = configuration.profile.replyFields(request.fields).merging(response.fields) { _, set in set }
