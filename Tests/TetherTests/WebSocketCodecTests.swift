@@ -73,6 +73,23 @@ struct WebSocketCodecTests {
         #expect(readAll(Array(large.readableBytesView), server: false).data == big)
     }
 
+    @Test("a masked frame written behind unsent bytes that make the buffer compact or grow is masked over exactly its payload")
+    func maskingAfterTheBufferMoves() {
+        let payload = (0..<40).map { UInt8($0 + 1) }
+        let unsent = [UInt8](repeating: 0xEE, count: 10)
+        // Compacts: 30 bytes already sent lie before the 10 unsent ones, with room behind.
+        var compacting = FrameBuffer()
+        compacting.writeBytes([UInt8](repeating: 0xDD, count: 30) + unsent)
+        compacting.moveReaderIndex(forwardBy: 30)
+        // Grows: the storage is full of unsent bytes.
+        var growing = FrameBuffer()
+        growing.writeBytes(unsent)
+        for var output in [compacting, growing] {
+            WebSocketWriter.write(.binary, payload, maskKey: 0xA1B2_C3D4, into: &output)
+            #expect(Array(output.readableBytesView) == unsent + rawFrame(opcode: 2, mask: 0xA1B2_C3D4, payload: payload))
+        }
+    }
+
     @Test("a server rejects an unmasked frame and a client a masked one, with 1002")
     func maskRules() {
         let unmasked = readAll(rawFrame(opcode: 2, payload: [1, 2, 3]), server: true)

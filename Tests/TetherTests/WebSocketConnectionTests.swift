@@ -66,6 +66,26 @@ func clientFrame(opcode: UInt8, payload: [UInt8], fin: Bool = true) -> [UInt8] {
 
 @Suite("Tether over WebSocket", .timeLimit(.minutes(1)))
 struct WebSocketConnectionTests {
+    @Test("four 3 MB requests at once over ws://: each comes back whole")
+    func largeRequestsUnderBackpressure() async throws {
+        try await withWebSocketServer(handlers: { server in
+            server.handle(type: 0x405) { request, _ in Response(payload: request.payload) }
+        }) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let echoed = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for index in 0..<4 {
+                    group.addTask {
+                        let payload = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* (index + 3)) }
+                        return try await connection.request(Request(type: 0x405, payload: payload)).payload == payload
+                    }
+                }
+                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(echoed == [true, true, true, true])
+            await connection.close()
+        }
+    }
+
     @Test("a Tether client and server over WebSocket: requests, a push to the peer and heartbeats")
     func endToEnd() async throws {
         try await withWebSocketServer { server, endpoint in

@@ -278,9 +278,10 @@ package enum WebSocketWriter {
             return
         }
         output.writeInteger(maskKey)
-        let start = output.writerIndex
         output.writeBytes(payload)
-        output.maskWritten(from: start, key: maskKey)
+        // Where the payload landed is known only now: writing it may have compacted or
+        // grown the buffer, which moves the bytes already in it.
+        output.maskWritten(from: output.writerIndex - count, key: maskKey)
     }
 
     /// The payload of a close frame: the code, then the reason cut to fit 123 bytes on a
