@@ -24,7 +24,8 @@ let usage = """
       --tls-ca FILE: connect with TLS (tether and nio-handler), trusting the CA in this
       PEM file, verifying the name localhost.
       --websocket PATH: connect to ws://HOST:PORT/PATH and carry the seed frames in binary
-      WebSocket messages (tether and nio-handler). tether: `Endpoint(host:port:webSocketPath:)`.
+      WebSocket messages (not nio-async). tether and tether-pipeline:
+      `Endpoint(host:port:webSocketPath:)`.
       nio-handler: NIO's HTTP/1.1 client upgraded with `NIOWebSocketClientUpgrader`; each
       read burst's next requests go out as one binary message, masked with a random key.
       --executor loop (tether only): the request tasks prefer their connection's event loop
@@ -51,7 +52,7 @@ let trustedCA = options.string("tls-ca", default: "")
 load.tlsCA = trustedCA.isEmpty ? nil : trustedCA
 let webSocketPath = options.string("websocket", default: "")
 if !webSocketPath.isEmpty {
-    guard impl == "tether" || impl == "nio-handler" else { Options.fail("--websocket is for tether and nio-handler", usage: usage) }
+    guard impl != "nio-async" else { Options.fail("--websocket is for tether, tether-pipeline and nio-handler", usage: usage) }
     guard load.tlsCA == nil else { Options.fail("--websocket does not combine with --tls-ca", usage: usage) }
     guard webSocketPath.hasPrefix("/") else { Options.fail("--websocket takes a path starting with /, not \(webSocketPath)", usage: usage) }
     load.webSocketPath = webSocketPath
