@@ -20,7 +20,9 @@ public struct SeedAccumulator {
     public init() {}
 
     /// Appends the payload of a binary or continuation frame. When nothing is pending the
-    /// payload itself becomes the accumulator (no copy).
+    /// payload itself becomes the accumulator (no copy); otherwise the bytes already taken
+    /// are dropped first, so a peer whose messages always end inside a frame does not make
+    /// the accumulator grow.
     ///
     /// - Parameter payload: The unmasked payload.
     public mutating func append(_ payload: ByteBuffer) {
@@ -29,6 +31,7 @@ public struct SeedAccumulator {
             return
         }
         buffer = nil
+        if pending.readerIndex > 0 { pending.discardReadBytes() }
         pending.writeImmutableBuffer(payload)
         buffer = pending
     }

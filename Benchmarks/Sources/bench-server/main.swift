@@ -22,7 +22,8 @@ let usage = """
       With --websocket PATH, --port is a WebSocket port that upgrades `GET PATH` and
       carries the seed frames in binary messages: Tether's `ServerConfiguration.webSocket`
       (its TCP port is then any free one, unused), or NIO's HTTP/1.1 pipeline with
-      `NIOWebSocketServerUpgrader`, which echoes a read burst's answers as one message.
+      `NIOWebSocketServerUpgrader`, which echoes a read burst's answers as one message
+      (every frame type is echoed there, 0x403 too: no fan-out over NIO's WebSocket).
       --port 0 (the default) lets the system choose. Prints `listening on 127.0.0.1:PORT`
       when ready; runs until SIGTERM or SIGINT.
     """
