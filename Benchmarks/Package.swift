@@ -3,9 +3,11 @@ import PackageDescription
 
 // The benchmark suite: its own package, so the SDK keeps `dependencies: []`.
 //
-//   bench-server  an echo server for the seed protocol: Tether's `Server` or SwiftNIO
+//   bench-server  an echo server for the seed protocol: Tether's `Server` or SwiftNIO,
+//                 over TCP, TLS or WebSocket
 //   bench-client  a closed-loop load generator: Tether's `Connection`, a NIO
-//                 ChannelHandler client or a NIOAsyncChannel client with continuations
+//                 ChannelHandler client or a NIOAsyncChannel client with continuations,
+//                 over TCP, TLS or WebSocket
 //   bench-sessions  sessions and mailboxes: replay of a full mailbox, and sequenced
 //                 pushes to 1,000 identified clients, server and clients in one process;
 //                 SQLite, in memory, or PostgreSQL (one node or a cluster of three)
@@ -28,7 +30,11 @@ let package = Package(
         .target(name: "BenchCore"),
         .target(
             name: "SeedNIO",
-            dependencies: [.product(name: "NIOCore", package: "swift-nio")]
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ]
         ),
         .executableTarget(
             name: "bench-server",
@@ -39,6 +45,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "TetherTLS", package: "Tether"),
             ]
@@ -52,6 +60,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "TetherTLS", package: "Tether"),
             ]

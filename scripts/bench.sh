@@ -5,14 +5,14 @@
 # Tether's ratio to each peer.
 #
 #   scripts/bench.sh [--quick] [--duration S] [--warmup S] [--repeat N]
-#                    [--scenarios abcdefght] [--tether-executor default|loop] [--out FILE]
+#                    [--scenarios abcdefghtw] [--tether-executor default|loop] [--out FILE]
 #
 #   --quick       1 s runs, 1 repetition, scenarios a–d, only tether↔tether,
 #                 nio↔nio-handler and c↔c
 #   --duration S  measured seconds per run (default 4)
 #   --warmup S    unmeasured seconds before each (default 1)
 #   --repeat N    repetitions; runs are interleaved (A B C A B C …) (default 3)
-#   --scenarios   which scenarios to run (default abcdefght; abcd with --quick)
+#   --scenarios   which scenarios to run (default abcdefghtw; abcd with --quick)
 #   --tether-executor default|loop
 #                 where the Tether client's request tasks run: the global concurrent
 #                 executor, as an application's tasks do (default), or their connection's
@@ -27,7 +27,10 @@
 # identified clients, SQLite, in-memory and PostgreSQL mailboxes (one server, and a cluster
 # of three nodes) against plain broadcast (bench-sessions); t. b over TLS (1.3, a
 # self-signed P-256 certificate made with openssl): Tether's TetherTLS (OpenSSL) and
-# NIO's NIOSSL (BoringSSL), each with its own server and against the other's.
+# NIO's NIOSSL (BoringSSL), each with its own server and against the other's; w. b over
+# WebSocket (binary messages, masked by the client): Tether's `ws://` endpoint and
+# WebSocket port, and NIO's NIOWebSocket (HTTP/1.1 upgrade), each with its own server and
+# against the other's, with b over plain TCP for Tether and NIO in the same repetition.
 #
 # All traffic stays on 127.0.0.1. Servers listen on random free high ports and are killed
 # with SIGKILL when the script exits. Scenario h runs a throwaway PostgreSQL of its own
@@ -49,7 +52,7 @@ duration_set=0
 warmup_set=0
 repeat_set=0
 
-usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -70,13 +73,13 @@ if [[ $quick == 1 ]]; then
     [[ $repeat_set == 1 ]] || repeat=1
     [[ -n $scenarios ]] || scenarios="abcd"
 fi
-[[ -n $scenarios ]] || scenarios="abcdefght"
+[[ -n $scenarios ]] || scenarios="abcdefghtw"
 if [[ $tether_executor != default && $tether_executor != loop ]]; then
     echo "bench.sh: --tether-executor takes default or loop, not $tether_executor" >&2
     exit 2
 fi
-if [[ ! $scenarios =~ ^[a-ht]+$ ]]; then
-    echo "bench.sh: --scenarios takes letters a to h and t, not $scenarios" >&2
+if [[ ! $scenarios =~ ^[a-htw]+$ ]]; then
+    echo "bench.sh: --scenarios takes letters a to h, t and w, not $scenarios" >&2
     exit 2
 fi
 has() { [[ $scenarios == *"$1"* ]]; }
@@ -128,6 +131,7 @@ server_command() { # impl port
         tether) echo "$bin/bench-server --impl tether --port $2" ;;
         nio) echo "$bin/bench-server --impl nio --port $2" ;;
         tether-tls|nio-tls) echo "$bin/bench-server --impl ${1%-tls} --port $2 --tls-cert $work/tls/cert.pem --tls-key $work/tls/key.pem" ;;
+        tether-ws|nio-ws) echo "$bin/bench-server --impl ${1%-ws} --port $2 --websocket $websocket_path" ;;
         c) echo "$cbin/server --port $2" ;;
     esac
 }
@@ -241,6 +245,9 @@ drop_database() {
 }
 
 # --- runs --------------------------------------------------------------------------------
+# w: the request path of the WebSocket servers' upgrade.
+websocket_path=/tether
+
 scenario_args() {
     case "$1" in
         a) echo "--connections 1 --in-flight 1 --size 64" ;;
@@ -248,6 +255,7 @@ scenario_args() {
         c) echo "--connections 100 --in-flight 10 --size 64" ;;
         d) echo "--connections 1 --in-flight 4 --size 1048576" ;;
         t) echo "--connections 1 --in-flight 100 --size 64 --tls-ca $work/tls/cert.pem" ;;
+        w) echo "--connections 1 --in-flight 100 --size 64" ;;
     esac
 }
 
@@ -275,11 +283,13 @@ servers_used="$(for pair in $pairs; do echo "${pair%%:*}"; done | sort -u | tr '
 
 run_one() { # rep scenario server client
     local rep="$1" scenario="$2" server="$3" client="$4" output status line
-    local limit
+    local limit over=""
+    # A WebSocket server (tether-ws, nio-ws) is reached at ws://127.0.0.1:PORT/tether.
+    [[ $server != *-ws ]] || over="--websocket $websocket_path"
     limit=$(awk -v d="$duration" -v w="$warmup" 'BEGIN { printf "%d", d + w + 40 }')
     # shellcheck disable=SC2046
     if output=$(timeout -s KILL "$limit" $(client_command "$client" "${server_port[$server]}") \
-            $(scenario_args "$scenario") --duration "$duration" --warmup "$warmup" 2>"$work/client.err"); then
+            $(scenario_args "$scenario") $over --duration "$duration" --warmup "$warmup" 2>"$work/client.err"); then
         status=ok
     else
         status="failed(rc=$?)"
@@ -448,8 +458,10 @@ fi
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2
 for rep in $(seq "$repeat"); do
     echo "--- repetition $rep of $repeat" >&2
-    if has a || has b || has c || has d || has f || has t; then
-        for server in $servers_used; do start_server "$server"; done
+    if has a || has b || has c || has d || has f || has t || has w; then
+        if has a || has b || has c || has d; then
+            for server in $servers_used; do start_server "$server"; done
+        fi
         for scenario in a b c d; do
             has "$scenario" || continue
             for pair in $pairs; do
@@ -465,6 +477,18 @@ for rep in $(seq "$repeat"); do
             done
             stop_server tether-tls
             stop_server nio-tls
+        fi
+        if has w; then
+            # b over WebSocket, each client against its own server and the other's, with b
+            # over plain TCP for the same two stacks in between: ratios within one repetition.
+            for server in tether-ws nio-ws tether nio; do
+                [[ -n ${server_pid[$server]:-} ]] || start_server "$server"
+            done
+            for pair in tether-ws:tether nio-ws:nio-handler tether:tether nio:nio-handler tether-ws:nio-handler nio-ws:tether; do
+                run_one "$rep" w "${pair%%:*}" "${pair##*:}"
+            done
+            stop_server tether-ws
+            stop_server nio-ws
         fi
         if has f; then
             for server in tether nio; do

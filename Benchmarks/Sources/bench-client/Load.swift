@@ -20,6 +20,8 @@ struct Load: Sendable {
     var preferLoopExecutor = false
     /// With TLS: the PEM file of the CA to trust; the server's name is `localhost`.
     var tlsCA: String?
+    /// Over WebSocket: the request path of the upgrade to `ws://host:port`.
+    var webSocketPath: String?
 }
 
 /// Ends the process if the run has not finished 10 s after its window closed: a server

@@ -5,7 +5,9 @@ import TetherTLS
 /// Tether's client as an application writes it: one `Connection` per connection, and K
 /// tasks per connection each looping `try await connection.request(…)`. With
 /// `--executor loop` the tasks prefer their connection's event loop
-/// (``Connection/taskExecutor``), so a request needs no executor hop.
+/// (``Connection/taskExecutor``), so a request needs no executor hop. With a WebSocket
+/// path the endpoint is `ws://host:port/path` (`Endpoint(host:port:webSocketPath:)`), and
+/// nothing else changes.
 enum TetherClient {
     static func run(_ load: Load, pipelined: Bool = false) async throws -> (Stats, Window) {
         var configuration = ConnectionConfiguration()
@@ -13,7 +15,8 @@ enum TetherClient {
         if let ca = load.tlsCA {
             configuration.tls = .client(trustRoots: .file(ca), serverName: "localhost")
         }
-        let endpoint = Endpoint(host: load.host, port: load.port)
+        let endpoint = load.webSocketPath.map { Endpoint(host: load.host, port: load.port, webSocketPath: $0) }
+            ?? Endpoint(host: load.host, port: load.port)
         var connections: [Connection] = []
         for _ in 0..<load.connections {
             connections.append(try await Connection.connect(to: endpoint, configuration: configuration))

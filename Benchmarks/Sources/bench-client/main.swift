@@ -10,6 +10,7 @@ let usage = """
     usage: bench-client --impl tether|tether-pipeline|nio-handler|nio-async --port P [--host 127.0.0.1]
                         [--connections C] [--in-flight K] [--size BYTES]
                         [--duration S] [--warmup S] [--executor default|loop]
+                        [--tls-ca FILE] [--websocket PATH]
       A closed-loop load generator for the seed echo protocol: each of C connections keeps
       K requests (type 0x402, BYTES of payload) in flight; each response issues the next.
       Load runs for --warmup seconds unmeasured, then --duration seconds measured, and one
@@ -22,13 +23,18 @@ let usage = """
       batches rather than by request).
       --tls-ca FILE: connect with TLS (tether and nio-handler), trusting the CA in this
       PEM file, verifying the name localhost.
+      --websocket PATH: connect to ws://HOST:PORT/PATH and carry the seed frames in binary
+      WebSocket messages (not nio-async). tether and tether-pipeline:
+      `Endpoint(host:port:webSocketPath:)`.
+      nio-handler: NIO's HTTP/1.1 client upgraded with `NIOWebSocketClientUpgrader`; each
+      read burst's next requests go out as one binary message, masked with a random key.
       --executor loop (tether only): the request tasks prefer their connection's event loop
       instead of the global concurrent executor.
     """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor", "tls-ca"],
+    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor", "tls-ca", "websocket"],
     usage: usage
 )
 let impl = options.string("impl", allowed: ["tether", "tether-pipeline", "nio-handler", "nio-async"])
@@ -44,11 +50,19 @@ var load = Load(
 load.preferLoopExecutor = options.string("executor", default: "default", allowed: ["default", "loop"]) == "loop"
 let trustedCA = options.string("tls-ca", default: "")
 load.tlsCA = trustedCA.isEmpty ? nil : trustedCA
+let webSocketPath = options.string("websocket", default: "")
+if !webSocketPath.isEmpty {
+    guard impl != "nio-async" else { Options.fail("--websocket is for tether, tether-pipeline and nio-handler", usage: usage) }
+    guard load.tlsCA == nil else { Options.fail("--websocket does not combine with --tls-ca", usage: usage) }
+    guard webSocketPath.hasPrefix("/") else { Options.fail("--websocket takes a path starting with /, not \(webSocketPath)", usage: usage) }
+    load.webSocketPath = webSocketPath
+}
 
 let stats: Stats
 let window: Window
 do {
     switch impl {
+    case "nio-handler" where load.webSocketPath != nil: (stats, window) = try await NIOWebSocketClient.run(load)
     case "nio-handler": (stats, window) = try await NIOHandlerClient.run(load)
     case "nio-async": (stats, window) = try await NIOAsyncClient.run(load)
     case "tether-pipeline": (stats, window) = try await TetherClient.run(load, pipelined: true)

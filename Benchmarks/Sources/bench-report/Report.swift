@@ -61,6 +61,7 @@ struct Scenario {
     ]
     static let idle = Scenario(id: "e", title: "e. server memory, idle connections", metrics: [.bytesPerConnection])
     static let tls = Scenario(id: "t", title: "t. b over TLS: 1 conn, 100 in flight, 64 B", metrics: [.rps, .p99])
+    static let webSocket = Scenario(id: "w", title: "w. b over WebSocket: 1 conn, 100 in flight, 64 B", metrics: [.rps, .p99])
     static let fanOut = Scenario(id: "f", title: "f. push fan-out to 1,000 clients, 64 B", metrics: [.notifications])
 }
 
@@ -126,6 +127,9 @@ struct Report {
 
     /// A table of `tether` against `peers` per scenario and metric, with Tether's ratios.
     func comparison(heading: String, note: String, scenarios: [Scenario] = Scenario.load, tether: Pair, peers: [Pair]) -> String? {
+        // Only the runs of these scenarios: scenario w runs tether ↔ tether over TCP too.
+        let ids = Set(scenarios.map(\.id))
+        let runs = runs.filter { ids.contains($0.scenario) }
         let present = peers.filter { peer in runs.contains { $0.server == peer.server && $0.client == peer.client } }
         guard runs.contains(where: { $0.server == tether.server && $0.client == tether.client }), !present.isEmpty else { return nil }
         var lines = ["### \(heading)", "", note, ""]
@@ -161,6 +165,39 @@ struct Report {
         let value = mine.median / theirs.median
         let better = metric.higherIsBetter ? value >= 1 : value <= 1
         return "\(format(value, decimals: 2))×" + (better ? "" : " ✗")
+    }
+
+    /// Scenario w against b over plain TCP in the same repetitions: what WebSocket costs
+    /// each stack (its client against its own server).
+    func webSocketCost() -> String? {
+        let stacks = [
+            (title: "Tether ↔ Tether", tcp: Pair(server: "tether", client: "tether", title: ""), ws: Pair(server: "tether-ws", client: "tether", title: "")),
+            (title: "NIO handler ↔ NIO", tcp: Pair(server: "nio", client: "nio-handler", title: ""), ws: Pair(server: "nio-ws", client: "nio-handler", title: "")),
+        ]
+        var rows: [String] = []
+        for stack in stacks {
+            guard runs.contains(where: { $0.scenario == "w" && $0.server == stack.ws.server && $0.client == stack.ws.client }) else { continue }
+            for metric in Scenario.webSocket.metrics {
+                let tcp = summary("w", stack.tcp, metric)
+                let ws = summary("w", stack.ws, metric)
+                rows.append("| \(stack.title) | \(metric.title) | \(tcp?.text(metric) ?? "–") | \(ws?.text(metric) ?? "–") | \(plainRatio(ws, tcp)) |")
+            }
+        }
+        guard !rows.isEmpty else { return nil }
+        return ([
+            "### WebSocket against TCP",
+            "",
+            "Scenario b over plain TCP and over WebSocket, in the same repetitions (runs interleaved). The ratio is WebSocket's median over TCP's.",
+            "",
+            "| client ↔ server | metric | over TCP | over WebSocket | WebSocket ÷ TCP |",
+            "|---|---|---:|---:|---:|",
+        ] + rows).joined(separator: "\n")
+    }
+
+    /// `mine ÷ theirs` with no judgement of which way is better.
+    func plainRatio(_ mine: Summary?, _ theirs: Summary?) -> String {
+        guard let mine, let theirs, mine.median.isFinite, theirs.median.isFinite, theirs.median > 0 else { return "–" }
+        return "\(format(mine.median / theirs.median, decimals: 2))×"
     }
 
     func allocations() -> String? {
@@ -336,6 +373,28 @@ struct Report {
                 tether: Pair(server: "tether-tls", client: "nio-handler", title: "Tether server"),
                 peers: [Pair(server: "nio-tls", client: "nio-handler", title: "NIO server")]
             ),
+            comparison(
+                heading: "Over WebSocket",
+                note: "Scenario b over WebSocket: the seed frames ride in binary messages, the client's masked with a random key. Tether: `Endpoint(webSocket:)` and `ServerConfiguration.webSocket`; NIO: NIOWebSocket behind an HTTP/1.1 upgrade, each read burst's answers in one message. Each client against its own server.",
+                scenarios: [Scenario.webSocket],
+                tether: Pair(server: "tether-ws", client: "tether", title: "Tether"),
+                peers: [Pair(server: "nio-ws", client: "nio-handler", title: "NIO handler")]
+            ),
+            comparison(
+                heading: "Over WebSocket, clients against NIO's WebSocket server",
+                note: "Each client against the same NIOWebSocket server: the differences are the clients'.",
+                scenarios: [Scenario.webSocket],
+                tether: Pair(server: "nio-ws", client: "tether", title: "Tether client"),
+                peers: [Pair(server: "nio-ws", client: "nio-handler", title: "NIO handler client")]
+            ),
+            comparison(
+                heading: "Over WebSocket, servers driven by NIO's WebSocket client",
+                note: "The same NIOWebSocket client against each server: the differences are the servers'.",
+                scenarios: [Scenario.webSocket],
+                tether: Pair(server: "tether-ws", client: "nio-handler", title: "Tether server"),
+                peers: [Pair(server: "nio-ws", client: "nio-handler", title: "NIO server")]
+            ),
+            webSocketCost(),
             comparison(
                 heading: "Server memory per idle connection",
                 note: "Growth of the server's resident memory (VmRSS) from a warm idle server to one holding the idle connections, each having served one request, divided by their number.",

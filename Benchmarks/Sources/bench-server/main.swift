@@ -11,6 +11,7 @@ import Darwin
 
 let usage = """
     usage: bench-server --impl tether|nio [--port P] [--tls-cert FILE --tls-key FILE]
+                        [--websocket PATH]
       An echo server for the seed protocol on 127.0.0.1: every request (0x402) and
       heartbeat (0x1) is answered with a frame of the same type, serial and payload.
       A request of type 0x403 with the payload `rounds: UInt32 | size: UInt32` pushes
@@ -18,16 +19,26 @@ let usage = """
       is answered with an empty payload (the fan-out scenario).
       With --tls-cert and --tls-key (PEM), every connection is TLS: Tether's TetherTLS
       (OpenSSL) or NIO's NIOSSL (BoringSSL).
+      With --websocket PATH, --port is a WebSocket port that upgrades `GET PATH` and
+      carries the seed frames in binary messages: Tether's `ServerConfiguration.webSocket`
+      (its TCP port is then any free one, unused), or NIO's HTTP/1.1 pipeline with
+      `NIOWebSocketServerUpgrader`, which echoes a read burst's answers as one message
+      (every frame type is echoed there, 0x403 too: no fan-out over NIO's WebSocket).
       --port 0 (the default) lets the system choose. Prints `listening on 127.0.0.1:PORT`
       when ready; runs until SIGTERM or SIGINT.
     """
 
-let options = Options(Array(CommandLine.arguments.dropFirst()), known: ["impl", "port", "tls-cert", "tls-key"], usage: usage)
+let options = Options(Array(CommandLine.arguments.dropFirst()), known: ["impl", "port", "tls-cert", "tls-key", "websocket"], usage: usage)
 let impl = options.string("impl", allowed: ["tether", "nio"])
 let port = options.int("port", default: 0)
 let tlsCertificate = options.string("tls-cert", default: "")
 let tlsKey = options.string("tls-key", default: "")
 let tls = tlsCertificate.isEmpty ? nil : (certificate: tlsCertificate, key: tlsKey)
+let webSocketPath = options.string("websocket", default: "")
+if !webSocketPath.isEmpty {
+    if tls != nil { Options.fail("--websocket does not combine with TLS", usage: usage) }
+    if !webSocketPath.hasPrefix("/") { Options.fail("--websocket takes a path starting with /, not \(webSocketPath)", usage: usage) }
+}
 
 /// Ends the process on SIGTERM or SIGINT; `stop` runs first, on a global queue.
 func onTermination(_ stop: @escaping @Sendable () -> Void) -> [any DispatchSourceSignal] {
@@ -42,14 +53,19 @@ func onTermination(_ stop: @escaping @Sendable () -> Void) -> [any DispatchSourc
 
 switch impl {
 case "nio":
-    let (channel, bound) = try await startNIOServer(port: port, tls: tls)
+    let (channel, bound) = webSocketPath.isEmpty
+        ? try await startNIOServer(port: port, tls: tls)
+        : try await startNIOWebSocketServer(port: port, path: webSocketPath)
     let sources = onTermination { exit(0) }
     printNow("listening on 127.0.0.1:\(bound)")
     try await channel.closeFuture.get()
     _ = sources
 default:
-    var configuration = ServerConfiguration(host: "127.0.0.1", port: port)
+    var configuration = ServerConfiguration(host: "127.0.0.1", port: webSocketPath.isEmpty ? port : 0)
     configuration.maximumConnections = 100_000
+    if !webSocketPath.isEmpty {
+        configuration.webSocket = WebSocketServerConfiguration(port: port, path: webSocketPath)
+    }
     if let tls {
         configuration.tls = .server(options: TLSServerOptions(certificate: TLSCertificateFiles(certificateChain: tls.certificate, privateKey: tls.key)))
     }
@@ -77,7 +93,7 @@ default:
         }
     }
     let sources = onTermination { task.cancel() }
-    let address = try await server.listeningAddress()
+    let address = webSocketPath.isEmpty ? try await server.listeningAddress() : try await server.webSocketAddress()
     printNow("listening on 127.0.0.1:\(address.port)")
     _ = sources
     await task.value
