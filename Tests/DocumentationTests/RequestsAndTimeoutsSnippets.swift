@@ -360,7 +360,7 @@ struct RequestsAndTimeoutsSnippets {
                     return
                 }
                 #expect(error.code == .tooManyPendingRequests)
-                #expect(error.message == "1 requests are already waiting to be sent to \(connection.endpoint), the limit")
+                #expect(error.message == "1 request already waits to be sent to \(connection.endpoint), the limit")
                 let metrics = await connection.metrics
                 #expect(metrics.inFlightRequests == 1)
                 #expect(metrics.queuedRequests == 1)

@@ -259,7 +259,7 @@ struct WritingAServerSnippets {
                 try? await second.connect()
                 let refused = try await firstElement(of: events.filter { $0.kind == .peerRejected })
                 #expect(refused?.reason?.code == .tooManyConnections)
-                #expect(refused?.reason?.message == "the server is at its limit of 1 connections")
+                #expect(refused?.reason?.message == "the server is at its limit of 1 connection")
                 let last = try await withTimeLimit(testBound) {
                     var last: ConnectionState?
                     for await state in states { last = state }
@@ -267,7 +267,7 @@ struct WritingAServerSnippets {
                 }
                 #expect(last?.isFinal == true)
                 #expect(last?.reason?.code == .tooManyConnections)
-                #expect(last?.reason?.message == "\(endpoint) is at its connection limit and refused the connection: the server is at its limit of 1 connections")
+                #expect(last?.reason?.message == "\(endpoint) is at its connection limit and refused the connection: the server is at its limit of 1 connection")
                 #expect(await server.metrics().rejectedConnections == 1)
             }
         }

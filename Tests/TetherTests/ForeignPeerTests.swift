@@ -123,7 +123,7 @@ struct ForeignPeerTests {
             })
             let reason = try #require(try await finalState(of: second).reason)
             #expect(reason.code == .tooManyConnections)
-            #expect(reason.message == "\(endpoint) is at its connection limit and refused the connection: the server is at its limit of 1 connections")
+            #expect(reason.message == "\(endpoint) is at its connection limit and refused the connection: the server is at its limit of 1 connection")
             let rejected = try await collect(1, from: events.filter { $0.kind == .peerRejected })
             #expect(rejected.first?.reason?.code == .tooManyConnections)
             #expect(try await first.request(Request(type: 0x402)).type == 0x402)

@@ -349,7 +349,7 @@ struct FrameLayoutTests {
         #expect(reason(.header([.length()], checksum: .init(.crc16, placement: .header))) == "invalid frame layout: the checksum goes in the header, but the header has no checksum field")
         #expect(reason(.header([.type(), .length()], resynchronizes: true)) == "invalid frame layout: a layout that resynchronises must start with a marker")
         #expect(reason(.header([.length()], compression: .init(flagField: "zip"))) == "invalid frame layout: the compression flag field zip is not a value field of the layout")
-        #expect(reason(.header([.marker(0x1FF), .length()])) == "invalid frame layout: the constant 0x1ff of field marker does not fit in 1 bytes")
+        #expect(reason(.header([.marker(0x1FF), .length()])) == "invalid frame layout: the constant 0x1ff of field marker does not fit in 1 byte")
         #expect(reason(.delimited(by: [])) == "invalid frame layout: the delimiter is empty")
         #expect(throws: TetherError.self) {
             _ = try Profile(name: "x", layout: .header([.type(), .length()]), heartbeatType: nil, correlation: .bySerial, classify: { _ in .message })

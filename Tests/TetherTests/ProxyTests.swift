@@ -121,7 +121,7 @@ struct MisbehavingProxyTests {
     /// Connects to a WebSocket endpoint through the raw proxy `listener`, which `act`
     /// plays once it has read the request; returns the error and the request it read.
     func attempt(
-        connectTimeout: Duration = .seconds(5),
+        connectTimeout: Duration = eventBound,
         headers: HTTPHeaders = [:],
         _ act: @escaping @Sendable (RawSocket) throws -> Void
     ) async throws -> (TetherError?, String) {

@@ -33,7 +33,7 @@ struct ReconnectPolicyTests {
     func growth() {
         let policy = ReconnectPolicy()
         let seconds = (1...14).map { policy.delay(forAttempt: $0, random: 0) }
-        #expect(seconds.prefix(5) == [.seconds(1), .milliseconds(1600), .milliseconds(2560), .milliseconds(4096), .nanoseconds(6_553_600_000)])
+        #expect(seconds.prefix(5) == [.seconds(1), .milliseconds(1600), .milliseconds(2560), .milliseconds(4096), .milliseconds(6554)])
         #expect(seconds.last == .seconds(120))
         #expect(zip(seconds, seconds.dropFirst()).allSatisfy { $0 <= $1 })
     }
@@ -48,6 +48,11 @@ struct ReconnectPolicyTests {
         let delays = (0..<1000).map { _ in policy.delay(forAttempt: 2, using: &generator) }
         #expect(delays.allSatisfy { $0 >= .milliseconds(1280) && $0 <= .milliseconds(1920) })
         #expect(delays.contains { $0 < .milliseconds(1500) } && delays.contains { $0 > .milliseconds(1700) })
+        // Whole milliseconds, so a state's delay and its description agree.
+        #expect(delays.allSatisfy { $0.components.attoseconds % 1_000_000_000_000_000 == 0 })
+        let state = ConnectionState.reconnecting(attempt: 2, after: delays[0], reason: TetherError(code: .connectionRefused, message: "refused"))
+        #expect(delays[0] == .milliseconds(1755))
+        #expect(state.description == "reconnecting (attempt 2 in 1.755 s): refused")
     }
 }
 
@@ -238,7 +243,7 @@ struct ReconnectTests {
             #expect(await patient.metrics.queuedRequests == 2)
             let over = await #expect(throws: TetherError.self) { _ = try await patient.request(Request(type: 0x402)) }
             #expect(over?.code == .tooManyPendingRequests)
-            #expect(over?.message == "2 requests are already waiting to be sent to \(endpoint), the limit")
+            #expect(over?.message == "2 requests already wait to be sent to \(endpoint), the limit")
             #expect(await patient.metrics.requestsRefused == 1)
             await patient.close()
             for task in waiting {

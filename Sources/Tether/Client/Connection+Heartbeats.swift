@@ -48,7 +48,7 @@ extension Connection {
                 recordMiss(serial)
                 connectionLost(TetherError(
                     code: .heartbeatTimeout,
-                    message: "no heartbeat ack from \(channel.remoteAddress) for \(misses) heartbeats in a row (\(describe(configuration.heartbeat.timeout)) each)"
+                    message: "no heartbeat ack from \(channel.remoteAddress) for \(counted(misses, "heartbeat")) in a row (\(describe(configuration.heartbeat.timeout)) each)"
                 ))
                 return
             case .verificationMissed(let serial):

@@ -249,7 +249,7 @@ extension Connection {
             counters.requestsRefused += 1
             return TetherError(
                 code: .tooManyPendingRequests,
-                message: "\(limit) requests are already waiting to be sent to \(currentEndpoint), the limit"
+                message: "\(counted(limit, "request")) already \(limit == 1 ? "waits" : "wait") to be sent to \(currentEndpoint), the limit"
             )
         }
         return nil

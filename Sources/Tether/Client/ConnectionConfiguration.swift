@@ -82,7 +82,8 @@ public struct ReconnectPolicy: Sendable, Hashable {
     /// - Parameters:
     ///   - attempt: The attempt number, from 1.
     ///   - random: Where in the jitter band the delay falls, from -1 to 1.
-    /// - Returns: The delay, never negative and never above ``maximumDelay`` plus its jitter.
+    /// - Returns: The delay in whole milliseconds, never negative and never above
+    ///   ``maximumDelay`` plus its jitter.
     public func delay(forAttempt attempt: Int, random: Double) -> Duration {
         let initial = Self.seconds(initialDelay)
         let ceiling = Self.seconds(maximumDelay)
@@ -95,7 +96,9 @@ public struct ReconnectPolicy: Sendable, Hashable {
         base = min(base, ceiling)
         let spread = max(0, min(1, jitter)) * max(-1, min(1, random))
         let seconds = max(0, base * (1 + spread))
-        return .nanoseconds(Int64((seconds * 1e9).rounded()))
+        // Whole milliseconds: the delay a state prints (`0.253 seconds`) is then the one its
+        // description names (`253 ms`), with no nanoseconds of jitter after it.
+        return .milliseconds(Int64((seconds * 1e3).rounded()))
     }
 
     /// The delay before attempt `attempt`, with the jitter drawn from `generator`.

@@ -209,21 +209,37 @@ extension TetherError: Hashable {
     }
 }
 
-/// Formats durations the way error messages print them: `5 s`, `250 ms`, `1.5 s`.
+/// Formats durations the way error messages print them: `5 s`, `250 ms`, `1.5 s`, `1.755 s`:
+/// to the millisecond, as a backoff delay is.
 package func describe(_ duration: Duration) -> String {
     let (seconds, attoseconds) = duration.components
     let millis = seconds * 1000 + attoseconds / 1_000_000_000_000_000
     if millis % 1000 == 0 { return "\(millis / 1000) s" }
     if millis < 1000 { return "\(millis) ms" }
-    let tenths = millis / 100
-    return "\(tenths / 10).\(tenths % 10) s"
+    // Every millisecond shown, trailing zeros dropped: `1.5 s`, `1.755 s`.
+    var fraction = String(millis % 1000)
+    fraction = String(repeating: "0", count: 3 - fraction.count) + fraction
+    while fraction.hasSuffix("0") { fraction.removeLast() }
+    return "\(millis / 1000).\(fraction) s"
 }
 
-/// Formats a byte count the way error messages print limits: `16 MiB`, `64 KiB`, `100 bytes`.
+/// Formats a byte count the way error messages print limits: `16 MiB`, `64 KiB`, `100 bytes`,
+/// `1 byte`.
 package func describeBytes(_ count: Int) -> String {
     if count >= 1 << 20, count % (1 << 20) == 0 { return "\(count >> 20) MiB" }
     if count >= 1 << 10, count % (1 << 10) == 0 { return "\(count >> 10) KiB" }
-    return "\(count) bytes"
+    return counted(count, "byte")
+}
+
+/// A count and its noun, singular for one: `1 request`, `2 requests`, `1 match`/`3 matches`
+/// with `plural`.
+///
+/// - Parameters:
+///   - count: How many.
+///   - singular: The noun for one.
+///   - plural: The noun for any other count; `singular` + `s` when `nil`.
+package func counted(_ count: Int, _ singular: String, _ plural: String? = nil) -> String {
+    "\(count) \(count == 1 ? singular : plural ?? singular + "s")"
 }
 
 /// Formats a frame type the way messages print it: `0x402`.

@@ -158,13 +158,13 @@ struct CompiledHeader: Sendable {
             case .value(let defaultValue):
                 guard names.insert(field.name).inserted else { throw invalid("two fields are named \(field.name)") }
                 guard defaultValue <= slot.maximum else {
-                    throw invalid("the default \(defaultValue) of field \(field.name) does not fit in \(width) bytes")
+                    throw invalid("the default \(defaultValue) of field \(field.name) does not fit in \(counted(width, "byte"))")
                 }
                 steps.append(.value(values.count))
                 values.append(Value(name: field.name, slot: slot, defaultValue: defaultValue))
             case .constant(let value):
                 guard value <= slot.maximum else {
-                    throw invalid("the constant \(hex(value)) of field \(field.name) does not fit in \(width) bytes")
+                    throw invalid("the constant \(hex(value)) of field \(field.name) does not fit in \(counted(width, "byte"))")
                 }
                 constants.append(Constant(name: field.name, slot: slot, value: value))
                 steps.append(.constant(slot, value))

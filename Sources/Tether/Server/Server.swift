@@ -468,7 +468,7 @@ public final class Server: Sendable {
             return PeerID(rawValue: state.nextPeer)
         }
         guard let id else {
-            let reason = TetherError(code: .tooManyConnections, message: "the server is at its limit of \(configuration.maximumConnections) connections")
+            let reason = TetherError(code: .tooManyConnections, message: "the server is at its limit of \(counted(configuration.maximumConnections, "connection"))")
             refuse(base, reason: reason, on: loop)
             eventFeed.publish(ServerEvent(kind: .peerRejected, address: remote, reason: reason))
             return nil
