@@ -85,10 +85,43 @@ public enum TLSClientAuthentication: Sendable, Hashable {
     /// Clients are not asked for a certificate: the default.
     case none
     /// Clients are asked for a certificate and may connect without one; one they send
-    /// must verify against the CAs in the PEM file.
+    /// must verify against the CAs in the PEM file. ``optional(trusting:)`` takes the
+    /// roots typed as ``TLSTrustRoots``, as clients give theirs.
     case optional(trustRoots: String)
     /// Clients must send a certificate that verifies against the CAs in the PEM file.
     case required(trustRoots: String)
+
+    /// Clients are asked for a certificate and may connect without one; one they send must
+    /// verify against `roots`, given as a client gives its own (``TLSClientOptions/trustRoots``).
+    ///
+    /// - Parameter roots: The CAs: a PEM file, or ``TLSTrustRoots/system`` for the system's
+    ///   bundle (the file ``TLSTrustRoots/system`` names).
+    /// - Returns: ``optional(trustRoots:)`` with that file.
+    public static func optional(trusting roots: TLSTrustRoots) -> TLSClientAuthentication {
+        .optional(trustRoots: roots.bundlePath)
+    }
+
+    /// Clients must send a certificate that verifies against `roots`, given as a client
+    /// gives its own (``TLSClientOptions/trustRoots``).
+    ///
+    /// - Parameter roots: The CAs: a PEM file, or ``TLSTrustRoots/system`` for the system's
+    ///   bundle (the file ``TLSTrustRoots/system`` names).
+    /// - Returns: ``required(trustRoots:)`` with that file.
+    public static func required(trusting roots: TLSTrustRoots) -> TLSClientAuthentication {
+        .required(trustRoots: roots.bundlePath)
+    }
+}
+
+extension TLSTrustRoots {
+    /// The PEM file of these roots: the file, or the system's bundle (the first of the
+    /// usual places that is readable, else the Debian one, which then fails to load with a
+    /// message naming it).
+    var bundlePath: String {
+        switch self {
+        case .file(let path): path
+        case .system: OpenSSLProvider.systemBundle() ?? OpenSSLProvider.systemBundles[0]
+        }
+    }
 }
 
 /// What a TLS server presents and requires.

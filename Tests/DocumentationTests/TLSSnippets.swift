@@ -42,7 +42,7 @@ func tlsMutual(
     configuration: inout ConnectionConfiguration
 ) {
     serverConfiguration.tls = .server(certificateChain: "server.pem", privateKey: "server.key",
-                                      clientAuthentication: .required(trustRoots: "clients-ca.pem"))
+                                      clientAuthentication: .required(trusting: .file("clients-ca.pem")))
     server.handle(type: 0x402) { request, peer in
         let subject = await peer.tlsDetails?.peerSubject    // "/CN=device-42"
         return Response(json: ["hello": .string(subject ?? "stranger")])

@@ -37,7 +37,7 @@ struct CLIServeMailboxTests {
         let (server, endpoint) = try await tetherServe(["--token", "s3cret"])
         defer { server.kill() }
         let reason = "this server requires a token (tether listen --token)"
-        let refusal = SessionWire.Refusal(error: "client id mallory was rejected: \(reason)", rejected: true, reason: reason)
+        let refusal = SessionWire.Refusal(error: reason, rejected: true, reason: reason)
         #expect(try await hello("mallory", token: nil, to: endpoint)?.payload == SessionWire.encode(refusal))
         #expect(try await hello("mallory", token: "guess", to: endpoint)?.payload == SessionWire.encode(refusal))
         #expect(try await hello("alice", token: "s3cret", to: endpoint)?.payload == SessionWire.encode(SessionWire.Welcome(accepted: true, clientID: "alice", lastSequence: 0, resumeAfter: 0)))

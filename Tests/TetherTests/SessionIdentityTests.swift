@@ -109,7 +109,7 @@ struct SessionIdentityTests {
                     reason: .rejected,
                     rejection: TetherError(
                         code: .sessionRejected,
-                        message: "\(endpoint.host):\(endpoint.port) rejected the session of client alice: client id alice was rejected: token expired"
+                        message: "\(endpoint.host):\(endpoint.port) rejected the session of client alice: token expired"
                     ),
                     rejectionReason: "token expired",
                     previous: SessionIdentity(clientID: "alice", token: "expired"),
@@ -147,7 +147,7 @@ struct SessionIdentityTests {
             let watcher = StateWatcher(connection)
             let error = await #expect(throws: TetherError.self) { try await connection.connect() }
             #expect(error?.code == .sessionRejected)
-            #expect(error?.message == "\(endpoint.host):\(endpoint.port) rejected the session of client alice: client id alice was rejected: account closed")
+            #expect(error?.message == "\(endpoint.host):\(endpoint.port) rejected the session of client alice: account closed")
             let failed = try await watcher.next(.failed)
             #expect(failed.reason == error)
             #expect(await watcher.phases == [.idle, .connecting, .failed])

@@ -205,7 +205,7 @@ struct TLSTests {
     @Test("mutual TLS: the client's certificate is verified and its subject reaches the handler")
     func mutualTLS() async throws {
         let certificates = try await TestCertificates.shared()
-        let configure = serverTLS(certificates) { $0.clientAuthentication = .required(trustRoots: certificates.caCertificate) }
+        let configure = serverTLS(certificates) { $0.clientAuthentication = .required(trusting: .file(certificates.caCertificate)) }
         try await withServer(configure: configure, handlers: { server in
             server.handle(type: 0x430) { _, peer in
                 Response(json: ["subject": .string(await peer.tlsDetails?.peerSubject ?? "none")])
@@ -246,7 +246,7 @@ struct TLSTests {
     @Test("optional client certificates: a client connects with one or without one, and the server knows which")
     func optionalClientCertificate() async throws {
         let certificates = try await TestCertificates.shared()
-        let configure = serverTLS(certificates) { $0.clientAuthentication = .optional(trustRoots: certificates.caCertificate) }
+        let configure = serverTLS(certificates) { $0.clientAuthentication = .optional(trusting: .file(certificates.caCertificate)) }
         try await withServer(configure: configure, handlers: { server in
             server.handle(type: 0x430) { _, peer in
                 Response(json: ["subject": .string(await peer.tlsDetails?.peerSubject ?? "none")])

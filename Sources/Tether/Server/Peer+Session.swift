@@ -38,7 +38,8 @@ extension Peer {
                 claimedClientID = nil
                 hub.rejected()
                 let reason = TetherError.reason(of: error)
-                refuse(frame, "client id \(hello.clientID) was rejected: \(reason)", rejected: true, reason: reason)
+                // The reason alone: the client's error names the server and the client id.
+                refuse(frame, reason, rejected: true, reason: reason)
                 close()
                 return
             }
