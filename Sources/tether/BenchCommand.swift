@@ -100,6 +100,10 @@ struct BenchCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
+        #if DEBUG
+        // An unoptimized build measures several times less than the library can do.
+        Console.err("tether: warning: this tether is a debug build, which measures several times less than a release build: use `swift run -c release tether bench …`")
+        #endif
         var configuration = ConnectionConfiguration(profile: profile)
         configuration.heartbeat = .disabled
         configuration.reconnect.appliesToFirstConnect = false
