@@ -93,12 +93,14 @@ struct ProfileEndToEndTests {
             #expect(reply.fields == ["contentType": 7, "version": 2])
             #expect(reply.integrity == .verified)
             #expect(reply.serial == 1)
-            // The first heartbeat went out as the connection opened; two more, 200 ms apart.
+            // The first heartbeat went out as the connection opened, and the first subscription
+            // starts with it; two more, 200 ms apart.
             let acks = connection.heartbeats.filter { $0.outcome == .acked }
             await network.advance(by: .milliseconds(200))
             await network.advance(by: .milliseconds(200))
-            #expect(try await collect(2, from: acks, "heartbeat acks") == [
-                Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero), Heartbeat(serial: 3, outcome: .acked, roundTripTime: .zero),
+            #expect(try await collect(3, from: acks, "heartbeat acks") == [
+                Heartbeat(serial: 1, outcome: .acked, roundTripTime: .zero), Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero),
+                Heartbeat(serial: 3, outcome: .acked, roundTripTime: .zero),
             ])
             let pushes = connection.notifications
             #expect(await server.broadcast(Frame(type: 0x3, serial: 0, payload: Array("news".utf8), fields: ["contentType": 5])) == 1)
@@ -152,7 +154,10 @@ struct ProfileEndToEndTests {
             #expect(metrics.lateResponses == 0)
             let acks = connection.heartbeats.filter { $0.outcome == .acked }
             await network.advance(by: .milliseconds(200))
-            #expect(try await collect(1, from: acks, "a heartbeat ack") == [Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero)])
+            // The first subscription starts with heartbeat 1, sent as the connection opened.
+            #expect(try await collect(2, from: acks, "heartbeat acks") == [
+                Heartbeat(serial: 1, outcome: .acked, roundTripTime: .zero), Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero),
+            ])
             let pushes = connection.notifications
             await server.broadcast(Frame(type: 0x7, payload: Array(#"{"n":1}"#.utf8)))
             #expect(try await collect(1, from: pushes, "the push").first?.payload == Array(#"{"n":1}"#.utf8))
@@ -222,8 +227,9 @@ struct ProfileEndToEndTests {
             let acks = connection.heartbeats.filter { $0.outcome == .acked }
             await network.advance(by: .milliseconds(100))
             await network.advance(by: .milliseconds(100))
+            // The first subscription, made as connect() returned, starts with heartbeat 1.
             let seen = try await collect(2, from: acks, "two heartbeat acks")
-            #expect(seen == [Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero), Heartbeat(serial: 3, outcome: .acked, roundTripTime: .zero)])
+            #expect(seen == [Heartbeat(serial: 1, outcome: .acked, roundTripTime: .zero), Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero)])
             #expect(await connection.metrics.heartbeatsMissed == 0)
         }
     }

@@ -170,7 +170,9 @@ public actor Connection {
             lossless: sessions,
             holdLimit: configuration.session.map { max(1, $0.maximumHeldPushes) }
         )
-        heartbeatFeed = Broadcaster(bufferSize: size)
+        // The first subscriber also gets the last heartbeat before it subscribed (its send,
+        // then its ack): a subscription made as connect() returns sees heartbeat 1.
+        heartbeatFeed = Broadcaster(bufferSize: size, holdsUntilSubscribed: true, holdLimit: 2)
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
         sessionFeed = Broadcaster(bufferSize: size)
         session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter, epoch: $0.resumeEpoch) }
@@ -494,6 +496,10 @@ public actor Connection {
     }
 
     /// One element per heartbeat event: sent, acked with its round-trip time, or missed.
+    ///
+    /// Each subscription gets the events from when it subscribes. The first one also gets
+    /// the last two events published before anyone subscribed, so a subscription made as
+    /// `connect()` returns starts with heartbeat 1, which goes out as the connection comes up.
     public nonisolated var heartbeats: Subscription<Heartbeat> { heartbeatFeed.subscribe() }
 
     /// The current state first, then every change, across reconnects; it ends after the
