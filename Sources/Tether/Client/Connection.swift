@@ -172,7 +172,7 @@ public actor Connection {
         )
         heartbeatFeed = Broadcaster(bufferSize: size)
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
-        sessionFeed = Broadcaster(bufferSize: size)
+        sessionFeed = Broadcaster(bufferSize: size, tap: Self.sessionTap(configuration, endpoint: endpoint))
         session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter, epoch: $0.resumeEpoch) }
         identity = ConnectionIdentity(configuration.session)
         stateFeed.publish(.idle)
@@ -645,6 +645,7 @@ public actor Connection {
         case .failWaiting(let reason):
             failWaiting(reason)
         case .publish(let state):
+            observe(state)
             stateFeed.publish(state)
         case .resetSession:
             resetSession()
