@@ -1,6 +1,7 @@
 // The code of Documentation.docc/RequestsAndTimeouts.md, compiled, and run against a local
 // server where the example is self-contained.
 
+import Foundation
 import Synchronization
 import Testing
 import Tether
@@ -112,6 +113,34 @@ private func codableExample(connection: Connection) async throws {
     let reply = try await connection.request(try Request(type: 0x430, encoding: Order(item: "tea", quantity: 2)))
     let receipt = try reply.decode(Receipt.self)
     print(receipt.orderID, receipt.total)            // 17 7.0
+}
+
+struct PriceChange: Codable, Sendable {
+    var symbol: String
+    var lastPrice: Double
+    var changedAt: Date
+}
+
+/// Runs inside a handler, where the peer is isolated.
+private func pushWithStrategiesExample(peer: isolated Peer) throws {
+    let encoder = JSONEncoder()
+    encoder.dateEncodingStrategy = .iso8601
+    encoder.keyEncodingStrategy = .convertToSnakeCase
+    encoder.outputFormatting = [.sortedKeys]
+    let change = PriceChange(symbol: "ACME", lastPrice: 101.5, changedAt: Date(timeIntervalSince1970: 1_700_000_000))
+    let push = try Frame(type: 0x501, encoding: change, encoder: encoder)
+    print(push.text)        // {"changed_at":"2023-11-14T22:13:20Z","last_price":101.5,"symbol":"ACME"}
+    try peer.push(push)
+}
+
+private func readPushWithStrategiesExample(connection: Connection) async throws {
+    let decoder = JSONDecoder()
+    decoder.dateDecodingStrategy = .iso8601
+    decoder.keyDecodingStrategy = .convertFromSnakeCase
+    for await push in connection.notifications(ofType: 0x501) {
+        let change = try push.decode(PriceChange.self, decoder: decoder)
+        print(change.symbol, change.lastPrice)       // ACME 101.5
+    }
 }
 
 private func textAndDictionaryExample(connection: Connection) async throws {

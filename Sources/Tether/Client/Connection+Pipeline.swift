@@ -104,13 +104,22 @@ extension Connection {
     ///   error ``request(_:timeout:)`` would have thrown.
     public nonisolated func pipeline(_ requests: [Request], timeout: Duration? = nil) async -> [Result<Response, any Error>] {
         guard !requests.isEmpty else { return [] }
+        if let observer = configuration.observer {
+            return await observedPipeline(requests, timeout: timeout, observer: observer)
+        }
+        return await placePipeline(requests, timeout: timeout, batch: PipelineBatch(count: requests.count))
+    }
+
+    /// What ``pipeline(_:timeout:)`` does once the observer is taken care of, with `batch`
+    /// to gather the outcomes (and the serials, in its ``PipelineBatch/members``).
+    @inline(__always)
+    nonisolated func placePipeline(_ requests: [Request], timeout: Duration?, batch: PipelineBatch) async -> [Result<Response, any Error>] {
         // As for request(_:timeout:): a caller off the loop hands the loop a job (the batch
         // itself) and waits outside the actor, so the outcomes resume it on its own
         // executor directly.
         if loop.inLoop {
-            return await pipelineOnLoop(requests, timeout: timeout)
+            return await pipelineOnLoop(requests, timeout: timeout, batch: batch)
         }
-        let batch = PipelineBatch(count: requests.count)
         batch.placing = (self, requests, timeout)
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<Response, any Error>], Never>) in
@@ -125,8 +134,7 @@ extension Connection {
     }
 
     /// ``pipeline(_:timeout:)`` for a caller already on the loop.
-    private func pipelineOnLoop(_ requests: [Request], timeout: Duration?) async -> [Result<Response, any Error>] {
-        let batch = PipelineBatch(count: requests.count)
+    private func pipelineOnLoop(_ requests: [Request], timeout: Duration?, batch: PipelineBatch) async -> [Result<Response, any Error>] {
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<Response, any Error>], Never>) in
                 batch.continuation = continuation

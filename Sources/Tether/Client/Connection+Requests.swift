@@ -80,22 +80,37 @@ extension Connection {
     /// An error answer from the server (`{"error": …}`) is still a response: check
     /// ``Response/errorMessage``.
     ///
+    /// With ``ConnectionConfiguration/observer`` set, the observer hears of the request in
+    /// this task just before it is placed and just after its outcome (see
+    /// ``ConnectionObserver``).
+    ///
     /// - Parameters:
     ///   - request: The type and content to send.
     ///   - timeout: How long to wait; `nil` uses ``ConnectionConfiguration/requestTimeout``.
     /// - Returns: The response.
     /// - Throws: ``TetherError`` or `CancellationError`.
     public nonisolated func request(_ request: Request, timeout: Duration? = nil) async throws -> Response {
+        if let observer = configuration.observer {
+            return try await observedRequest(request, timeout: timeout, observer: observer)
+        }
+        return try await placeRequest(request, timeout: timeout, trace: nil)
+    }
+
+    /// What ``request(_:timeout:)`` does once the observer is taken care of; `trace`, when
+    /// given, is told the serial the request gets.
+    @inline(__always)
+    nonisolated func placeRequest(_ request: Request, timeout: Duration?, trace: RequestTrace?) async throws -> Response {
         // A caller on the loop (a task that prefers ``taskExecutor``) places the request
         // within the actor. Any other caller hands the loop a job and waits here, outside
         // the actor: its response then resumes it on its own executor, with no hop back to
         // the loop to end an isolated call and none from there to the caller.
         if loop.inLoop {
-            return try await requestOnLoop(request, timeout: timeout)
+            return try await requestOnLoop(request, timeout: timeout, trace: trace)
         }
         // A caller cancelled already goes through the loop too: the placement job ends it
         // there, counted in ``ConnectionMetrics/requestsCancelled``.
         let placement = RequestPlacement(connection: self, request: request, timeout: timeout)
+        placement.trace = trace
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Response, any Error>) in
                 placement.continuation = continuation
@@ -112,12 +127,13 @@ extension Connection {
     /// The caller runs a job of the loop's thread, so no job of this actor runs meanwhile:
     /// the request is placed at once, with no job for the actor, and the response resumes
     /// the caller on the loop with no hop through the actor either.
-    private nonisolated func requestOnLoop(_ request: Request, timeout: Duration?) async throws -> Response {
+    private nonisolated func requestOnLoop(_ request: Request, timeout: Duration?, trace: RequestTrace?) async throws -> Response {
         if Task.isCancelled {
             callOnLoop(loop, self, ()) { connection, _ in connection.counters.requestsCancelled += 1 }
             throw CancellationError()
         }
         let (serial, id) = callOnLoop(loop, self, ()) { connection, _ in connection.table.allocate() }
+        trace?.serial = serial
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Response, any Error>) in
                 // Still the same job on the loop's thread: everything from the checks to the
@@ -161,6 +177,7 @@ extension Connection {
         let (serial, id) = table.allocate()
         placement.serial = serial
         placement.id = id
+        placement.trace?.serial = serial
         place(placement.request, timeout: placement.timeout, serial: serial, id: id, cancelled: placement.cancelled, continuation: continuation)
     }
 
@@ -403,6 +420,8 @@ final class RequestPlacement: LoopJob, @unchecked Sendable {
     var id: UInt64 = 0
     /// Set when the caller was cancelled before the request was placed.
     var cancelled = false
+    /// Told the serial, for a ``ConnectionObserver``.
+    var trace: RequestTrace?
 
     init(connection: Connection, request: Request, timeout: Duration?) {
         self.connection = connection

@@ -174,7 +174,7 @@ public actor Connection {
         // then its ack): a subscription made as connect() returns sees heartbeat 1.
         heartbeatFeed = Broadcaster(bufferSize: size, holdsUntilSubscribed: true, holdLimit: 2)
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
-        sessionFeed = Broadcaster(bufferSize: size)
+        sessionFeed = Broadcaster(bufferSize: size, tap: Self.sessionTap(configuration, endpoint: endpoint))
         session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter, epoch: $0.resumeEpoch) }
         identity = ConnectionIdentity(configuration.session)
         stateFeed.publish(.idle)
@@ -651,6 +651,7 @@ public actor Connection {
         case .failWaiting(let reason):
             failWaiting(reason)
         case .publish(let state):
+            observe(state)
             stateFeed.publish(state)
         case .resetSession:
             resetSession()

@@ -210,6 +210,11 @@ public struct ConnectionConfiguration: Sendable {
     public var drainTimeout: Duration = .seconds(5)
     /// The event loops to run on. Default ``EventLoopGroup/shared``.
     public var eventLoopGroup: EventLoopGroup = .shared
+    /// Sees each request from its start to its outcome (in the caller's task), each state
+    /// change and each session event (on the loop), as they happen: for logging and
+    /// tracing (see <doc:Bridging>). Default `nil`: nothing is observed, and nothing is
+    /// spent on it.
+    public var observer: (any ConnectionObserver)?
     /// Where the connection learns of the network path: it verifies itself with a heartbeat
     /// when the path changes, retries at once when a path comes back, and spends no
     /// reconnect attempts while there is none (``ConnectionState/Phase/waitingForNetwork``);

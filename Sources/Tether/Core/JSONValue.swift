@@ -4,7 +4,7 @@ import Foundation
 ///
 /// Write it with literals (`["hello": "world", "count": 3]`), read it with subscripts
 /// (`reply.json?["echo"]?["hello"]?.stringValue`). For your own types, use `Codable`
-/// with ``Request/init(type:encoding:)`` and ``Response/decode(_:)``.
+/// with ``Request/init(type:encoding:encoder:)`` and ``Response/decode(_:decoder:)``.
 public enum JSONValue: Sendable, Hashable, Codable, CustomStringConvertible {
     /// `null`.
     case null
@@ -231,16 +231,27 @@ extension JSONValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, Expre
 
 /// JSON helpers shared by ``Request``, ``Response`` and ``Frame``.
 enum JSONCoding {
-    static func encode<T: Encodable>(_ value: T) throws(TetherError) -> [UInt8] {
-        if let value = value as? JSONValue { return value.encoded }
+    /// `value` as JSON: with `encoder` when given, otherwise a ``JSONValue`` by
+    /// ``JSONWriter`` and anything else by ``JSONValue/encoder``.
+    static func encode<T: Encodable>(_ value: T, with encoder: JSONEncoder? = nil) throws(TetherError) -> [UInt8] {
+        if encoder == nil, let value = value as? JSONValue { return value.encoded }
         do {
-            return Array(try JSONValue.encoder.encode(value))
+            return Array(try (encoder ?? JSONValue.encoder).encode(value))
         } catch {
             throw TetherError(code: .encodingFailed, message: "cannot encode \(T.self) as JSON: \(error)")
         }
     }
 
-    static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8], what: String) throws(TetherError) -> T {
+    /// `T` from the JSON `payload`: with `decoder` when given, otherwise parsed by
+    /// ``JSONParser`` and decoded by ``JSONValueDecoder``. `what` names the content in errors.
+    static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8], what: String, with decoder: JSONDecoder? = nil) throws(TetherError) -> T {
+        if let decoder {
+            do {
+                return try decoder.decode(T.self, from: Data(payload))
+            } catch {
+                throw TetherError(code: .decodingFailed, message: "cannot decode \(what) as \(T.self): \(describe(decodingError: error))")
+            }
+        }
         let value: JSONValue
         do {
             value = try JSONValue(parsing: payload)
@@ -285,12 +296,4 @@ extension Frame {
         payload.isEmpty ? nil : try? JSONValue(parsing: payload)
     }
 
-    /// The payload decoded as `T` from JSON.
-    ///
-    /// - Parameter type: The type to decode.
-    /// - Returns: The decoded value.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed``.
-    public func decode<T: Decodable>(_ type: T.Type) throws(TetherError) -> T {
-        try JSONCoding.decode(T.self, from: payload, what: "frame \(hex(self.type)) content")
-    }
 }

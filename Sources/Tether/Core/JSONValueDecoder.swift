@@ -295,5 +295,10 @@ func describe(decodingError error: any Error) -> String {
             path += path.isEmpty ? key.stringValue : ".\(key.stringValue)"
         }
     }
-    return path.isEmpty ? context.debugDescription : "\(context.debugDescription) at \(path)"
+    var text = context.debugDescription
+    if let underlying = context.underlyingError {
+        // Foundation's parser says what is wrong with the text here ("too deep", the offset).
+        text += " (\(underlying))"
+    }
+    return path.isEmpty ? text : "\(text) at \(path)"
 }

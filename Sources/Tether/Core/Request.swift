@@ -1,3 +1,5 @@
+public import Foundation
+
 /// A request: a type and content, sent with ``Connection/request(_:timeout:)``.
 ///
 /// The connection gives it a fresh serial; the response comes back with the same type and
@@ -41,12 +43,24 @@ public struct Request: Sendable, Hashable {
 
     /// Creates a request whose content is an `Encodable` value as JSON.
     ///
+    /// With no `encoder`, the content is Foundation's `JSONEncoder` defaults, with members
+    /// sorted: `Date` is a number of seconds since 1 January 2001 (`.deferredToDate`),
+    /// `Data` a Base64 string, property names are kept as written (`.useDefaultKeys`), a
+    /// NaN or infinite `Double` is refused (`.throw`); members are sorted by the UTF-8
+    /// bytes of their names, with no white space and `/` not escaped. A ``JSONValue`` is
+    /// written by Tether's own writer in the same form, a number that is not finite as
+    /// `null`. Pass an encoder for other strategies, as peers written in other languages
+    /// often expect (`.iso8601` dates, `.convertToSnakeCase` keys); it is used as it is,
+    /// its output formatting included.
+    ///
     /// - Parameters:
     ///   - type: The request type.
     ///   - value: The value to encode.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/encodingFailed``.
-    public init<T: Encodable>(type: UInt32, encoding value: T) throws(TetherError) {
-        self.init(type: type, payload: try JSONCoding.encode(value))
+    ///   - encoder: The encoder to write the JSON with; `nil` for the defaults above.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/encodingFailed`` when the encoder
+    ///   refuses the value, with the encoder's reason and where in the value.
+    public init<T: Encodable>(type: UInt32, encoding value: T, encoder: JSONEncoder? = nil) throws(TetherError) {
+        self.init(type: type, payload: try JSONCoding.encode(value, with: encoder))
     }
 
     /// Creates a request whose content is a plain dictionary as JSON.
@@ -75,11 +89,23 @@ public struct Request: Sendable, Hashable {
 
     /// The content decoded from JSON.
     ///
-    /// - Parameter type: The type to decode.
+    /// With no `decoder`, Tether's own parser reads the text and the value is decoded with
+    /// `JSONDecoder`'s default strategies: RFC 8259 text nested at most
+    /// ``JSONValue/defaultMaximumDepth`` deep, no `NaN` or `Infinity`, a repeated member
+    /// name keeping its last value; `Date` from a number of seconds since 1 January 2001,
+    /// `Data` from a Base64 string, member names matched as written. Pass a decoder for
+    /// other strategies (`.iso8601` dates, `.convertFromSnakeCase` keys): it reads the text
+    /// itself, with Foundation's parser and its own depth limit.
+    ///
+    /// - Parameters:
+    ///   - type: The type to decode.
+    ///   - decoder: The decoder to read the JSON with; `nil` for the defaults above.
     /// - Returns: The decoded value.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed``.
-    public func decode<T: Decodable>(_ type: T.Type) throws(TetherError) -> T {
-        try JSONCoding.decode(T.self, from: payload, what: "request \(hex(self.type)) content")
+    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed`` when the content is
+    ///   not JSON or not of the shape of `T`; the message names the request type, the type
+    ///   asked for, what was expected and found, and where (`at items[2].name`).
+    public func decode<T: Decodable>(_ type: T.Type, decoder: JSONDecoder? = nil) throws(TetherError) -> T {
+        try JSONCoding.decode(T.self, from: payload, what: "request \(hex(self.type)) content", with: decoder)
     }
 }
 
@@ -127,10 +153,23 @@ public struct Response: Sendable, Hashable {
 
     /// Creates a response whose content is an `Encodable` value as JSON.
     ///
-    /// - Parameter value: The value to encode.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/encodingFailed``.
-    public init<T: Encodable>(encoding value: T) throws(TetherError) {
-        self.init(payload: try JSONCoding.encode(value))
+    /// With no `encoder`, the content is Foundation's `JSONEncoder` defaults, with members
+    /// sorted: `Date` is a number of seconds since 1 January 2001 (`.deferredToDate`),
+    /// `Data` a Base64 string, property names are kept as written (`.useDefaultKeys`), a
+    /// NaN or infinite `Double` is refused (`.throw`); members are sorted by the UTF-8
+    /// bytes of their names, with no white space and `/` not escaped. A ``JSONValue`` is
+    /// written by Tether's own writer in the same form, a number that is not finite as
+    /// `null`. Pass an encoder for other strategies, as peers written in other languages
+    /// often expect (`.iso8601` dates, `.convertToSnakeCase` keys); it is used as it is,
+    /// its output formatting included.
+    ///
+    /// - Parameters:
+    ///   - value: The value to encode.
+    ///   - encoder: The encoder to write the JSON with; `nil` for the defaults above.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/encodingFailed`` when the encoder
+    ///   refuses the value, with the encoder's reason and where in the value.
+    public init<T: Encodable>(encoding value: T, encoder: JSONEncoder? = nil) throws(TetherError) {
+        self.init(payload: try JSONCoding.encode(value, with: encoder))
     }
 
     /// Creates an error response: `{"error": message}`.
@@ -162,11 +201,23 @@ public struct Response: Sendable, Hashable {
 
     /// The content decoded from JSON.
     ///
-    /// - Parameter type: The type to decode.
+    /// With no `decoder`, Tether's own parser reads the text and the value is decoded with
+    /// `JSONDecoder`'s default strategies: RFC 8259 text nested at most
+    /// ``JSONValue/defaultMaximumDepth`` deep, no `NaN` or `Infinity`, a repeated member
+    /// name keeping its last value; `Date` from a number of seconds since 1 January 2001,
+    /// `Data` from a Base64 string, member names matched as written. Pass a decoder for
+    /// other strategies (`.iso8601` dates, `.convertFromSnakeCase` keys): it reads the text
+    /// itself, with Foundation's parser and its own depth limit.
+    ///
+    /// - Parameters:
+    ///   - type: The type to decode.
+    ///   - decoder: The decoder to read the JSON with; `nil` for the defaults above.
     /// - Returns: The decoded value.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed``.
-    public func decode<T: Decodable>(_ type: T.Type) throws(TetherError) -> T {
-        try JSONCoding.decode(T.self, from: payload, what: "response \(hex(self.type)) serial \(serial) content")
+    /// - Throws: ``TetherError`` with ``TetherError/Code/decodingFailed`` when the content is
+    ///   not JSON or not of the shape of `T`; the message names the request type and serial,
+    ///   the type asked for, what was expected and found, and where (`at items[2].name`).
+    public func decode<T: Decodable>(_ type: T.Type, decoder: JSONDecoder? = nil) throws(TetherError) -> T {
+        try JSONCoding.decode(T.self, from: payload, what: "response \(hex(self.type)) serial \(serial) content", with: decoder)
     }
 
     /// The text of an error answer (`{"error": "…"}`), or `nil` for a normal response.

@@ -93,6 +93,8 @@ final class Broadcaster<Element: Sendable>: Sendable {
     private let lossless: Bool
     /// The most elements held for subscribers to come.
     private let holdLimit: Int
+    /// Told of every published element first; see ``init(bufferSize:keepsLatest:holdsUntilSubscribed:lossless:holdLimit:tap:)``.
+    private let tap: (@Sendable (Element) -> Void)?
 
     /// - Parameters:
     ///   - bufferSize: Elements each subscriber may have waiting.
@@ -104,7 +106,10 @@ final class Broadcaster<Element: Sendable>: Sendable {
     ///   - holdLimit: The most elements held for subscribers to come (by `publish` while
     ///     nobody is subscribed, by `publishUntilTaken` while nobody takes them); `nil` for
     ///     `bufferSize`.
-    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false, holdLimit: Int? = nil) {
+    ///   - tap: Told of every element of ``publish(_:)`` first, on the publishing thread,
+    ///     whether anyone is subscribed or not: a ``TetherObserver``.
+    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false, holdLimit: Int? = nil, tap: (@Sendable (Element) -> Void)? = nil) {
+        self.tap = tap
         self.bufferSize = lossless ? .max : max(1, bufferSize)
         self.keepsLatest = keepsLatest
         self.holdsUntilSubscribed = holdsUntilSubscribed
@@ -163,6 +168,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
 
     /// Delivers `element` to every subscriber whose filter accepts it.
     func publish(_ element: Element) {
+        tap?(element)
         // A subscriber that joins concurrently may miss this element: it subscribed "from now".
         if !keepsLatest && !holdsUntilSubscribed && subscriberCount.load(ordering: .relaxed) == 0 { return }
         state.withLock { state in

@@ -292,6 +292,7 @@ public actor Peer {
     /// Runs an immediate handler and writes its answer; a thrown error becomes an error
     /// response.
     private func answer(_ frame: Frame, with handler: Server.ImmediateHandler) {
+        if let observer = configuration.observer { return answerObserved(frame, with: handler, observer: observer) }
         let response: Response
         do {
             response = try handler(Request(frame: frame), self)
@@ -305,6 +306,7 @@ public actor Peer {
     /// of a handler whose peer or server is shutting down: that one answers nothing, and the
     /// client sees its request fail with the lost connection rather than a made-up error.
     private static func invoke(_ handler: Server.Handler, _ request: Request, _ peer: isolated Peer) async -> Response? {
+        if let observer = peer.configuration.observer { return await invokeObserved(handler, request, peer, observer: observer) }
         do {
             return try await handler(request, peer)
         } catch is CancellationError where Task.isCancelled {
@@ -316,7 +318,7 @@ public actor Peer {
 
     /// The answer for what a handler threw: a ``TetherError``'s message, or the error's
     /// description.
-    private static func errorResponse(for error: any Error) -> Response {
+    static func errorResponse(for error: any Error) -> Response {
         .error((error as? TetherError)?.message ?? String(describing: error))
     }
 

@@ -86,7 +86,7 @@ public final class Server: Sendable {
     public init(configuration: ServerConfiguration = .init()) {
         self.configuration = configuration
         sharedConfiguration = SharedServerConfiguration(configuration)
-        eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024))
+        eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024), tap: Self.eventTap(configuration.observer))
         let hub = configuration.mailboxes.map(MailboxHub.init)
         self.hub = hub
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)

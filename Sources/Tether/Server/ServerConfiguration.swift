@@ -38,6 +38,10 @@ public struct ServerConfiguration: Sendable {
     public var handshakeTimeout: Duration? = .seconds(10)
     /// The event loops to run on. Default ``EventLoopGroup/shared``.
     public var eventLoopGroup: EventLoopGroup = .shared
+    /// Sees each handler run from its start to its outcome, and each ``ServerEvent``, as
+    /// they happen, on the loops: for logging and tracing (see <doc:Bridging>). Default
+    /// `nil`: nothing is observed, and nothing is spent on it.
+    public var observer: (any ServerObserver)?
     /// The in-memory network to dial (or listen on) instead of the system's sockets; set
     /// by `TetherTesting`, together with ``eventLoopGroup``. `nil`: real sockets.
     package var memoryNetwork: MemoryNetwork?

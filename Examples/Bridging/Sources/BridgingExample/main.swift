@@ -10,7 +10,10 @@ LoggingSystem.bootstrap(StreamLogHandler.standardError)
 // MetricsSystem.bootstrap(…)         // your backend: Prometheus, StatsD, OpenTelemetry…
 let logger = Logger(label: "echo-server")
 let port = CommandLine.arguments.dropFirst().first.flatMap { Int($0) } ?? 9000
-let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: port))
+// InstrumentationSystem.bootstrap(…) // your tracer: swift-otel…
+var configuration = ServerConfiguration(host: "127.0.0.1", port: port)
+configuration.observer = TracingObserver(logger: logger)   // a span per handled request
+let server = Server(configuration: configuration)
 server.handle(type: 0x402) { request, peer in
     Response(json: ["echo": request.json ?? .null])
 }
