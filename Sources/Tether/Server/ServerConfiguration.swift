@@ -54,6 +54,10 @@ public struct ServerConfiguration: Sendable {
     /// there are served like TCP peers (``WebSocketServerConfiguration``). Default `nil`:
     /// no WebSocket port.
     public var webSocket: WebSocketServerConfiguration?
+    /// How ``Server/drain(deadline:reconnectAfter:)`` stops the server gracefully: the
+    /// deadline for handlers in flight (default 30 s) and the reconnect hint clients get
+    /// (default 0).
+    public var drain = DrainConfiguration()
 
     // MARK: Hostile peers
 
