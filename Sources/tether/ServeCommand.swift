@@ -479,7 +479,9 @@ struct ServeCommand: Command {
     /// `peer#3 connected from 127.0.0.1:53422`, or `nil` for events not worth a line.
     private static func logLine(for event: ServerEvent, book: PeerBook) -> String? {
         var peer = event.peer.map(String.init(describing:)) ?? "peer"
-        if let id = event.peer, let clientID = book.clientID(of: id) { peer += " (client \(clientID))" }
+        // Events carry the client id once the hello is accepted; the book knows it from the
+        // hello's check on, for the lines in between.
+        if let id = event.peer, let clientID = event.clientID ?? book.clientID(of: id) { peer += " (client \(clientID))" }
         let reason = event.reason.map { ": \($0.message)" } ?? ""
         switch event.kind {
         case .peerConnected: return "\(peer) connected from \(event.address)"

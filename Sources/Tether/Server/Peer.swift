@@ -12,7 +12,7 @@ public actor Peer {
     /// Where the peer connects from.
     public nonisolated let remoteAddress: SocketAddress
     nonisolated let loop: EventLoop
-    private weak var server: Server?
+    weak var server: Server?
     /// The server's configuration, shared by its peers: an idle peer keeps no copy.
     private let sharedConfiguration: SharedServerConfiguration
     /// The server's configuration.
@@ -213,7 +213,7 @@ public actor Peer {
     /// Tells the server the peer has ended, and why.
     @inline(never)
     private func detach() {
-        server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"), metrics: counts)
+        server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"), metrics: counts, clientID: session?.clientID)
     }
 
     /// This peer's counters now. After the peer has ended they stay as they were then.

@@ -522,7 +522,7 @@ public final class Server: Sendable {
 
     /// A peer ended: its counts move into the server's totals in the same step that removes
     /// it from the peers, so ``metrics()`` counts it exactly once.
-    func peerDisconnected(_ peer: Peer, reason: TetherError, metrics: PeerMetrics) {
+    func peerDisconnected(_ peer: Peer, reason: TetherError, metrics: PeerMetrics, clientID: String? = nil) {
         let lastOfDrain = state.withLock { state in
             state.peers.removeValue(forKey: peer.id)
             state.peersByLoop = nil
@@ -538,7 +538,7 @@ public final class Server: Sendable {
             return Self.peerEndedDuringDrain(in: &state)
         }
         lastOfDrain?.resume()
-        eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason))
+        eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason, clientID: clientID))
     }
 }
 
