@@ -136,6 +136,51 @@ struct DrainTests {
         #expect(try await finalState(of: connection).phase == .closed)
     }
 
+    @Test("every built-in profile with a heartbeat carries the notice: an idle client leaves at once, and the drain ends long before its deadline", arguments: [Profile.seed, .seedExtended, .compact])
+    func noticeInProfile(_ profile: Profile) async throws {
+        var configuration = ServerConfiguration(port: 0, profile: profile)
+        configuration.drain.deadline = .seconds(30)
+        let server = Server(configuration: configuration)
+        let running = Task { try await server.run() }
+        let address = try await bounded("the server to listen") { try await server.listeningAddress() }
+        let connection = try await Connection.connect(to: Endpoint(host: address.ipAddress, port: address.port), configuration: testConfiguration {
+            $0.profile = profile
+        })
+        try await bounded("drain() to return") { await server.drain() }
+        try await bounded("run() to return") { try await running.value }
+        let final = try await finalState(of: connection)
+        #expect(final == .closed(TetherError(code: .connectionLost, message: "\(address) is draining: the server is shutting down: finish, then reconnect")))
+    }
+
+    @Test("the WebSocket port stops accepting too: a ws:// client is refused during the drain")
+    func webSocketPortCloses() async throws {
+        let gate = HandlerGate(open: false)
+        let (started, starting) = AsyncStream<Void>.makeStream()
+        var configuration = ServerConfiguration(port: 0)
+        configuration.webSocket = WebSocketServerConfiguration(port: 0, path: "/tether")
+        let server = Server(configuration: configuration)
+        Self.handlers(server, name: "a", gate: gate, started: starting)
+        let running = Task { try await server.run() }
+        let address = try await bounded("the server to listen") { try await server.listeningAddress() }
+        let webSocket = try await server.webSocketAddress()
+        let connection = try await Connection.connect(to: Endpoint(host: address.ipAddress, port: address.port), configuration: testConfiguration())
+        let frames = connection.frames
+        let reply = Task { try await connection.request(Request(type: 0x405, json: ["n": 1])) }
+        _ = try await collect(1, from: started, "the handler to start")
+        let drained = Task { await server.drain() }
+        _ = try await Self.notice(in: frames)
+        var refusing = testConfiguration()
+        refusing.reconnect.appliesToFirstConnect = false
+        let refusal = await #expect(throws: TetherError.self) {
+            try await Connection.connect(to: Endpoint(host: webSocket.ipAddress, port: webSocket.port, webSocketPath: "/tether"), configuration: refusing)
+        }
+        #expect(refusal?.code == .connectionRefused)
+        gate.open()
+        #expect(try await bounded("the response") { try await reply.value }.json == ["server": "a", "echo": ["n": 1]])
+        try await bounded("drain() to return") { await drained.value }
+        try await bounded("run() to return") { try await running.value }
+    }
+
     @Test("a client whose profile carries no notice (lines) is closed once its request is answered, and the drain ends without waiting for the deadline")
     func profileWithoutNotice() async throws {
         #expect(DrainNotice.carried(by: .seed))

@@ -1,4 +1,5 @@
-/// How far a peer is in its server's drain.
+/// How far a peer is in its server's drain. One byte in every peer: the deadline itself is
+/// the server's (``DrainState/order``).
 enum PeerDrainPhase: Sendable {
     /// No drain: serving.
     case serving
@@ -8,7 +9,7 @@ enum PeerDrainPhase: Sendable {
     case draining(quiet: Bool)
     /// The deadline passed: handlers are cancelled and what they were asked is answered
     /// with an error that names the deadline.
-    case expired(deadline: Duration)
+    case expired
 
     /// Whether the drain's deadline has passed.
     var hasExpired: Bool {
@@ -43,7 +44,7 @@ extension Peer {
                 closeIfDrained()
             }
         }
-        if order.deadlinePassed { drainDeadlinePassed(order.deadline) }
+        if order.deadlinePassed { drainDeadlinePassed() }
     }
 
     /// Closes the connection of a client that cannot be told, once none of its requests is
@@ -56,9 +57,9 @@ extension Peer {
     /// The deadline passed: requests not started are answered with an error now, handlers
     /// still running are cancelled (each of their requests gets the same error as it ends),
     /// and the connection closes once none runs.
-    private func drainDeadlinePassed(_ deadline: Duration) {
+    private func drainDeadlinePassed() {
         guard closeReason == nil, !drainPhase.hasExpired else { return }
-        drainPhase = .expired(deadline: deadline)
+        drainPhase = .expired
         let waiting = inbox
         inbox.removeAll()
         leaveSlotQueue()
@@ -76,11 +77,14 @@ extension Peer {
     }
 
     /// The answer to a request whose handler the drain's deadline cancelled, or that had not
-    /// started by then.
+    /// started by then. A session hello gets a refusal the client may retry elsewhere.
     func drainExpiredResponse(to frame: Frame) -> Response {
-        let deadline: String
-        if case .expired(let limit) = drainPhase { deadline = describe(limit) } else { deadline = "its" }
-        return .error("the server shut down before answering request \(hex(frame.type)): it was still being handled at the \(deadline) drain deadline")
+        let deadline = server?.drainDeadline.map(describe) ?? "its"
+        let message = "the server shut down before answering request \(hex(frame.type)): it was still being handled at the \(deadline) drain deadline"
+        if let hub, frame.type == hub.configuration.wireTypes.hello {
+            return Response(payload: SessionWire.encode(SessionWire.Refusal(error: message, rejected: false)))
+        }
+        return .error(message)
     }
 
     /// The drain is over for this peer: flush and close.

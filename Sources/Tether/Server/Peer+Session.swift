@@ -38,6 +38,11 @@ extension Peer {
                 try await authenticate(check)
             } catch {
                 claimedClientID = nil
+                if drainPhase.hasExpired {
+                    // Cancelled at the drain's deadline: no verdict on the client.
+                    respond(drainExpiredResponse(to: frame), to: frame)
+                    return
+                }
                 hub.rejected()
                 let reason = TetherError.reason(of: error)
                 refuse(frame, "client id \(hello.clientID) was rejected: \(reason)", rejected: true, reason: reason)

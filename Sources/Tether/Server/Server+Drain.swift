@@ -159,6 +159,9 @@ extension Server {
         armDeadline(early.deadline, on: loop)
     }
 
+    /// The deadline of the drain under way, if one is.
+    var drainDeadline: Duration? { state.withLock { $0.drain.order?.deadline } }
+
     /// Whether a drain has begun: ``run()`` then waits for its peers instead of closing them.
     var isDraining: Bool { state.withLock { $0.drain.order != nil } }
 
