@@ -21,13 +21,17 @@ struct ServeCommand: Command {
         [--store FILE | --postgres URL [--node NAME]] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--token SECRET] [--max-mailboxes N] [--max-stored-bytes N] [--mailbox-expiry SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
-        [--max-requests-per-peer N] [--max-handlers N] [--frame-timeout SECONDS] \
+        [--max-requests-per-peer N] [--max-handlers N] [--frame-timeout SECONDS] [--drain-timeout SECONDS] \
         [--http-allow HOST[:PORT]]... [--http-timeout SECONDS] \
         \(ServerTLSOptions.synopsis)
         """
     static let help = """
-        Runs the seed demo server until SIGINT or SIGTERM, then closes every connection
-        gracefully and exits 0.
+        Runs the seed demo server until SIGINT or SIGTERM, then drains and exits 0: it
+        stops accepting, tells every client to reconnect elsewhere (clients of seed,
+        seed-extended and compact take the responses to what they sent, then reconnect
+        with no failure counted), lets requests in flight be answered for up to
+        --drain-timeout, answers those still running then with an error, and closes every
+        connection. A second signal ends it at once.
 
           0x402  answers {"echo": <request content>}
           0x404  {"delay_ms": N}: waits N ms, then answers like 0x402
@@ -168,6 +172,9 @@ struct ServeCommand: Command {
           --frame-timeout SECONDS       close a peer that has not finished a frame this
                                         long after its first byte, however it trickles;
                                         0 or off waits forever (default 30)
+          --drain-timeout SECONDS       on SIGINT or SIGTERM, how long requests in flight
+                                        have to be answered before they are cancelled
+                                        (default 30)
           --http-allow HOST[:PORT]      forward HTTP requests (type 0x403) to this host, on
                                         this port or any; repeat it for several; *.DOMAIN
                                         allows subdomains (default: no forwarding)
@@ -188,6 +195,7 @@ struct ServeCommand: Command {
     var maximumRequestsPerPeer = ServerConfiguration().maximumRequestsPerPeer
     var maximumHandlers = ServerConfiguration().maximumHandlers
     var frameCompletionTimeout = ServerConfiguration().frameCompletionTimeout
+    var drainTimeout = ServerConfiguration().drain.deadline
     var storePath: String?
     var postgres: PostgresOptions?
     var mailboxLimits = MailboxLimits()
@@ -277,6 +285,9 @@ struct ServeCommand: Command {
         if let timeout = try arguments.option("--frame-timeout") {
             frameCompletionTimeout = try Parse.secondsOrOff(timeout, option: "--frame-timeout")
         }
+        if let timeout = try arguments.option("--drain-timeout") {
+            drainTimeout = try Parse.seconds(timeout, option: "--drain-timeout")
+        }
         for entry in try arguments.options("--http-allow") {
             do {
                 httpAllowed.append(try HTTPAllowedHost(parsing: entry))
@@ -335,6 +346,7 @@ struct ServeCommand: Command {
         configuration.maximumRequestsPerPeer = maximumRequestsPerPeer
         configuration.maximumHandlers = maximumHandlers
         configuration.frameCompletionTimeout = frameCompletionTimeout
+        configuration.drain.deadline = drainTimeout
         // Only a profile with sessions takes --postgres.
         let cluster = try await postgres.asyncMap { try await Self.cluster($0, port: port) }
         if profile.supportsSessions {
@@ -432,8 +444,12 @@ struct ServeCommand: Command {
                     guard let outcome else { break }
                     switch outcome {
                     case .signal(let number):
-                        Console.err("\(SignalWatcher.name(of: number)): shutting down")
+                        Console.err("\(SignalWatcher.name(of: number)): draining for up to \(describe(drainTimeout))")
                         stopping = true
+                        // run() returns once every connection is closed; a second signal
+                        // ends the process at once.
+                        await server.drain()
+                        Console.err("drained: shutting down")
                         group.cancelAll()
                     case .serverStopped:
                         stopping = true
@@ -463,7 +479,9 @@ struct ServeCommand: Command {
     /// `peer#3 connected from 127.0.0.1:53422`, or `nil` for events not worth a line.
     private static func logLine(for event: ServerEvent, book: PeerBook) -> String? {
         var peer = event.peer.map(String.init(describing:)) ?? "peer"
-        if let id = event.peer, let clientID = book.clientID(of: id) { peer += " (client \(clientID))" }
+        // Events carry the client id once the hello is accepted; the book knows it from the
+        // hello's check on, for the lines in between.
+        if let id = event.peer, let clientID = event.clientID ?? book.clientID(of: id) { peer += " (client \(clientID))" }
         let reason = event.reason.map { ": \($0.message)" } ?? ""
         switch event.kind {
         case .peerConnected: return "\(peer) connected from \(event.address)"

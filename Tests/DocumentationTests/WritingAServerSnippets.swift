@@ -27,6 +27,15 @@ private func overviewExample() async throws {
     try await server.run()              // serves until the task is cancelled
 }
 
+private func drainExample(server: Server) async throws {
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await server.run() }
+        // … serve until it is time to stop …
+        await server.drain(deadline: .seconds(10))   // run() has returned
+        try await group.waitForAll()                 // its error, if it had one
+    }
+}
+
 struct AccountLookup: Codable, Sendable {
     var userID: Int
 }

@@ -11,7 +11,12 @@ extension Connection {
     /// A request ended: when a primary retry waits for none to be left, check on the next
     /// turn of the loop, after the step that ended it (which may still use the channel).
     func requestEnded() {
-        guard primaryRetryWaiting != nil else { return }
-        loop.execute { [self] in assumeIsolated { $0.retryPrimaryIfIdle() } }
+        guard primaryRetryWaiting != nil || lifecycle.isDeparting else { return }
+        loop.execute { [self] in
+            assumeIsolated { connection in
+                connection.retryPrimaryIfIdle()
+                connection.departIfIdle()
+            }
+        }
     }
 }

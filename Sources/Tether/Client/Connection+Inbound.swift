@@ -61,6 +61,10 @@ extension Connection: FrameChannelOwner {
             plain.serial = 0
             notificationFeed.publish(plain)
         case .heartbeat:
+            if !frame.payload.isEmpty, let notice = DrainNotice(frame) {
+                departureAnnounced(notice)
+                return
+            }
             heartbeatAcked(frame)
         default:
             if let channel {

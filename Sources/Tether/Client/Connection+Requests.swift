@@ -188,7 +188,7 @@ extension Connection {
     func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, from start: UInt64? = nil, waiter: Waiter) -> TetherError? {
         let frame = Frame(type: request.type, serial: serial, payload: request.payload, fields: request.fields)
         var pending: Frame?
-        if let channel, !handshaking, table.queuedCount == 0, sendQueue.isEmpty,
+        if let channel, !holdsWrites, table.queuedCount == 0, sendQueue.isEmpty,
            table.inFlightCount < configuration.limits.maximumInFlightRequests,
            channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
             do {
@@ -226,7 +226,7 @@ extension Connection {
     /// - Throws: ``TetherError`` when the connection is closed or the queue is full;
     ///   `CancellationError` when the task is cancelled while the frame waits.
     public func send(_ frame: Frame) async throws {
-        if let channel, !handshaking, sendQueue.isEmpty, channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
+        if let channel, !holdsWrites, sendQueue.isEmpty, channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
             try write(frame, on: channel)
             holdPlaceForAnswer(to: frame)
             return
@@ -285,7 +285,7 @@ extension Connection {
     /// Writes what waits in the queues, oldest first, as far as the connection, the
     /// in-flight limit and the outbound buffer allow.
     func pump() {
-        guard let channel, !handshaking, !sendQueue.isEmpty || table.queuedCount > 0 else { return }
+        guard let channel, !holdsWrites, !sendQueue.isEmpty || table.queuedCount > 0 else { return }
         let high = configuration.limits.outboundHighWaterMark
         var sent = 0
         while sent < sendQueue.count, self.channel === channel, channel.pendingOutboundBytes <= high {

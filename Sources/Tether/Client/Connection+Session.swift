@@ -32,6 +32,17 @@ extension Connection {
     /// of a history that began in between; this cannot.
     public var sessionPosition: (lastSequence: UInt64, epoch: String?) { (lastSequence, sessionEpoch) }
 
+    /// The client id the server accepted on the current connection: set from the moment
+    /// the session is (re)established (``SessionEvent/Kind/resumed``), `nil` while
+    /// connecting, reconnecting, suspended or closed, and without a
+    /// ``ConnectionConfiguration/session``. With an identity provider or after
+    /// ``switchSession(to:resumeAfter:resumeEpoch:)-(SessionIdentity,_,_)``, it is the
+    /// identity the last accepted hello carried.
+    public var sessionClientID: String? {
+        guard configuration.session != nil, lifecycle.state.phase == .connected else { return nil }
+        return identity.current?.clientID
+    }
+
     /// Session events, with ``ConnectionConfiguration/session``: each resume, each gap (pushes
     /// the server could no longer deliver, with the range), and a reset of the server's
     /// sequence. It ends when the connection closes for good.

@@ -93,6 +93,8 @@ public actor Connection {
     /// The primary retry whose timer fired while requests were in flight or queued: it is
     /// due as soon as none is.
     var primaryRetryWaiting: ConnectionStateMachine.Token?
+    /// Bounds the wait for the responses in flight once the server announced its drain.
+    var departureTimer: LoopTimer?
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
     /// Where the session stands, with ``ConnectionConfiguration/session``.
@@ -104,6 +106,9 @@ public actor Connection {
     var switchWaiter: CheckedContinuation<Void, any Error>?
     /// Whether a handshake (TLS, then the session hello) is under way on the socket.
     var handshaking: Bool { lifecycle.isHandshaking }
+    /// Whether nothing new may be written on the channel now: a handshake is under way, or
+    /// the server announced its drain (what is new waits for the next connection).
+    var holdsWrites: Bool { lifecycle.isHandshaking || lifecycle.isDeparting }
     var acknowledgeTimer: LoopTimer?
     /// The connection's observer of ``ConnectionConfiguration/pathMonitor``, while it follows one.
     var pathObservation: PathObservation?
@@ -416,6 +421,8 @@ public actor Connection {
         if let primaryRetryTimer { loop.cancel(primaryRetryTimer) }
         primaryRetryTimer = nil
         primaryRetryWaiting = nil
+        if let departureTimer { loop.cancel(departureTimer) }
+        departureTimer = nil
         if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         heartbeatTimer = nil
         heartbeatMachine = nil
@@ -659,6 +666,8 @@ public actor Connection {
             answerSwitcher(nil)
         case .failSwitcher(let failure):
             answerSwitcher(failure)
+        case .awaitDeparture:
+            awaitDeparture()
         case .endStreams:
             stopFollowingPath()
             stateFeed.finish()

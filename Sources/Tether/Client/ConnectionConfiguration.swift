@@ -208,6 +208,12 @@ public struct ConnectionConfiguration: Sendable {
     /// How long ``Connection/close()`` lets queued bytes drain before the socket is closed
     /// regardless. Default 5 s.
     public var drainTimeout: Duration = .seconds(5)
+    /// How long the connection waits for the responses to its requests in flight once the
+    /// server announced that it drains (``Server/drain(deadline:reconnectAfter:)``); past it
+    /// they fail with ``TetherError/Code/connectionLost`` and the connection reconnects.
+    /// Meanwhile new requests wait for the next connection. Default 60 s, twice a server's
+    /// default drain deadline.
+    public var serverDrainTimeout: Duration = .seconds(60)
     /// The event loops to run on. Default ``EventLoopGroup/shared``.
     public var eventLoopGroup: EventLoopGroup = .shared
     /// Sees each request from its start to its outcome (in the caller's task), each state

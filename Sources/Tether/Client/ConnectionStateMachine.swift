@@ -39,6 +39,8 @@
 /// | close | ended | ended | ✗ | ended | ended | ended | ended | ended | ended | · |
 /// | switchSession | idle⁹ | dialing | ✗ | dialing | dialing | dialing | dialing | dialing | dialing | switcher fails |
 /// | switchCancelled | · | · | ✗ | · | · | · | · | · | · | · |
+/// | departureAnnounced | · | · | ✗ | · | dialing¹¹ | departing¹¹ | · | · | · | · |
+/// | departureDue | · | · | ✗ | · | · | dialing / backingOff¹¹ | · | · | · | · |
 ///
 /// `·` is an event answered with no action; `✗` is a `preconditionFailure` (attaching lasts
 /// one synchronous step of the actor, so nothing else can arrive in it). ¹ Only before the first
@@ -54,6 +56,7 @@
 /// once, as the same attempt; a second rejection in a row ends (failed). ⁹ The new identity
 /// is taken for the first connect, and the switcher answered at once. ¹⁰ The fallback, at
 /// once, for a connection over the main endpoint that never proved healthy.
+/// ¹¹ A planned reconnect; see *the server's drain* below.
 /// A *failed attempt* goes to backingOff, or ends
 /// (closed) for a first connect the policy does not retry or a disabled policy, or ends
 /// (failed) once the policy's attempts are spent, or, when no usable path exists, goes to
@@ -89,6 +92,16 @@
 /// its token, while still connected, detaches gracefully and dials afresh as attempt 0 (a
 /// planned reconnect: connecting, not reconnecting). Any other new attempt forgets the
 /// primary retry, and a `primaryRetryDue` in another phase or with another token is stale.
+///
+/// **The server's drain**: `departureAnnounced` (the server's ``DrainNotice``) while
+/// connected marks the connection departing: the actor writes nothing new on it (requests
+/// and frames queue for the next connection) and arms ``Action/awaitDeparture``, which
+/// reports `departureDue` once no request is in flight (or its wait runs out). Then, or on a
+/// `lost` while departing (the server closed first), the channel goes and the connection
+/// reconnects as planned: attempt 0, on the next endpoint, no failure counted and no backoff
+/// spent; it publishes connecting, and dials at once or after the notice's delay (a backoff
+/// whose state stays connecting). While greeting the same happens at once. With a policy
+/// that is not enabled it ends (closed) instead.
 ///
 /// **Switching session** (`switchSession`) drops what is under way (a graceful detach, so
 /// the earlier user's deliveries are acknowledged first), fails every request and frame
@@ -209,6 +222,11 @@ struct ConnectionStateMachine: Sendable {
         /// The primary retry timer of the token fired while connected over the fallback, at a
         /// moment with no request in flight or queued: reconnect, main endpoint first.
         case primaryRetryDue(Token)
+        /// The server announced it drains, asking for a reconnect after the delay.
+        case departureAnnounced(reconnectAfter: Duration, TetherError)
+        /// The departing connection has no request in flight any more, or waited too long
+        /// for its responses (with the error for those still in flight).
+        case departureDue(TetherError)
     }
 
     /// How the caller of `connect()` is answered when it does not get its connection.
@@ -277,6 +295,9 @@ struct ConnectionStateMachine: Sendable {
         case resumeSwitcher
         /// Fail the caller of `switchSession(to:)`.
         case failSwitcher(OpenerFailure)
+        /// Write nothing new on the channel; report `departureDue` once no request is in
+        /// flight, or when the wait for them runs out. The channel's detach disarms it.
+        case awaitDeparture
     }
 
     /// What it knows of the configuration; ``Settings/secured`` is set for each attempt,
@@ -308,6 +329,9 @@ struct ConnectionStateMachine: Sendable {
     private(set) var onFallback = false
     /// The primary retry armed for the connection over the fallback.
     private(set) var primaryRetry: Token?
+    /// Set while connected to a server that announced its drain: the delay it asked for
+    /// before the reconnect, and why the connection goes.
+    private(set) var departure: (delay: Duration, reason: TetherError)?
     /// Counts the events that changed something: the actor stops carrying out the actions of
     /// one event as soon as a later event (reported by one of those actions) has changed it.
     private(set) var transitions: UInt64 = 0
@@ -359,6 +383,9 @@ struct ConnectionStateMachine: Sendable {
         return false
     }
 
+    /// Whether the server announced its drain: nothing new is written on the channel.
+    var isDeparting: Bool { departure != nil }
+
     /// Whether the connection has proved a Tether peer answers on its channel.
     var isHealthy: Bool {
         if case .connected(healthy: true) = phase { return true }
@@ -374,6 +401,7 @@ struct ConnectionStateMachine: Sendable {
     mutating func handle(_ event: Event) -> [Action] {
         let before = phase
         let actions = transition(event)
+        if case .connected = phase {} else { departure = nil }
         if !actions.isEmpty || phase != before { transitions &+= 1 }
         return actions
     }
@@ -472,6 +500,9 @@ struct ConnectionStateMachine: Sendable {
                 // Lost before the hello was answered: a failed attempt, not a lost connection,
                 // and a reason to try the fallback (a middlebox that accepts and resets).
                 return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
+            case .connected where departure != nil:
+                // The draining server closed first: what is still in flight is lost.
+                return depart(graceful: false, failing: reason)
             case .connected(healthy: false) where settings.fallback != nil && !onFallback:
                 // Nothing ever arrived over the main endpoint (a middlebox that accepts and
                 // then resets or drops): the fallback at once, as a planned reconnect.
@@ -490,7 +521,8 @@ struct ConnectionStateMachine: Sendable {
             guard case .backingOff(token, let state) = phase else { return [] }
             // The timer fired: nothing to cancel.
             if !pathUsable, let reason = state.reason { return waitForNetwork(reason) }
-            return startAttempt(cancellingBackoff: false)
+            // After a planned reconnect's delay the state is connecting already.
+            return startAttempt(cancellingBackoff: false, publishing: state != .connecting)
         case .pathUpdated(let usable, let changed):
             return pathUpdated(usable: usable, changed: changed)
         case .suspend(let reason):
@@ -519,6 +551,9 @@ struct ConnectionStateMachine: Sendable {
             return startAttempt()
         case .reconnectNow:
             switch phase {
+            case .backingOff(_, .connecting):
+                attempt = 0
+                return startAttempt(publishing: false)
             case .backingOff, .waitingForNetwork, .suspended:
                 attempt = 0
                 return startAttempt()
@@ -563,7 +598,45 @@ struct ConnectionStateMachine: Sendable {
             attempt = 0
             let reason = TetherError(code: .connectionLost, message: "the connection over the fallback \(settings.fallback.map { "\($0.endpoint)" } ?? "") was closed to go back to \(settings.endpoint)")
             return release(graceful: true) + [.failInFlight(reason)] + startAttempt()
+        case .departureAnnounced(let delay, let reason):
+            switch phase {
+            case .connected:
+                guard departure == nil else { return [] }
+                departure = (delay, reason)
+                // "Elsewhere": the next attempt goes to the next endpoint, if there is one.
+                endpointIndex += 1
+                return [.awaitDeparture]
+            case .greeting:
+                // Nothing was sent but the hello: leave at once.
+                departure = (delay, reason)
+                endpointIndex += 1
+                return depart(graceful: true, failing: reason, publishing: false)
+            default:
+                return []
+            }
+        case .departureDue(let reason):
+            guard case .connected = phase, departure != nil else { return [] }
+            return depart(graceful: true, failing: reason)
         }
+    }
+
+    /// Leaves the server that announced its drain: a planned reconnect, attempt 0, no
+    /// failure counted; at once, or after the delay it asked for. Ends (closed) with a
+    /// policy that is not enabled.
+    private mutating func depart(graceful: Bool, failing reason: TetherError, publishing: Bool = true) -> [Action] {
+        let delay = departure?.delay ?? .zero
+        departure = nil
+        var actions: [Action] = [.detach(graceful: graceful), .failInFlight(reason)]
+        guard settings.policy.isEnabled else { return actions + end(reason, failed: false) }
+        attempt = 0
+        guard delay > .zero else { return actions + startAttempt(publishing: publishing) }
+        let token = nextToken()
+        phase = .backingOff(token, .connecting)
+        onFallback = false
+        primaryRetry = nil
+        if publishing { actions.append(.publish(.connecting)) }
+        actions.append(.scheduleBackoff(token, after: delay))
+        return actions
     }
 
     // MARK: Steps
@@ -604,14 +677,14 @@ struct ConnectionStateMachine: Sendable {
     }
 
     /// Dials the next endpoint as attempt ``attempt``, cancelling a backoff under way.
-    private mutating func startAttempt(cancellingBackoff: Bool = true) -> [Action] {
+    private mutating func startAttempt(cancellingBackoff: Bool = true, publishing: Bool = true) -> [Action] {
         var actions: [Action] = []
         if cancellingBackoff, case .backingOff = phase { actions.append(.cancelBackoff) }
         let token = nextToken()
         phase = .dialing(token)
         onFallback = false
         primaryRetry = nil
-        actions.append(.publish(.connecting))
+        if publishing { actions.append(.publish(.connecting)) }
         actions.append(.dial(token, endpoint: endpointIndex % max(1, settings.endpointCount), attempt: attempt))
         return actions
     }

@@ -477,7 +477,7 @@ final class MailboxHub: Sendable {
             }
         }
         peer.loop.execute {
-            peer.assumeIsolated { $0.beginSession(clientID: clientID, plan: plan, helloSerial: helloSerial) }
+            peer.assumeIsolated { $0.beginSession(clientID: clientID, plan: plan, helloSerial: helloSerial, resuming: request.lastSequence > 0) }
         }
         continuation.resume()
     }

@@ -19,6 +19,7 @@ extension Peer {
         running -= 1
         Self.releaseSlot(slots)
         readMoreIfBelowLimit()
+        if drainPhase.closesWhenIdle { closeIfDrained() }
         if running == 0, !waitingForSlot, let waiter = inboxWaiter {
             inboxWaiter = nil
             waiter.resume(returning: true)

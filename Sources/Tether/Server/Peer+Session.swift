@@ -8,6 +8,8 @@ struct PeerSession {
     /// The replay ends once it has written this far: the store's last sequence when the
     /// session began, raised by each live push that arrives during the replay.
     var replayTarget: UInt64
+    /// Set once a newer connection of the same client took the session over.
+    var takenOver = false
 }
 
 extension Peer {
@@ -36,6 +38,11 @@ extension Peer {
                 try await authenticate(check)
             } catch {
                 claimedClientID = nil
+                if drainPhase.hasExpired {
+                    // Cancelled at the drain's deadline: no verdict on the client.
+                    respond(drainExpiredResponse(to: frame), to: frame)
+                    return
+                }
                 hub.rejected()
                 let reason = TetherError.reason(of: error)
                 // The reason alone: the client's error names the server and the client id.
@@ -67,7 +74,8 @@ extension Peer {
 
     /// The hub registered this peer for `clientID`: answer the hello, then replay what the
     /// client missed. Runs in the hub's order, before any live push that follows it.
-    func beginSession(clientID: String, plan: ResumePlan, helloSerial: UInt32) {
+    /// `resuming` says whether the client's hello resumes after pushes it already has.
+    func beginSession(clientID: String, plan: ResumePlan, helloSerial: UInt32, resuming: Bool) {
         guard let channel, closeReason == nil else { return }
         replayTask?.cancel()
         session = PeerSession(
@@ -83,6 +91,13 @@ extension Peer {
             end(error, graceful: false)
             return
         }
+        server?.publish(ServerEvent(
+            kind: resuming ? .sessionResumed : .sessionIdentified,
+            address: remoteAddress,
+            peer: id,
+            clientID: clientID,
+            pushesToReplay: plan.lastSequence > plan.resumeAfter ? plan.lastSequence - plan.resumeAfter : 0
+        ))
         if session?.replaying == true { startReplay() }
     }
 
@@ -190,23 +205,36 @@ extension Peer {
     /// The same client id connected again on another peer: this older connection goes.
     func replaced(clientID: String, by address: SocketAddress) {
         guard session?.clientID == clientID || claimedClientID == clientID else { return }
-        end(TetherError(
+        takenOver(TetherError(
             code: .connectionClosed,
             message: "client \(clientID) connected again from \(address); closed its older connection from \(remoteAddress)"
-        ), graceful: true)
+        ))
     }
 
     /// Another node of the cluster claimed this peer's client: this connection goes.
     func replaced(clientID: String, byNode node: String) {
         guard session?.clientID == clientID || claimedClientID == clientID else { return }
-        end(TetherError(
+        takenOver(TetherError(
             code: .connectionClosed,
             message: "client \(clientID) connected again on node \(node); closed its older connection from \(remoteAddress)"
-        ), graceful: true)
+        ))
+    }
+
+    /// A newer connection took this peer's client over: say so, then close.
+    private func takenOver(_ reason: TetherError) {
+        if var current = session, closeReason == nil {
+            current.takenOver = true
+            session = current
+            server?.publish(ServerEvent(kind: .sessionTakenOver, address: remoteAddress, peer: id, reason: reason, clientID: current.clientID))
+        }
+        end(reason, graceful: true)
     }
 
     /// The peer is ending: stop the replay and take the client off the hub.
     func endSession() {
+        if let session, !session.takenOver {
+            server?.publish(ServerEvent(kind: .sessionEnded, address: remoteAddress, peer: id, reason: closeReason, clientID: session.clientID))
+        }
         replayTask?.cancel()
         replayTask = nil
         if let waiter = writableWaiter {

@@ -12,7 +12,7 @@ public actor Peer {
     /// Where the peer connects from.
     public nonisolated let remoteAddress: SocketAddress
     nonisolated let loop: EventLoop
-    private weak var server: Server?
+    weak var server: Server?
     /// The server's configuration, shared by its peers: an idle peer keeps no copy.
     private let sharedConfiguration: SharedServerConfiguration
     /// The server's configuration.
@@ -63,6 +63,8 @@ public actor Peer {
     var partialFrameSince: UInt64?
     /// Set while the frame completion check is scheduled.
     var frameTimer: LoopTimer?
+    /// Whether the server drains, and how far: see ``drain(_:)``.
+    var drainPhase = PeerDrainPhase.serving
     /// This peer's counters; the byte counts are taken from the socket when asked for, and
     /// kept here when the peer ends.
     @exclusivity(unchecked) var counts = PeerMetrics()
@@ -110,6 +112,9 @@ public actor Peer {
     func run() async {
         guard attach() else { return }
         await serve()
+        // Serving ends with the connection, or at a drain's deadline once the handlers
+        // cancelled then have answered.
+        if closeReason == nil { drainEnded() }
         detach()
     }
 
@@ -128,7 +133,7 @@ public actor Peer {
             return false
         }
         startTimers()
-        server?.peerConnected(self)
+        if let order = server?.peerConnected(self) { drain(order) }
         return true
     }
 
@@ -208,7 +213,7 @@ public actor Peer {
     /// Tells the server the peer has ended, and why.
     @inline(never)
     private func detach() {
-        server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"), metrics: counts)
+        server?.peerDisconnected(self, reason: closeReason ?? TetherError(code: .connectionClosed, message: "\(id) closed"), metrics: counts, clientID: session?.clientID)
     }
 
     /// This peer's counters now. After the peer has ended they stay as they were then.
@@ -254,6 +259,9 @@ public actor Peer {
                 tasks.addTaskStartingNow { [self] in
                     if let response = await Self.invoke(handler, Request(frame: frame), self) {
                         respond(response, to: frame)
+                    } else if case .expired = drainPhase {
+                        // Cancelled at the drain's deadline: the client hears why.
+                        respond(drainExpiredResponse(to: frame), to: frame)
                     }
                     handlerFinished()
                 }
@@ -270,8 +278,8 @@ public actor Peer {
     private func nextBatch() async -> Bool {
         batch.removeAll(keepingCapacity: true)
         let open = await withUnsafeContinuation { continuation in
-            if (!inbox.isEmpty && !waitingForSlot) || closeReason != nil {
-                continuation.resume(returning: closeReason == nil)
+            if (!inbox.isEmpty && !waitingForSlot) || closeReason != nil || drainPhase.hasExpired {
+                continuation.resume(returning: closeReason == nil && !drainPhase.hasExpired)
             } else {
                 inboxWaiter = continuation
             }
@@ -282,6 +290,11 @@ public actor Peer {
     }
 
     private func deliver(_ frame: Frame) {
+        if drainPhase.hasExpired {
+            // Past the drain's deadline nothing more starts.
+            respond(drainExpiredResponse(to: frame), to: frame)
+            return
+        }
         inbox.append(frame)
         if !waitingForSlot, let waiter = inboxWaiter {
             inboxWaiter = nil
@@ -460,6 +473,10 @@ extension Peer: FrameChannelOwner {
 
     func channelDecoded(_ channel: Channel, decoded: Bool, afterRead: Bool) {
         guard self.channel === channel else { return }
+        if drainPhase.closesWhenIdle {
+            closeIfDrained()
+            guard self.channel === channel else { return }
+        }
         if afterRead, idleNanoseconds != nil { lastRead = loop.lastWake }
         if let handshakeTimer, counts.framesIn > 0 {
             loop.cancel(handshakeTimer)

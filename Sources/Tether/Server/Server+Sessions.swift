@@ -118,3 +118,10 @@ extension Server {
         return hub
     }
 }
+
+extension Server {
+    /// Publishes a peer's event on ``events``.
+    func publish(_ event: ServerEvent) {
+        eventFeed.publish(event)
+    }
+}

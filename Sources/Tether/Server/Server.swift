@@ -61,6 +61,8 @@ public final class Server: Sendable {
         var afterListenerClosed: [@Sendable () -> Void] = []
         /// Counts of the server itself; the traffic counts in it are those of ended peers.
         var metrics = ServerMetrics()
+        /// Where a graceful stop (``Server/drain(deadline:reconnectAfter:)``) stands.
+        var drain = DrainState()
     }
 
     let handlers = HandlerTable()
@@ -229,7 +231,9 @@ public final class Server: Sendable {
     // MARK: Running
 
     /// Listens and serves until the calling task is cancelled, then closes every peer
-    /// gracefully (queued responses are flushed) and returns.
+    /// gracefully (queued responses are flushed) and returns; or until
+    /// ``drain(deadline:reconnectAfter:)`` has let the handlers in flight finish and every
+    /// client leave.
     ///
     /// - Throws: ``TetherError`` with ``TetherError/Code/bindFailed`` when the address
     ///   cannot be used.
@@ -239,6 +243,7 @@ public final class Server: Sendable {
             return state.running
         }
         precondition(!alreadyRunning, "Server.run() may be called only once")
+        defer { drainFinished() }
         let address: SocketAddress
         do throws(TetherError) {
             if hub != nil, configuration.profile.correlation != .bySerial {
@@ -336,6 +341,13 @@ public final class Server: Sendable {
         }
         for waiter in waiters { waiter.resume(returning: bound) }
         eventFeed.publish(ServerEvent(kind: .listening, address: bound))
+        listeningForDrain(on: acceptLoop) { [self] in
+            acceptLoop.execute { [self] in
+                webSocketListener?.close()
+                closeListener(listener, port: bound.port)
+                acceptor.finish()
+            }
+        }
 
         // Each peer starts as an immediate child that prefers its event loop as task executor,
         // so neither the peer nor its handler tasks ever wait for a cooperative thread. The
@@ -348,7 +360,12 @@ public final class Server: Sendable {
                     guard let peer = admit(base, remote: remote, loop: group.next()) else { continue }
                     tasks.addTaskStartingNow(executorPreference: peer.loop.taskExecutor) { await peer.run() }
                 }
-                for peer in peers { await peer.shutdown() }
+                // A drain lets every peer finish and close by itself (bounded by its deadline).
+                if isDraining {
+                    await peersEnded()
+                } else {
+                    for peer in peers { await peer.shutdown() }
+                }
                 // Pushes already queued are still stored; later ones fail.
                 hub?.stop()
             }
@@ -499,12 +516,17 @@ public final class Server: Sendable {
         }
     }
 
-    func peerConnected(_ peer: Peer) {
-        state.withLock { state in
+    /// A peer attached: pushes and broadcasts reach it from now on.
+    ///
+    /// - Returns: The drain's order when the server is draining: the peer drains at once.
+    func peerConnected(_ peer: Peer) -> PeerDrainOrder? {
+        let drain = state.withLock { state in
             state.peers[peer.id] = peer
             state.peersByLoop = nil
+            return Self.drainOrder(in: &state)
         }
         eventFeed.publish(ServerEvent(kind: .peerConnected, address: peer.remoteAddress, peer: peer.id))
+        return drain
     }
 
     func peerSecured(_ peer: Peer, details: TLSDetails?) {
@@ -513,8 +535,8 @@ public final class Server: Sendable {
 
     /// A peer ended: its counts move into the server's totals in the same step that removes
     /// it from the peers, so ``metrics()`` counts it exactly once.
-    func peerDisconnected(_ peer: Peer, reason: TetherError, metrics: PeerMetrics) {
-        state.withLock { state in
+    func peerDisconnected(_ peer: Peer, reason: TetherError, metrics: PeerMetrics, clientID: String? = nil) {
+        let lastOfDrain = state.withLock { state in
             state.peers.removeValue(forKey: peer.id)
             state.peersByLoop = nil
             state.admitted -= 1
@@ -526,8 +548,10 @@ public final class Server: Sendable {
             } else if reason.code == .frameTimeout {
                 state.metrics.frameTimeouts += 1
             }
+            return Self.peerEndedDuringDrain(in: &state)
         }
-        eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason))
+        lastOfDrain?.resume()
+        eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason, clientID: clientID))
     }
 }
 

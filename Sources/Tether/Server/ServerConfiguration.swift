@@ -58,6 +58,10 @@ public struct ServerConfiguration: Sendable {
     /// there are served like TCP peers (``WebSocketServerConfiguration``). Default `nil`:
     /// no WebSocket port.
     public var webSocket: WebSocketServerConfiguration?
+    /// How ``Server/drain(deadline:reconnectAfter:)`` stops the server gracefully: the
+    /// deadline for handlers in flight (default 30 s) and the reconnect hint clients get
+    /// (default 0).
+    public var drain = DrainConfiguration()
 
     // MARK: Hostile peers
 
@@ -126,7 +130,10 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible, Comparable {
 public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
     /// What happened.
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
-        enum Value: Hashable, Sendable { case listening, peerConnected, peerSecured, peerDisconnected, peerRejected }
+        enum Value: Hashable, Sendable {
+            case listening, peerConnected, peerSecured, peerDisconnected, peerRejected
+            case sessionIdentified, sessionResumed, sessionEnded, sessionTakenOver
+        }
         let value: Value
 
         /// The server is accepting connections on ``ServerEvent/address``.
@@ -140,6 +147,24 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
         public static let peerDisconnected = Kind(value: .peerDisconnected)
         /// A connection was refused because the server is at its connection limit.
         public static let peerRejected = Kind(value: .peerRejected)
+        /// The server accepted the session hello of ``ServerEvent/clientID`` on the peer, a
+        /// client that starts afresh (its hello resumes after sequence 0: a first connect,
+        /// or an app that kept nothing). ``ServerEvent/pushesToReplay`` stored pushes follow
+        /// the welcome. Only with ``ServerConfiguration/mailboxes``.
+        public static let sessionIdentified = Kind(value: .sessionIdentified)
+        /// The server accepted the session hello of ``ServerEvent/clientID`` on the peer, a
+        /// client that resumes after pushes it already has; ``ServerEvent/pushesToReplay``
+        /// stored pushes it missed follow the welcome.
+        public static let sessionResumed = Kind(value: .sessionResumed)
+        /// The identified peer of ``ServerEvent/clientID`` ended (``ServerEvent/reason`` says
+        /// why); pushes to the client wait in its mailbox from now on. Published before the
+        /// peer's ``peerDisconnected``.
+        public static let sessionEnded = Kind(value: .sessionEnded)
+        /// ``ServerEvent/clientID`` connected again on a newer connection (here, or on
+        /// another node of a cluster), which took its session over: this older peer is being
+        /// closed (``ServerEvent/reason``). Published instead of ``sessionEnded``, before the
+        /// peer's ``peerDisconnected``.
+        public static let sessionTakenOver = Kind(value: .sessionTakenOver)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }
@@ -155,15 +180,30 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
     public var reason: TetherError?
     /// What a peer's TLS handshake settled, for ``Kind/peerSecured``.
     public var tls: TLSDetails?
+    /// The client id of the peer's session: on the session events, and on
+    /// ``Kind/peerDisconnected`` of a peer whose hello was accepted. `nil` for peers that
+    /// never identified.
+    public var clientID: String?
+    /// How many stored pushes the server replays after the welcome, for
+    /// ``Kind/sessionIdentified`` and ``Kind/sessionResumed``: those after the client's
+    /// sequence, up to the mailbox's last (fewer arrive when some expire meanwhile).
+    public var pushesToReplay: UInt64?
 
     /// A short textual form, for logs and messages.
     public var description: String {
         let who = peer.map { "\($0) " } ?? ""
+        let client = clientID.map { "client \($0)" } ?? "the client"
         switch kind.value {
         case .listening: return "listening on \(address)"
         case .peerConnected: return "\(who)connected from \(address)"
         case .peerSecured: return "\(who)at \(address) secured: \(tls?.description ?? "TLS")"
-        case .peerDisconnected: return "\(who)at \(address) disconnected: \(reason?.message ?? "closed")"
+        case .peerDisconnected:
+            let identified = clientID.map { "(client \($0)) " } ?? ""
+            return "\(who)\(identified)at \(address) disconnected: \(reason?.message ?? "closed")"
+        case .sessionIdentified: return "\(who)identified as \(client), \(pushesToReplay ?? 0) stored pushes to replay"
+        case .sessionResumed: return "\(who)resumed \(client), \(pushesToReplay ?? 0) stored pushes to replay"
+        case .sessionEnded: return "\(who)ended the session of \(client): \(reason?.message ?? "closed")"
+        case .sessionTakenOver: return "\(who)lost \(client) to a newer connection: \(reason?.message ?? "replaced")"
         case .peerRejected: return "refused \(address): \(reason?.message ?? "over the limit")"
         }
     }

@@ -135,6 +135,14 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
         /// The server accepted the hello; it replays what follows ``SessionEvent/lastSequence``
         /// up to ``SessionEvent/serverSequence`` (except pushes this connection already holds
         /// for a subscriber), then continues live.
+        ///
+        /// It says the session is (re)established on a new connection: it comes once per
+        /// accepted hello, on the first connect and after every reconnect, after the
+        /// ``reset`` or ``gap`` that hello reveals and before the
+        /// ``ConnectionState/Phase/connected`` state, the replayed pushes and the requests
+        /// that waited for the connection. It is the moment to send again what the server
+        /// keeps per connection (a login made with a request, subscriptions);
+        /// ``Connection/sessionClientID`` names the client it was established for.
         public static let resumed = Kind(value: .resumed)
         /// Pushes ``SessionEvent/missed`` can no longer be delivered: the mailbox dropped
         /// them (``SessionEvent/reason`` says why). The next push delivered follows them.

@@ -1,0 +1,35 @@
+extension Connection {
+    /// The server announced that it drains: take the responses to what is in flight, send
+    /// nothing new, then reconnect as planned (see ``ConnectionStateMachine``).
+    func departureAnnounced(_ notice: DrainNotice) {
+        let server = channel?.remoteAddress.description ?? currentEndpoint.description
+        let words = notice.message.isEmpty ? "" : ": \(notice.message)"
+        let reason = TetherError(code: .connectionLost, message: "\(server) is draining\(words)")
+        // The server asks; the policy's longest delay bounds what it may ask for.
+        let delay = min(notice.reconnectAfter, configuration.reconnect.maximumDelay)
+        handle(.departureAnnounced(reconnectAfter: delay, reason))
+    }
+
+    /// Arms the bound on the wait for the responses in flight, and leaves at once when none
+    /// is.
+    func awaitDeparture() {
+        let limit = configuration.serverDrainTimeout
+        let server = channel?.remoteAddress.description ?? currentEndpoint.description
+        departureTimer = loop.schedule(after: limit) { [self] in
+            assumeIsolated { connection in
+                connection.departureTimer = nil
+                connection.handle(.departureDue(TetherError(
+                    code: .connectionLost,
+                    message: "\(server) announced that it drains and did not answer within \(describe(limit)) (serverDrainTimeout)"
+                )))
+            }
+        }
+        departIfIdle()
+    }
+
+    /// Leaves the draining server once no request is in flight on its connection.
+    func departIfIdle() {
+        guard let reason = lifecycle.departure?.reason, table.inFlightCount == 0 else { return }
+        handle(.departureDue(reason))
+    }
+}

@@ -1,0 +1,94 @@
+/// How far a peer is in its server's drain. One byte in every peer: the deadline itself is
+/// the server's (``DrainState/order``).
+enum PeerDrainPhase: Sendable {
+    /// No drain: serving.
+    case serving
+    /// Draining: handlers finish. `quiet` when the client could not be told (its profile
+    /// carries no notice): the server closes the connection as soon as no handler runs.
+    /// Otherwise the client closes it once it has its responses.
+    case draining(quiet: Bool)
+    /// The deadline passed: handlers are cancelled and what they were asked is answered
+    /// with an error that names the deadline.
+    case expired
+
+    /// Whether the drain's deadline has passed.
+    var hasExpired: Bool {
+        if case .expired = self { return true }
+        return false
+    }
+
+    /// Whether the server closes the connection once no handler runs.
+    var closesWhenIdle: Bool {
+        if case .draining(quiet: true) = self { return true }
+        return false
+    }
+}
+
+extension Peer {
+    /// The server drains: tell the client (when its profile carries the notice), and keep
+    /// serving what it sends until it leaves or the deadline passes; at the deadline, cancel
+    /// what runs. Called once when the drain begins, and again at its deadline.
+    func drain(_ order: PeerDrainOrder) {
+        guard closeReason == nil, let channel else { return }
+        if case .serving = drainPhase {
+            if let notice = order.notice, let type = configuration.profile.heartbeatType {
+                drainPhase = .draining(quiet: false)
+                do {
+                    try write(notice.frame(heartbeatType: type), on: channel)
+                } catch {
+                    end(error, graceful: false)
+                    return
+                }
+            } else {
+                drainPhase = .draining(quiet: true)
+                closeIfDrained()
+            }
+        }
+        if order.deadlinePassed { drainDeadlinePassed() }
+    }
+
+    /// Closes the connection of a client that cannot be told, once none of its requests is
+    /// being handled or waits to be.
+    func closeIfDrained() {
+        guard drainPhase.closesWhenIdle, closeReason == nil, running == 0, inbox.isEmpty, !waitingForSlot else { return }
+        drainEnded()
+    }
+
+    /// The deadline passed: requests not started are answered with an error now, handlers
+    /// still running are cancelled (each of their requests gets the same error as it ends),
+    /// and the connection closes once none runs.
+    private func drainDeadlinePassed() {
+        guard closeReason == nil, !drainPhase.hasExpired else { return }
+        drainPhase = .expired
+        let waiting = inbox
+        inbox.removeAll()
+        leaveSlotQueue()
+        for frame in waiting { respond(drainExpiredResponse(to: frame), to: frame) }
+        guard closeReason == nil else { return }
+        if running == 0 {
+            drainEnded()
+            return
+        }
+        // The run loop sees the deadline and cancels the handler tasks.
+        if let waiter = inboxWaiter {
+            inboxWaiter = nil
+            waiter.resume(returning: false)
+        }
+    }
+
+    /// The answer to a request whose handler the drain's deadline cancelled, or that had not
+    /// started by then. A session hello gets a refusal the client may retry elsewhere.
+    func drainExpiredResponse(to frame: Frame) -> Response {
+        let deadline = server?.drainDeadline.map(describe) ?? "its"
+        let message = "the server shut down before answering request \(hex(frame.type)): it was still being handled at the \(deadline) drain deadline"
+        if let hub, frame.type == hub.configuration.wireTypes.hello {
+            return Response(payload: SessionWire.encode(SessionWire.Refusal(error: message, rejected: false)))
+        }
+        return .error(message)
+    }
+
+    /// The drain is over for this peer: flush and close.
+    func drainEnded() {
+        end(TetherError(code: .connectionClosed, message: "the server drained and closed the connection with \(remoteAddress)"), graceful: true)
+    }
+}
