@@ -30,6 +30,11 @@ extension Connection {
         }
         guard var machine = heartbeatMachine else { return }
         let now = loop.now
+        if let outstanding = machine.outstanding, now >= outstanding.sentAt &+ machine.timeout,
+           heartbeatMissExcused(sentAt: outstanding.sentAt) {
+            // Not the server's silence: we stopped reading for a slow subscriber.
+            machine.excuseOutstanding()
+        }
         let actions = machine.tick(now: now)
         heartbeatMachine = machine
         for action in actions {

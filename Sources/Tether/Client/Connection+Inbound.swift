@@ -3,7 +3,11 @@ extension Connection: FrameChannelOwner {
         onLoop(loop, self, channel) { (connection: isolated Connection, channel: Channel) in channel.decodeRead(connection) }
     }
 
-    func channelAcceptsFrames(_ channel: Channel) -> Bool { true }
+    /// With a session, frames wait in the buffer while a subscriber to notifications is too
+    /// far behind (``SessionConfiguration/maximumPendingPushes``).
+    func channelAcceptsFrames(_ channel: Channel) -> Bool {
+        !holdsBackFrames
+    }
 
     func channel(_ channel: Channel, received frame: Frame) {
         if !lifecycle.isHealthy, let refusal = ConnectionRefusal(frame) {
@@ -18,7 +22,9 @@ extension Connection: FrameChannelOwner {
     }
 
     func channelDecoded(_ channel: Channel, decoded: Bool, afterRead: Bool) {
-        if session != nil, self.channel === channel { acknowledgeIfDue() }
+        guard session != nil, self.channel === channel else { return }
+        acknowledgeIfDue()
+        regulateReading(channel)
     }
 
     func channel(_ channel: Channel, closed error: TetherError) {

@@ -76,6 +76,9 @@ public actor Connection {
     var state: ConnectionState { lifecycle.state }
     @exclusivity(unchecked) var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
+    /// When reading last started again after a slow subscriber caught up: a heartbeat sent
+    /// before then may have had its ack wait unread.
+    var readingResumedAt: UInt64 = 0
     var heartbeatTimer: LoopTimer?
     /// Frames from ``send(_:)`` waiting for a connection or for the outbound buffer to drain.
     @exclusivity(unchecked) var sendQueue: [QueuedSend] = []
@@ -169,11 +172,15 @@ public actor Connection {
         // subscribers' buffers are unbounded, and a sequenced push that no subscriber takes
         // (one replayed before the app subscribes, say) is held until one that does comes.
         let sessions = configuration.session != nil
+        // Unbounded, but the slowest subscriber's backlog stops the reading (see
+        // Connection+Flow.swift).
+        let gauge = configuration.session.map { FlowGauge(limit: $0.maximumPendingPushes) }
         notificationFeed = Broadcaster(
             bufferSize: size,
             holdsUntilSubscribed: sessions,
             lossless: sessions,
-            holdLimit: configuration.session.map { max(1, $0.maximumHeldPushes) }
+            holdLimit: configuration.session.map { max(1, $0.maximumHeldPushes) },
+            gauge: gauge
         )
         // The first subscriber also gets the last heartbeat before it subscribed (its send,
         // then its ack): a subscription made as connect() returns sees heartbeat 1.
@@ -188,6 +195,10 @@ public actor Connection {
             notificationFeed.onTaken { [weak self] frames in
                 guard let self else { return }
                 loop.execute { [self] in assumeIsolated { $0.heldPushesTaken(frames) } }
+            }
+            gauge?.onRelief { [weak self] in
+                guard let self else { return }
+                loop.execute { [self] in assumeIsolated { $0.subscribersCaughtUp() } }
             }
         }
     }
@@ -488,7 +499,9 @@ public actor Connection {
     /// Every push (notification) from the server.
     ///
     /// With a session, a new subscription first gets the sequenced pushes held because no
-    /// subscription took them; see ``SessionConfiguration/maximumHeldPushes``.
+    /// subscription took them; see ``SessionConfiguration/maximumHeldPushes``. Its buffer
+    /// then drops nothing, and while it has more than
+    /// ``SessionConfiguration/maximumPendingPushes`` waiting the connection stops reading.
     public nonisolated var notifications: Subscription<Frame> { notificationFeed.subscribe() }
 
     /// Pushes of one type.

@@ -189,6 +189,9 @@ public struct ConnectionMetrics: Sendable, Hashable {
     public var reconnectAttempts = 0
     /// Times a write had to wait because the outbound buffer was above its high-water mark.
     public var backpressureWaits = 0
+    /// Times the connection stopped reading its socket because a subscription to
+    /// notifications had more than ``SessionConfiguration/maximumPendingPushes`` waiting.
+    public var readPauses = 0
     /// Requests written and waiting for their response now.
     public var inFlightRequests = 0
     /// Requests and frames waiting to be written now.

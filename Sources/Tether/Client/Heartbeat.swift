@@ -132,6 +132,13 @@ struct HeartbeatStateMachine {
         return [.send(serial: serial)]
     }
 
+    /// Forgets the outstanding heartbeat without counting it as missed: its ack may be
+    /// waiting unread while the connection does not read. The next goes out when due.
+    mutating func excuseOutstanding() {
+        outstanding = nil
+        verifying = false
+    }
+
     /// A heartbeat came back. Returns its round-trip time in nanoseconds when it answers the
     /// outstanding one; `nil` for an unknown or late serial.
     mutating func ack(serial: UInt32, now: UInt64) -> UInt64? {

@@ -13,17 +13,27 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
     public typealias Failure = Never
 
     let stream: AsyncStream<Element>
+    /// What the subscriber has waiting, counted for flow control; `nil` when nobody counts.
+    let backlog: Backlog?
+
+    init(stream: AsyncStream<Element>, backlog: Backlog? = nil) {
+        self.stream = stream
+        self.backlog = backlog
+    }
 
     /// The iterator of a subscription.
     public struct AsyncIterator: AsyncIteratorProtocol {
         var base: AsyncStream<Element>.Iterator
+        let backlog: Backlog?
 
         /// The next element, or `nil` once the source has closed.
         ///
         /// - Returns: The oldest element not yet read, waiting for one when none is buffered;
         ///   `nil` once the source has closed and the buffer is empty.
         public mutating func next() async -> Element? {
-            await base.next()
+            let element = await base.next()
+            if element != nil { backlog?.consumed() }
+            return element
         }
 
         /// The next element, or `nil` once the source has closed, without leaving the
@@ -33,7 +43,9 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
         /// - Returns: The oldest element not yet read, waiting for one when none is buffered;
         ///   `nil` once the source has closed and the buffer is empty.
         public mutating func next(isolation actor: isolated (any Actor)?) async -> Element? {
-            await base.next(isolation: actor)
+            let element = await base.next(isolation: actor)
+            if element != nil { backlog?.consumed() }
+            return element
         }
     }
 
@@ -42,7 +54,7 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
     /// - Returns: An iterator over the elements delivered since the subscription was made,
     ///   the oldest still buffered first.
     public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: stream.makeAsyncIterator())
+        AsyncIterator(base: stream.makeAsyncIterator(), backlog: backlog)
     }
 }
 
@@ -55,6 +67,19 @@ final class Broadcaster<Element: Sendable>: Sendable {
     private struct Subscriber {
         var continuation: AsyncStream<Element>.Continuation
         var filter: (@Sendable (Element) -> Bool)?
+        /// Counted with a ``FlowGauge``; `nil` without one.
+        var backlog: Backlog?
+
+        /// Yields `element`, counting it in the backlog first (the subscriber may take it
+        /// before `yield` returns).
+        func deliver(_ element: Element) -> AsyncStream<Element>.Continuation.YieldResult {
+            guard let backlog else { return continuation.yield(element) }
+            backlog.added()
+            let result = continuation.yield(element)
+            if case .enqueued = result { return result }
+            backlog.withdrawn()
+            return result
+        }
     }
 
     /// An element kept for a subscriber to come.
@@ -93,8 +118,11 @@ final class Broadcaster<Element: Sendable>: Sendable {
     private let lossless: Bool
     /// The most elements held for subscribers to come.
     private let holdLimit: Int
-    /// Told of every published element first; see ``init(bufferSize:keepsLatest:holdsUntilSubscribed:lossless:holdLimit:tap:)``.
+    /// Told of every published element first; see ``init(bufferSize:keepsLatest:holdsUntilSubscribed:lossless:holdLimit:gauge:tap:)``.
     private let tap: (@Sendable (Element) -> Void)?
+    /// Counts what each subscriber has waiting, when set: for a lossless feed whose
+    /// publisher stops when a subscriber falls too far behind.
+    let gauge: FlowGauge?
 
     /// - Parameters:
     ///   - bufferSize: Elements each subscriber may have waiting.
@@ -106,10 +134,13 @@ final class Broadcaster<Element: Sendable>: Sendable {
     ///   - holdLimit: The most elements held for subscribers to come (by `publish` while
     ///     nobody is subscribed, by `publishUntilTaken` while nobody takes them); `nil` for
     ///     `bufferSize`.
+    ///   - gauge: Counts what each subscriber has waiting and says when the slowest is too
+    ///     far behind; `nil` counts nothing.
     ///   - tap: Told of every element of ``publish(_:)`` first, on the publishing thread,
     ///     whether anyone is subscribed or not: a ``TetherObserver``.
-    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false, holdLimit: Int? = nil, tap: (@Sendable (Element) -> Void)? = nil) {
+    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false, holdLimit: Int? = nil, gauge: FlowGauge? = nil, tap: (@Sendable (Element) -> Void)? = nil) {
         self.tap = tap
+        self.gauge = gauge
         self.bufferSize = lossless ? .max : max(1, bufferSize)
         self.keepsLatest = keepsLatest
         self.holdsUntilSubscribed = holdsUntilSubscribed
@@ -126,10 +157,12 @@ final class Broadcaster<Element: Sendable>: Sendable {
     func subscribe(where filter: (@Sendable (Element) -> Bool)? = nil) -> Subscription<Element> {
         let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: lossless ? .unbounded : .bufferingNewest(bufferSize))
         var taken: [Element] = []
+        let backlog = gauge.map(Backlog.init)
+        let subscriber = Subscriber(continuation: continuation, filter: filter, backlog: backlog)
         let (finished, onTaken) = state.withLock { state -> (Bool, (@Sendable ([Element]) -> Void)?) in
             removeEnded(&state)
             if let replay = state.replay, filter?(replay) ?? true {
-                continuation.yield(replay)
+                _ = subscriber.deliver(replay)
             }
             if !state.held.isEmpty {
                 // The subscriber takes what was held and its filter accepts. What it refuses
@@ -138,7 +171,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
                 var kept: [Held] = []
                 for held in state.held {
                     if filter?(held.element) ?? true {
-                        if case .dropped = continuation.yield(held.element) { state.dropped += 1 }
+                        if case .dropped = subscriber.deliver(held.element) { state.dropped += 1 }
                         if held.untilTaken { taken.append(held.element) }
                     } else if held.untilTaken {
                         kept.append(held)
@@ -151,19 +184,24 @@ final class Broadcaster<Element: Sendable>: Sendable {
             if state.finished { return (true, taken.isEmpty ? nil : state.onTaken) }
             let id = state.nextID
             state.nextID += 1
-            state.subscribers[id] = Subscriber(continuation: continuation, filter: filter)
+            state.subscribers[id] = subscriber
             subscriberCount.store(state.subscribers.count, ordering: .relaxed)
             continuation.onTermination = { [weak self] _ in
                 // Only noted here; see `ended`.
+                // A subscriber that left holds nothing back any more.
+                backlog?.ended()
                 guard let self else { return }
                 self.ended.withLock { $0.append(id) }
                 self.hasEnded.store(true, ordering: .releasing)
             }
             return (false, taken.isEmpty ? nil : state.onTaken)
         }
-        if finished { continuation.finish() }
+        if finished {
+            backlog?.ended()
+            continuation.finish()
+        }
         onTaken?(taken)
-        return Subscription(stream: stream)
+        return Subscription(stream: stream, backlog: backlog)
     }
 
     /// Delivers `element` to every subscriber whose filter accepts it.
@@ -183,7 +221,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
                 return
             }
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
-                if case .dropped = subscriber.continuation.yield(element) {
+                if case .dropped = subscriber.deliver(element) {
                     state.dropped += 1
                 }
             }
@@ -210,7 +248,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             removeEnded(&state)
             var taken = false
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
-                switch subscriber.continuation.yield(element) {
+                switch subscriber.deliver(element) {
                 case .enqueued:
                     taken = true
                 case .dropped:
@@ -274,7 +312,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             if let last {
                 if keepsLatest { state.replay = last }
                 for subscriber in state.subscribers.values where subscriber.filter?(last) ?? true {
-                    subscriber.continuation.yield(last)
+                    _ = subscriber.deliver(last)
                 }
             }
             state.finished = true

@@ -184,6 +184,9 @@ extension Peer {
         replayTask = nil
     }
 
+    /// Bytes waiting to be written to this peer, for tests.
+    var pendingOutboundBytesForTesting: Int { channel?.pendingOutboundBytes ?? 0 }
+
     /// Waits until the outbound buffer is down to half the high-water mark, or the peer ends.
     private func outboundDrained(_ channel: Channel) async {
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in

@@ -93,6 +93,18 @@ public struct SessionConfiguration: Sendable, Hashable {
     /// connects: they stay unacknowledged in the server's mailbox, which sends them again
     /// then.
     public var maximumHeldPushes: Int = 10_000
+    /// The most pushes the slowest subscription to ``Connection/notifications`` (or
+    /// ``Connection/notifications(ofType:)``) may have waiting before the connection stops
+    /// reading its socket. Default 4,096.
+    ///
+    /// With a session no push is dropped once a subscription has it, so a subscription that
+    /// stops reading would make the connection hold every push that comes. Instead, when the
+    /// slowest one has more than this many waiting, the connection stops reading from the
+    /// server, and reads again once that subscription is down to half as many. Meanwhile
+    /// the server keeps the pushes in the client's mailbox, and whatever comes after them on
+    /// the socket waits too: responses to requests (which may time out) and heartbeat acks
+    /// (a heartbeat missed while reading is stopped does not count).
+    public var maximumPendingPushes: Int = 4_096
 
     /// A session for `clientID`.
     ///

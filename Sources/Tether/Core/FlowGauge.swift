@@ -1,0 +1,109 @@
+import Synchronization
+
+/// Tells a publisher when the slowest subscriber of a lossless ``Broadcaster`` has too many
+/// elements waiting, and when it has caught up again.
+///
+/// Each subscriber has a ``Backlog``: one atomic add when an element goes into its buffer,
+/// one atomic subtract when its loop takes one out. A subscriber whose backlog rises above
+/// ``limit`` counts as lagging until it falls below ``resumeBelow`` (half the limit); the
+/// publisher reads ``isLagging`` (one load) before each element, and ``onRelief(_:)``'s body is called
+/// when the last lagging subscriber catches up, on the thread of its loop.
+final class FlowGauge: Sendable {
+    /// The most elements a subscriber may have waiting before it lags.
+    let limit: Int
+    /// The backlog below which a lagging subscriber has caught up.
+    let resumeBelow: Int
+    /// Subscribers lagging now.
+    private let lagging = Atomic<Int>(0)
+    /// The largest backlog seen above the limit, for tests.
+    private let peak = Atomic<Int>(0)
+    /// Called, on the consuming thread, when no subscriber lags any more.
+    private let relief = Lock<(@Sendable () -> Void)?>(nil)
+
+    /// - Parameter limit: The most elements a subscriber may have waiting before it lags;
+    ///   at least 1.
+    init(limit: Int) {
+        self.limit = max(1, limit)
+        self.resumeBelow = max(1, self.limit / 2)
+    }
+
+    /// Sets what is called, on the consuming thread, when no subscriber lags any more.
+    func onRelief(_ body: @escaping @Sendable () -> Void) {
+        relief.withLock { $0 = body }
+    }
+
+    /// Whether a subscriber lags: the publisher should stop until the body of ``onRelief(_:)`` is called.
+    var isLagging: Bool { lagging.load(ordering: .relaxed) > 0 }
+
+    /// The largest backlog any subscriber had once it went above the limit; 0 if none did.
+    var peakBacklog: Int { peak.load(ordering: .relaxed) }
+
+    fileprivate func startedLagging(at backlog: Int) {
+        lagging.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        peak.max(backlog, ordering: .relaxed)
+    }
+
+    fileprivate func stoppedLagging() {
+        if lagging.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue == 0 {
+            relief.withLock { $0 }?()
+        }
+    }
+
+    fileprivate func noteBacklog(_ backlog: Int) {
+        peak.max(backlog, ordering: .relaxed)
+    }
+}
+
+/// What one subscriber of a ``Broadcaster`` with a ``FlowGauge`` has waiting in its buffer.
+///
+/// The publisher counts an element before yielding it (``added()``), the subscription's
+/// iterator after taking it (``consumed()``). Whether the subscriber lags is a flag that
+/// either side may flip, each by compare-and-exchange, so the gauge counts it exactly once.
+final class Backlog: Sendable {
+    private let gauge: FlowGauge
+    private let pending = Atomic<Int>(0)
+    private let lagging = Atomic<Bool>(false)
+
+    init(_ gauge: FlowGauge) {
+        self.gauge = gauge
+    }
+
+    /// Elements waiting now, for tests.
+    var count: Int { pending.load(ordering: .relaxed) }
+
+    /// An element is about to go into the buffer.
+    func added() {
+        let backlog = pending.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+        guard backlog > gauge.limit else { return }
+        guard lagging.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged else {
+            gauge.noteBacklog(backlog)
+            return
+        }
+        gauge.startedLagging(at: backlog)
+        // The subscriber may have caught up between the add and the flag, and seen no flag
+        // to clear: then clear it here, or nothing would.
+        if pending.load(ordering: .sequentiallyConsistent) < gauge.resumeBelow { release() }
+    }
+
+    /// The element just counted did not go into the buffer (it ended).
+    func withdrawn() {
+        consumed()
+    }
+
+    /// The subscriber took an element out of its buffer.
+    func consumed() {
+        let backlog = pending.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
+        guard backlog < gauge.resumeBelow, lagging.load(ordering: .sequentiallyConsistent) else { return }
+        release()
+    }
+
+    /// The subscriber left: it holds nothing back any more.
+    func ended() {
+        release()
+    }
+
+    private func release() {
+        guard lagging.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent).exchanged else { return }
+        gauge.stoppedLagging()
+    }
+}
