@@ -100,7 +100,7 @@ struct FlowControlTests {
             let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("paused") {
                 $0.session?.maximumPendingPushes = bound
                 // Without the excuse the first heartbeat that times out while paused ends it.
-                $0.heartbeat = .every(.milliseconds(100), timeout: .milliseconds(300), maximumMissed: 1)
+                $0.heartbeat = .every(.milliseconds(200), timeout: .seconds(1), maximumMissed: 1)
             })
             let notifications = connection.notifications
             try await awaitClient("paused", on: server)
