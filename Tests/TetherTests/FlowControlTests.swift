@@ -44,6 +44,7 @@ struct FlowControlTests {
                 $0.session?.maximumPendingPushes = bound
             })
             let notifications = connection.notifications
+            let connectsBefore = await connection.metrics.connects
             try await awaitClient("slow", on: server)
             let peer = try #require(server.peers.first)
             var largestOutbound = 0
@@ -86,7 +87,7 @@ struct FlowControlTests {
             #expect(metrics.notificationsReceived == total)
             #expect(metrics.duplicateNotifications == 0)
             #expect(metrics.readPauses >= 1)
-            #expect(metrics.connects == 1)
+            #expect(metrics.connects == connectsBefore)
             #expect(await connection.lastSequence == UInt64(total))
             #expect(await server.metrics().notificationsReplayed > 0)
             await connection.close()
@@ -103,6 +104,9 @@ struct FlowControlTests {
                 $0.heartbeat = .every(.milliseconds(200), timeout: .seconds(1), maximumMissed: 1)
             })
             let notifications = connection.notifications
+            // A busy machine may miss a heartbeat while connecting (a failed attempt, then
+            // another): only what happens from here on counts.
+            let before = await connection.metrics
             try await awaitClient("paused", on: server)
             for number in 1...(2 * bound) {
                 try await server.push(indexed(number), toClient: "paused")
@@ -122,9 +126,9 @@ struct FlowControlTests {
             }
             #expect(!paused.contains { $0.outcome == .missed })
             var metrics = await connection.metrics
-            #expect(metrics.heartbeatsMissed == 0)
+            #expect(metrics.heartbeatsMissed == before.heartbeatsMissed)
             #expect(metrics.readPauses == 1)
-            #expect(metrics.connects == 1)
+            #expect(metrics.connects == before.connects)
             #expect(await connection.state == .connected)
 
             let received = try await collect(2 * bound, from: notifications, "the pushes held back")
@@ -135,8 +139,8 @@ struct FlowControlTests {
             }
             #expect(acked)
             metrics = await connection.metrics
-            #expect(metrics.heartbeatsMissed == 0)
-            #expect(metrics.connects == 1)
+            #expect(metrics.heartbeatsMissed == before.heartbeatsMissed)
+            #expect(metrics.connects == before.connects)
             await connection.close()
         }
     }
@@ -154,6 +158,7 @@ extension FlowControlTests {
             let watcher = StateWatcher(connection)
             let notifications = connection.notifications
             try await watcher.next(.connected)
+            let connectsBefore = await connection.metrics.connects
             try await awaitClient("again", on: server)
             for number in 1...(4 * bound) {
                 try await server.push(indexed(number), toClient: "again")
@@ -168,7 +173,7 @@ extension FlowControlTests {
             let response = try await connection.request(Request(type: 0x402, json: ["after": "resume"]))
             #expect(response.json == ["echo": ["after": "resume"]])
             let metrics = await connection.metrics
-            #expect(metrics.connects == 2)
+            #expect(metrics.connects == connectsBefore + 1)
             #expect(await connection.lastSequence == UInt64(4 * bound))
             await connection.close()
         }
