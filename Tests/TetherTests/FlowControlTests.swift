@@ -60,6 +60,9 @@ struct FlowControlTests {
             // The decode loop stops at the frame that takes the backlog over the bound.
             #expect(gauge.peakBacklog == bound + 1)
             #expect(gauge.isLagging)
+            // Only what reached the subscriber's buffer counts as delivered (and may be
+            // acknowledged); what waits unread does not.
+            #expect(await connection.lastSequence == UInt64(bound + 1))
             // Live pushes stop at the high-water mark; a replay page (256 pushes of 200 bytes
             // and their headers) may go over it once.
             let page = 256 * 256
