@@ -13,15 +13,16 @@ struct CLIServeDrainTests {
         defer { server.kill() }
         let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
         let frames = connection.frames
-        let reply = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 300])) }
-        // Placed before the signal: in flight, or on its way to a server that still reads.
+        let reply = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 1_000])) }
+        // Written before the signal, to a server that still reads. The count of requests
+        // sent only grows, so a slow machine cannot miss the moment it becomes 1.
         try await bounded("the request to be sent") {
-            while await connection.metrics.inFlightRequests != 1 { await Task.yield() }
+            while await connection.metrics.requestsSent < 1 { await Task.yield() }
         }
         #expect(kill(server.pid, SIGTERM) == 0)
         _ = try await collect(1, from: frames.filter { $0.type == 0x1 && !$0.payload.isEmpty }, "the drain notice")
         let response = try await bounded("the response") { try await reply.value }
-        #expect(response.json?["echo"] == ["delay_ms": 300])
+        #expect(response.json?["echo"] == ["delay_ms": 1_000])
         #expect(try await server.waitForExit(within: eventBound) == 0)
         #expect(server.outputText.contains("SIGTERM: draining for up to 20 s\n"), "\(server.outputText)")
         #expect(server.outputText.contains("drained: shutting down\n"), "\(server.outputText)")

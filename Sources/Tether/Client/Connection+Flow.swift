@@ -12,6 +12,9 @@ extension Connection {
             if !channel.isReadingPaused {
                 channel.pauseReading()
                 counters.readPauses += 1
+                let waiters = readPauseWaiters
+                readPauseWaiters = []
+                for waiter in waiters { waiter.resume() }
             }
             return
         }
@@ -33,6 +36,13 @@ extension Connection {
     func subscribersCaughtUp() {
         guard let channel, channel.isReadingPaused, !holdsBackFrames else { return }
         channel.decodeBuffered(self)
+    }
+
+    /// Returns once reading has stopped for a slow subscriber at least once since the
+    /// connection was made: for tests, which would otherwise have to ask again and again.
+    func readPausedForTesting() async {
+        if counters.readPauses > 0 { return }
+        await withCheckedContinuation { readPauseWaiters.append($0) }
     }
 
     /// Whether a heartbeat sent at `sentAt` that got no ack in time is excused: reading was

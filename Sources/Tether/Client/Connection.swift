@@ -79,6 +79,8 @@ public actor Connection {
     /// When reading last started again after a slow subscriber caught up: a heartbeat sent
     /// before then may have had its ack wait unread.
     var readingResumedAt: UInt64 = 0
+    /// Tests waiting for reading to stop for a slow subscriber (``readPausedForTesting()``).
+    var readPauseWaiters: [CheckedContinuation<Void, Never>] = []
     var heartbeatTimer: LoopTimer?
     /// Frames from ``send(_:)`` waiting for a connection or for the outbound buffer to drain.
     @exclusivity(unchecked) var sendQueue: [QueuedSend] = []

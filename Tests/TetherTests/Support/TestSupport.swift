@@ -115,7 +115,9 @@ func testConfiguration(_ change: (inout ConnectionConfiguration) -> Void = { _ i
     var configuration = ConnectionConfiguration()
     configuration.heartbeat = .disabled
     configuration.reconnect = .disabled
-    configuration.connectTimeout = .seconds(5)
+    // The bound every wait of the tests has: a machine with one core busy can take seconds
+    // to answer a hello among hundreds of tests at once.
+    configuration.connectTimeout = eventBound
     change(&configuration)
     return configuration
 }
