@@ -11,12 +11,15 @@ func readingPaused(_ connection: Connection) async throws {
 
 /// The server configuration of these tests: in-memory mailboxes that keep every push, and a
 /// small outbound high-water mark so that a client that does not read soon fills it.
-func flowServer(maximumMessages: Int, highWaterMark: Int) -> (inout ServerConfiguration) -> Void {
+/// `holds` false makes it ignore clients' requests to hold their pushes, as a server that
+/// predates them does.
+func flowServer(maximumMessages: Int, highWaterMark: Int, holds: Bool = true) -> (inout ServerConfiguration) -> Void {
     { configuration in
         var mailboxes = MailboxConfiguration.inMemory
         mailboxes.limits.maximumMessages = maximumMessages
         configuration.mailboxes = mailboxes
         configuration.limits.outboundHighWaterMark = highWaterMark
+        configuration.ignoresPushHolds = !holds
     }
 }
 
@@ -33,10 +36,10 @@ func paddedIndex(of frame: Frame) -> Int? {
 
 @Suite("Flow control to slow session subscribers", .timeLimit(.minutes(1)))
 struct FlowControlTests {
-    @Test("heartbeats that time out while the client stops reading for a slow subscriber do not count as missed; acks count again once it reads")
+    @Test("heartbeats that time out while the client stops reading for a slow subscriber (the server ignores holds) do not count as missed; acks count again once it reads")
     func heartbeatsWhilePaused() async throws {
         let bound = 64
-        try await withServer(configure: flowServer(maximumMessages: 1_000, highWaterMark: 64 << 10), handlers: echoHandlers) { server, endpoint in
+        try await withServer(configure: flowServer(maximumMessages: 1_000, highWaterMark: 64 << 10, holds: false), handlers: echoHandlers) { server, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("paused") {
                 $0.session?.maximumPendingPushes = bound
                 // Without the excuse the first heartbeat that times out while paused ends it.
@@ -47,7 +50,7 @@ struct FlowControlTests {
             // another): only what happens from here on counts.
             let before = await connection.metrics
             try await awaitClient("paused", on: server)
-            for number in 1...(2 * bound) {
+            for number in 1...(4 * bound) {
                 try await server.push(indexed(number), toClient: "paused")
             }
             try await readingPaused(connection)
@@ -70,8 +73,8 @@ struct FlowControlTests {
             #expect(metrics.connects == before.connects)
             #expect(await connection.state == .connected)
 
-            let received = try await collect(2 * bound, from: notifications, "the pushes held back")
-            #expect(received.map(index(of:)) == Array(1...(2 * bound)))
+            let received = try await collect(4 * bound, from: notifications, "the pushes held back")
+            #expect(received.map(index(of:)) == Array(1...(4 * bound)))
             let acked = try await bounded("a heartbeat acked after reading resumed") {
                 for await event in heartbeats where event.outcome == .acked { return true }
                 return false
@@ -86,10 +89,10 @@ struct FlowControlTests {
 }
 
 extension FlowControlTests {
-    @Test("a connection made again while a subscriber still lags reads its welcome, then stops again; every push arrives once, in order")
+    @Test("a connection made again while a subscriber still lags (the server ignores holds) reads its welcome, then stops again; every push arrives once, in order")
     func reconnectWhileLagging() async throws {
         let bound = 64
-        try await withServer(configure: flowServer(maximumMessages: 1_000, highWaterMark: 64 << 10), handlers: echoHandlers) { server, endpoint in
+        try await withServer(configure: flowServer(maximumMessages: 1_000, highWaterMark: 64 << 10, holds: false), handlers: echoHandlers) { server, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("again") {
                 $0.session?.maximumPendingPushes = bound
                 $0.session?.helloTimeout = .seconds(5)
@@ -114,6 +117,129 @@ extension FlowControlTests {
             let metrics = await connection.metrics
             #expect(metrics.connects == connectsBefore + 1)
             #expect(await connection.lastSequence == UInt64(4 * bound))
+            await connection.close()
+        }
+    }
+}
+
+/// Waits, within the bound, until the connection has asked the server to hold its pushes.
+func pushesHeld(_ connection: Connection) async throws {
+    try await bounded("the client to ask the server to hold its pushes") {
+        await connection.pushesHeldForTesting()
+    }
+}
+
+extension FlowControlTests {
+    @Test("while a subscriber lags, the server keeps the client's pushes in the mailbox: requests get their responses, heartbeats are acked, and every push arrives once, in order, when it reads")
+    func requestsAndHeartbeatsGetThrough() async throws {
+        let bound = 64
+        try await withServer(configure: flowServer(maximumMessages: 1_000, highWaterMark: 64 << 10), handlers: echoHandlers) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("lagging") {
+                $0.session?.maximumPendingPushes = bound
+                $0.heartbeat = .every(.milliseconds(100), timeout: .seconds(2), maximumMissed: 1)
+                $0.requestTimeout = .seconds(5)
+            })
+            let notifications = connection.notifications
+            let before = await connection.metrics
+            try await awaitClient("lagging", on: server)
+            let early = 100
+            for number in 1...early {
+                try await server.push(indexed(number), toClient: "lagging")
+            }
+            try await pushesHeld(connection)
+            // Behind the hold on the socket: once answered, the server has it.
+            let first = try await connection.request(Request(type: 0x402, json: ["while": "lagging"]))
+            #expect(first.json == ["echo": ["while": "lagging"]])
+            let total = 500
+            for number in (early + 1)...total {
+                try await server.push(indexed(number), toClient: "lagging")
+            }
+            // What the server wrote before it had the hold came before the first response;
+            // nothing after it was written: the second response came with none before it.
+            let live = await connection.lastSequence
+            #expect(live > UInt64(bound) && live <= UInt64(early))
+            let second = try await connection.request(Request(type: 0x402, json: ["still": "lagging"]))
+            #expect(second.json == ["echo": ["still": "lagging"]])
+            #expect(await connection.lastSequence == live)
+            let heartbeats = connection.heartbeats
+            let acked = try await bounded("three heartbeats acked while the subscriber lags") {
+                var count = 0
+                for await event in heartbeats where event.outcome == .acked {
+                    count += 1
+                    if count == 3 { return count }
+                }
+                return count
+            }
+            #expect(acked == 3)
+            var serverMetrics = await server.metrics()
+            #expect(serverMetrics.pushHolds == 1)
+            #expect(serverMetrics.notificationsReplayed == 0)
+            let lagging = await connection.metrics
+            #expect(lagging.pushHolds == 1)
+            #expect(lagging.readPauses == 0)
+            #expect(lagging.heartbeatsMissed == before.heartbeatsMissed)
+
+            let received = try await collect(total, from: notifications, "every push")
+            #expect(received.map(index(of:)) == Array(1...total))
+            #expect(received.map(\.serial) == (1...total).map { UInt32($0) })
+            let after = try await connection.request(Request(type: 0x402, json: ["after": "lag"]))
+            #expect(after.json == ["echo": ["after": "lag"]])
+            // Catching up, the subscriber may fall behind the replay again: more holds then.
+            let metrics = await connection.metrics
+            #expect(metrics.heartbeatsMissed == before.heartbeatsMissed)
+            #expect(metrics.requestsTimedOut == before.requestsTimedOut)
+            #expect(metrics.connects == before.connects)
+            #expect(metrics.notificationsReceived == total)
+            #expect(metrics.duplicateNotifications == 0)
+            #expect(await connection.lastSequence == UInt64(total))
+            serverMetrics = await server.metrics()
+            #expect(serverMetrics.notificationsReplayed == total - Int(live))
+            await connection.close()
+        }
+    }
+
+    @Test("a connection made again while a subscriber lags says so in its hello: the server holds the pushes from the start, and sends them once it catches up")
+    func helloCarriesTheHold() async throws {
+        let bound = 64
+        try await withServer(configure: flowServer(maximumMessages: 1_000, highWaterMark: 64 << 10), handlers: echoHandlers) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("held") {
+                $0.session?.maximumPendingPushes = bound
+                $0.session?.helloTimeout = .seconds(5)
+            })
+            let watcher = StateWatcher(connection)
+            let notifications = connection.notifications
+            try await watcher.next(.connected)
+            let connectsBefore = await connection.metrics.connects
+            try await awaitClient("held", on: server)
+            let early = 100
+            for number in 1...early {
+                try await server.push(indexed(number), toClient: "held")
+            }
+            try await pushesHeld(connection)
+            // Behind the hold: once answered, the server has it, and wrote no push after it.
+            _ = try await connection.request(Request(type: 0x402, json: ["while": "lagging"]))
+            let live = await connection.lastSequence
+            await connection.suspend()
+            try await watcher.next(.suspended)
+            let total = 300
+            for number in (early + 1)...total {
+                try await server.push(indexed(number), toClient: "held")
+            }
+            await connection.resume()
+            try await watcher.next(.connected)
+            let response = try await connection.request(Request(type: 0x402, json: ["after": "resume"]))
+            #expect(response.json == ["echo": ["after": "resume"]])
+            // The welcome replayed nothing: the hello asked for the pushes to be held.
+            #expect(await connection.lastSequence == live)
+            #expect(await server.metrics().pushHolds == 2)
+            let resumed = await connection.metrics
+            #expect(resumed.pushHolds == 2)
+            #expect(resumed.readPauses == 0)
+            let received = try await collect(total, from: notifications, "every push")
+            #expect(received.map(index(of:)) == Array(1...total))
+            let metrics = await connection.metrics
+            #expect(metrics.connects == connectsBefore + 1)
+            #expect(await connection.lastSequence == UInt64(total))
             await connection.close()
         }
     }

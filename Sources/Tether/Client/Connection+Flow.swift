@@ -3,11 +3,14 @@
 // slowest one has too many waiting, and reads again once it has caught up.
 
 extension Connection {
-    /// After a batch was decoded: stops reading while a subscriber to notifications has
-    /// more than ``SessionConfiguration/maximumPendingPushes`` waiting (the rest of the
-    /// batch waits in the buffer), and reads again once none does.
+    /// After a batch was decoded: asks the server to hold pushes while a subscriber to
+    /// notifications has more than ``SessionConfiguration/maximumPendingPushes`` waiting,
+    /// and to send them again once none does; stops reading while one has more than twice
+    /// that (a server that does not hold, or pushes from outside the mailbox), the rest of
+    /// the batch waiting in the buffer.
     func regulateReading(_ channel: Channel) {
         guard notificationFeed.gauge != nil else { return }
+        signalFlow(on: channel)
         if holdsBackFrames {
             if !channel.isReadingPaused {
                 channel.pauseReading()
@@ -24,18 +27,38 @@ extension Connection {
         }
     }
 
-    /// Whether frames wait in the buffer because a subscriber to notifications lags. Not
-    /// during a handshake: the welcome of a new connection is read whatever the backlog.
+    /// Tells the server whether to hold this client's pushes, when that changed: they wait
+    /// in its mailbox while the slowest subscriber is behind. Not before the session is
+    /// established: the hello says it then.
+    private func signalFlow(on channel: Channel) {
+        guard let gauge = notificationFeed.gauge, let settings = configuration.session, !handshaking else { return }
+        let lagging = gauge.isLagging
+        guard lagging != pushesHeld else { return }
+        let frame = Frame(type: settings.wireTypes.acknowledgement, serial: 0, payload: SessionWire.flowSignal(holding: lagging))
+        // One that does not fit is tried again after the next read.
+        guard (try? write(frame, on: channel)) != nil else { return }
+        pushesHeld = lagging
+        if lagging { heldPushes() }
+    }
+
+    /// Whether frames wait in the buffer because a subscriber to notifications is too far
+    /// behind. Not during a handshake: the welcome of a new connection is read whatever the
+    /// backlog.
     var holdsBackFrames: Bool {
-        guard let gauge = notificationFeed.gauge, gauge.isLagging else { return false }
+        guard let gauge = notificationFeed.gauge, gauge.isOverflowing else { return false }
         return !lifecycle.isHandshaking
     }
 
-    /// The last lagging subscriber is down to half the bound: what waits in the buffer is
-    /// decoded, and the socket is read again unless a subscriber lags again meanwhile.
+    /// The last lagging subscriber is down to half the bound: the server may send pushes
+    /// again, what waits in the buffer is decoded, and the socket is read again unless a
+    /// subscriber lags again meanwhile.
     func subscribersCaughtUp() {
-        guard let channel, channel.isReadingPaused, !holdsBackFrames else { return }
-        channel.decodeBuffered(self)
+        guard let channel else { return }
+        if channel.isReadingPaused, !holdsBackFrames {
+            channel.decodeBuffered(self)
+        } else {
+            signalFlow(on: channel)
+        }
     }
 
     /// Returns once reading has stopped for a slow subscriber at least once since the
@@ -43,6 +66,21 @@ extension Connection {
     func readPausedForTesting() async {
         if counters.readPauses > 0 { return }
         await withCheckedContinuation { readPauseWaiters.append($0) }
+    }
+
+    /// Counts a request to hold pushes, and wakes the tests waiting for one.
+    func heldPushes() {
+        counters.pushHolds += 1
+        let waiters = holdWaiters
+        holdWaiters = []
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once the connection has asked the server to hold its pushes at least once:
+    /// for tests.
+    func pushesHeldForTesting() async {
+        if counters.pushHolds > 0 { return }
+        await withCheckedContinuation { holdWaiters.append($0) }
     }
 
     /// Whether a heartbeat sent at `sentAt` that got no ack in time is excused: reading was

@@ -76,8 +76,11 @@ extension Connection {
             token: sender.token,
             lastSequence: state.lastReceived,
             acknowledged: state.lastAcknowledged,
-            epoch: state.epoch
+            epoch: state.epoch,
+            hold: notificationFeed.gauge?.isLagging == true ? true : nil
         )
+        pushesHeld = hello.hold ?? false
+        if pushesHeld { heldPushes() }
         do {
             try write(Frame(type: settings.wireTypes.hello, serial: 0, payload: SessionWire.encode(hello)), on: channel)
         } catch {

@@ -79,6 +79,11 @@ public actor Connection {
     /// When reading last started again after a slow subscriber caught up: a heartbeat sent
     /// before then may have had its ack wait unread.
     var readingResumedAt: UInt64 = 0
+    /// Whether the server was asked to hold this client's pushes on the current connection
+    /// (by the hello, or by a flow signal since).
+    var pushesHeld = false
+    /// Tests waiting for a request to hold pushes (``pushesHeldForTesting()``).
+    var holdWaiters: [CheckedContinuation<Void, Never>] = []
     /// Tests waiting for reading to stop for a slow subscriber (``readPausedForTesting()``).
     var readPauseWaiters: [CheckedContinuation<Void, Never>] = []
     var heartbeatTimer: LoopTimer?

@@ -190,8 +190,13 @@ public struct ConnectionMetrics: Sendable, Hashable {
     /// Times a write had to wait because the outbound buffer was above its high-water mark.
     public var backpressureWaits = 0
     /// Times the connection stopped reading its socket because a subscription to
-    /// notifications had more than ``SessionConfiguration/maximumPendingPushes`` waiting.
+    /// notifications had more than twice ``SessionConfiguration/maximumPendingPushes``
+    /// waiting: pushes kept coming after the server was asked to hold them.
     public var readPauses = 0
+    /// Times the connection asked the server to hold its pushes in the mailbox because a
+    /// subscription to notifications had more than
+    /// ``SessionConfiguration/maximumPendingPushes`` waiting.
+    public var pushHolds = 0
     /// Requests written and waiting for their response now.
     public var inFlightRequests = 0
     /// Requests and frames waiting to be written now.

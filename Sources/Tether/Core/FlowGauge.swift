@@ -5,25 +5,33 @@ import Synchronization
 ///
 /// Each subscriber has a ``Backlog``: one atomic add when an element goes into its buffer,
 /// one atomic subtract when its loop takes one out. A subscriber whose backlog rises above
-/// ``limit`` counts as lagging until it falls below ``resumeBelow`` (half the limit); the
-/// publisher reads ``isLagging`` (one load) before each element, and ``onRelief(_:)``'s body is called
-/// when the last lagging subscriber catches up, on the thread of its loop.
+/// ``limit`` counts as lagging, and above ``hardLimit`` as overflowing, until it falls below
+/// ``resumeBelow`` (half the limit). The publisher reads ``isLagging`` and ``isOverflowing``
+/// (one load each), and ``onRelief(_:)``'s body is called when the last lagging subscriber
+/// catches up, on the thread of its loop.
 final class FlowGauge: Sendable {
     /// The most elements a subscriber may have waiting before it lags.
     let limit: Int
+    /// The most elements a subscriber may have waiting before it overflows: the publisher
+    /// must stop taking elements at all.
+    let hardLimit: Int
     /// The backlog below which a lagging subscriber has caught up.
     let resumeBelow: Int
     /// Subscribers lagging now.
     private let lagging = Atomic<Int>(0)
+    /// Subscribers overflowing now.
+    private let overflowing = Atomic<Int>(0)
     /// The largest backlog seen above the limit, for tests.
     private let peak = Atomic<Int>(0)
     /// Called, on the consuming thread, when no subscriber lags any more.
     private let relief = Lock<(@Sendable () -> Void)?>(nil)
 
-    /// - Parameter limit: The most elements a subscriber may have waiting before it lags;
-    ///   at least 1.
-    init(limit: Int) {
+    /// - Parameters:
+    ///   - limit: The most elements a subscriber may have waiting before it lags; at least 1.
+    ///   - hardLimit: The most before it overflows; at least `limit`, twice it when `nil`.
+    init(limit: Int, hardLimit: Int? = nil) {
         self.limit = max(1, limit)
+        self.hardLimit = max(self.limit, hardLimit ?? self.limit * 2)
         self.resumeBelow = max(1, self.limit / 2)
     }
 
@@ -34,6 +42,10 @@ final class FlowGauge: Sendable {
 
     /// Whether a subscriber lags: the publisher should stop until the body of ``onRelief(_:)`` is called.
     var isLagging: Bool { lagging.load(ordering: .relaxed) > 0 }
+
+    /// Whether a subscriber overflows: the publisher must take no more elements until the
+    /// body of ``onRelief(_:)`` is called.
+    var isOverflowing: Bool { overflowing.load(ordering: .relaxed) > 0 }
 
     /// The largest backlog any subscriber had once it went above the limit; 0 if none did.
     var peakBacklog: Int { peak.load(ordering: .relaxed) }
@@ -49,6 +61,14 @@ final class FlowGauge: Sendable {
         }
     }
 
+    fileprivate func startedOverflowing() {
+        overflowing.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    }
+
+    fileprivate func stoppedOverflowing() {
+        overflowing.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+    }
+
     fileprivate func noteBacklog(_ backlog: Int) {
         peak.max(backlog, ordering: .relaxed)
     }
@@ -57,12 +77,14 @@ final class FlowGauge: Sendable {
 /// What one subscriber of a ``Broadcaster`` with a ``FlowGauge`` has waiting in its buffer.
 ///
 /// The publisher counts an element before yielding it (``added()``), the subscription's
-/// iterator after taking it (``consumed()``). Whether the subscriber lags is a flag that
-/// either side may flip, each by compare-and-exchange, so the gauge counts it exactly once.
+/// iterator after taking it (``consumed()``). Whether the subscriber lags, and whether it
+/// overflows, are flags that either side may flip, each by compare-and-exchange, so the gauge
+/// counts each exactly once.
 final class Backlog: Sendable {
     private let gauge: FlowGauge
     private let pending = Atomic<Int>(0)
     private let lagging = Atomic<Bool>(false)
+    private let overflowing = Atomic<Bool>(false)
 
     init(_ gauge: FlowGauge) {
         self.gauge = gauge
@@ -75,8 +97,12 @@ final class Backlog: Sendable {
     func added() {
         let backlog = pending.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
         guard backlog > gauge.limit else { return }
+        if backlog > gauge.hardLimit, overflowing.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged {
+            gauge.startedOverflowing()
+        }
         guard lagging.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged else {
             gauge.noteBacklog(backlog)
+            if backlog > gauge.hardLimit, pending.load(ordering: .sequentiallyConsistent) < gauge.resumeBelow { release() }
             return
         }
         gauge.startedLagging(at: backlog)
@@ -103,6 +129,10 @@ final class Backlog: Sendable {
     }
 
     private func release() {
+        // Overflowing first: once the last lagging subscriber has caught up, none overflows.
+        if overflowing.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent).exchanged {
+            gauge.stoppedOverflowing()
+        }
         guard lagging.compareExchange(expected: true, desired: false, ordering: .sequentiallyConsistent).exchanged else { return }
         gauge.stoppedLagging()
     }

@@ -10,6 +10,9 @@ struct PeerSession {
     var replayTarget: UInt64
     /// Set once a newer connection of the same client took the session over.
     var takenOver = false
+    /// Whether the client asked for its pushes to be held: its app is behind. Pushes stay in
+    /// the mailbox (``replaying`` with no replay running) until it releases them.
+    var held = false
 }
 
 extension Peer {
@@ -32,6 +35,7 @@ extension Peer {
             return
         }
         claimedClientID = hello.clientID
+        helloHoldsPushes = hello.hold == true && !configuration.ignoresPushHolds
         if let authenticate = hub.authenticator {
             let check = ClientHello(clientID: hello.clientID, token: hello.token, lastSequence: hello.lastSequence, peer: id, address: remoteAddress)
             do {
@@ -82,8 +86,10 @@ extension Peer {
             clientID: clientID,
             lastWritten: plan.resumeAfter,
             replaying: plan.lastSequence > plan.resumeAfter,
-            replayTarget: plan.lastSequence
+            replayTarget: plan.lastSequence,
+            held: helloHoldsPushes
         )
+        if helloHoldsPushes { counts.pushHolds += 1 }
         let hello = hub?.configuration.wireTypes.hello ?? 0
         do {
             try write(Frame(type: hello, serial: helloSerial, payload: SessionWire.encode(plan.welcome(for: clientID))), on: channel)
@@ -98,7 +104,7 @@ extension Peer {
             clientID: clientID,
             pushesToReplay: plan.lastSequence > plan.resumeAfter ? plan.lastSequence - plan.resumeAfter : 0
         ))
-        if session?.replaying == true { startReplay() }
+        if session?.replaying == true && !helloHoldsPushes { startReplay() }
     }
 
     /// A push stored for this peer's client: written at once when it is the next of the
@@ -111,6 +117,12 @@ extension Peer {
             return
         }
         guard sequence > current.lastWritten else { return }
+        if current.held {
+            // Kept in the mailbox until the client releases it.
+            current.replaying = true
+            current.replayTarget = sequence
+            return
+        }
         // A push after one not written yet (stored by another node, whose wake-up has not
         // come) reads what comes before it from the store, so none is skipped; so does a
         // client that reads slowly, once its buffer drains, rather than growing the buffer
@@ -134,7 +146,7 @@ extension Peer {
     func catchUp(through sequence: UInt64, for clientID: String) {
         guard var current = session, current.clientID == clientID, channel != nil, sequence > current.lastWritten else { return }
         current.replayTarget = max(current.replayTarget, sequence)
-        let start = !current.replaying
+        let start = !current.replaying && !current.held
         current.replaying = true
         session = current
         if start { startReplay() }
@@ -149,7 +161,7 @@ extension Peer {
     private func replay() async {
         guard let hub else { return }
         let batchSize = max(1, hub.configuration.replayBatchSize)
-        while !Task.isCancelled, let current = session, current.replaying, let channel {
+        while !Task.isCancelled, let current = session, current.replaying, !current.held, let channel {
             if channel.pendingOutboundBytes > configuration.limits.outboundHighWaterMark {
                 await outboundDrained(channel)
                 continue
@@ -163,6 +175,8 @@ extension Peer {
                 return
             }
             guard !Task.isCancelled, var latest = session, latest.clientID == current.clientID, let channel = self.channel else { return }
+            // Held while the page was read: it waits in the store with the rest.
+            if latest.held { break }
             for message in page where message.sequence > latest.lastWritten {
                 let frame = Frame(type: message.type, serial: UInt32(truncatingIfNeeded: message.sequence), payload: message.payload)
                 do {
@@ -200,9 +214,21 @@ extension Peer {
     }
 
     /// An acknowledgement from the client: the hub may delete what it has.
+    /// A flow signal from the client, if it carries one: hold its pushes in the mailbox, or
+    /// write them again from where it stands.
     func acknowledged(_ frame: Frame, hub: MailboxHub) {
-        guard let session, let through = SessionWire.acknowledged(frame.payload) else { return }
-        hub.acknowledge(session.clientID, through: min(through, session.lastWritten))
+        guard var current = session else { return }
+        let (through, hold) = SessionWire.acknowledgement(frame.payload)
+        if let through { hub.acknowledge(current.clientID, through: min(through, current.lastWritten)) }
+        guard let hold, hold != current.held, !configuration.ignoresPushHolds else { return }
+        current.held = hold
+        session = current
+        if hold {
+            counts.pushHolds += 1
+        } else if current.replaying && replayTask == nil {
+            // What was kept meanwhile is read from the mailbox, page by page.
+            startReplay()
+        }
     }
 
     /// The same client id connected again on another peer: this older connection goes.

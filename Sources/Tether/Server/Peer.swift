@@ -37,6 +37,8 @@ public actor Peer {
     var session: PeerSession?
     /// The client id of a hello under way or accepted: what to detach at the end.
     var claimedClientID: String?
+    /// Whether the hello under way asked for the client's pushes to be held.
+    var helloHoldsPushes = false
     /// The task replaying stored pushes, while one runs.
     var replayTask: Task<Void, Never>?
     /// The replay waiting for the outbound buffer to drain.

@@ -62,6 +62,9 @@ public struct ServerConfiguration: Sendable {
     /// deadline for handlers in flight (default 30 s) and the reconnect hint clients get
     /// (default 0).
     public var drain = DrainConfiguration()
+    /// Whether session clients' requests to hold their pushes are ignored, as a server that
+    /// predates them would: for tests of the client's last resort, which stops reading.
+    var ignoresPushHolds = false
 
     // MARK: Hostile peers
 

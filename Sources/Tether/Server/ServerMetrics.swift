@@ -20,6 +20,9 @@ public struct PeerMetrics: Sendable, Hashable {
     /// Times the server stopped reading the peer because it had
     /// ``ServerConfiguration/maximumRequestsPerPeer`` requests being handled.
     public var readPauses = 0
+    /// Times the peer's client asked the server to hold its pushes because its app fell
+    /// behind; see <doc:Sessions>.
+    public var pushHolds = 0
 
     /// Counters with the given values, zero where not given: for an app's tests of code that
     /// reads metrics.
@@ -33,6 +36,7 @@ public struct PeerMetrics: Sendable, Hashable {
     ///   - heartbeatsAcked: Heartbeats of the peer answered.
     ///   - notificationsReplayed: Stored pushes replayed to the peer.
     ///   - readPauses: Times reading the peer was paused at its request limit.
+    ///   - pushHolds: Times the peer's client asked for its pushes to be held.
     public init(
         bytesIn: Int = 0,
         bytesOut: Int = 0,
@@ -41,7 +45,8 @@ public struct PeerMetrics: Sendable, Hashable {
         requestsHandled: Int = 0,
         heartbeatsAcked: Int = 0,
         notificationsReplayed: Int = 0,
-        readPauses: Int = 0
+        readPauses: Int = 0,
+        pushHolds: Int = 0
     ) {
         self.bytesIn = bytesIn
         self.bytesOut = bytesOut
@@ -51,11 +56,13 @@ public struct PeerMetrics: Sendable, Hashable {
         self.heartbeatsAcked = heartbeatsAcked
         self.notificationsReplayed = notificationsReplayed
         self.readPauses = readPauses
+        self.pushHolds = pushHolds
     }
 
     /// Adds `other`'s counts to these.
     mutating func add(_ other: PeerMetrics) {
         readPauses += other.readPauses
+        pushHolds += other.pushHolds
         notificationsReplayed += other.notificationsReplayed
         bytesIn += other.bytesIn
         bytesOut += other.bytesOut
@@ -94,6 +101,9 @@ public struct ServerMetrics: Sendable, Hashable {
     /// Times the server stopped reading a peer because it had
     /// ``ServerConfiguration/maximumRequestsPerPeer`` requests being handled.
     public var readPauses = 0
+    /// Times session clients asked the server to hold their pushes because their apps fell
+    /// behind; see <doc:Sessions>.
+    public var pushHolds = 0
     /// Bytes read from peers' sockets.
     public var bytesIn = 0
     /// Bytes written to peers' sockets.
@@ -132,6 +142,7 @@ public struct ServerMetrics: Sendable, Hashable {
     /// Adds the traffic counts of one peer.
     mutating func add(_ peer: PeerMetrics) {
         readPauses += peer.readPauses
+        pushHolds += peer.pushHolds
         notificationsReplayed += peer.notificationsReplayed
         bytesIn += peer.bytesIn
         bytesOut += peer.bytesOut

@@ -94,16 +94,20 @@ public struct SessionConfiguration: Sendable, Hashable {
     /// then.
     public var maximumHeldPushes: Int = 10_000
     /// The most pushes the slowest subscription to ``Connection/notifications`` (or
-    /// ``Connection/notifications(ofType:)``) may have waiting before the connection stops
-    /// reading its socket. Default 4,096.
+    /// ``Connection/notifications(ofType:)``) may have waiting before the server is asked to
+    /// hold the client's pushes. Default 4,096.
     ///
     /// With a session no push is dropped once a subscription has it, so a subscription that
     /// stops reading would make the connection hold every push that comes. Instead, when the
-    /// slowest one has more than this many waiting, the connection stops reading from the
-    /// server, and reads again once that subscription is down to half as many. Meanwhile
-    /// the server keeps the pushes in the client's mailbox, and whatever comes after them on
-    /// the socket waits too: responses to requests (which may time out) and heartbeat acks
-    /// (a heartbeat missed while reading is stopped does not count).
+    /// slowest one has more than this many waiting, the connection asks the server to keep
+    /// the client's pushes in its mailbox, and to send them again once that subscription is
+    /// down to half as many. The connection goes on reading: responses and heartbeat acks
+    /// get through.
+    ///
+    /// Pushes already on their way still arrive. If the backlog reaches twice this bound (a
+    /// server that does not hold pushes, or pushes sent outside the mailbox), the connection
+    /// stops reading its socket until the subscription is down to half the bound; then
+    /// responses and heartbeat acks wait too (a heartbeat missed meanwhile does not count).
     public var maximumPendingPushes: Int = 4_096
 
     /// A session for `clientID`.

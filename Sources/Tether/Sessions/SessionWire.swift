@@ -13,6 +13,9 @@ enum SessionWire {
         /// The epoch of the mailbox history `lastSequence` belongs to, as the last welcome
         /// said; absent when the client knows none (a first connection, an older client).
         var epoch: String?
+        /// Whether the client's app is behind on pushes: the server begins the session
+        /// holding them (see ``flowSignal(holding:)``); absent means `false`.
+        var hold: Bool?
     }
 
     /// Server to client, the answer to an accepted hello.
@@ -63,10 +66,23 @@ enum SessionWire {
         Array("{\"through\":\(sequence)}".utf8)
     }
 
-    static func acknowledged(_ payload: [UInt8]) -> UInt64? {
-        guard let value = try? JSONValue(parsing: payload), let through = value["through"] else { return nil }
-        if case .int(let number) = through, number >= 0 { return UInt64(number) }
-        return nil
+    /// A flow signal on the acknowledgement type, `{"hold":true}` or `{"hold":false}`: the
+    /// client's app fell behind on pushes, so the server should keep them in the mailbox
+    /// rather than write them, or it caught up and the server may write them again. A server
+    /// that does not know it reads an acknowledgement of nothing.
+    static func flowSignal(holding: Bool) -> [UInt8] {
+        Array((holding ? "{\"hold\":true}" : "{\"hold\":false}").utf8)
+    }
+
+    /// What a frame of the acknowledgement type says: how far the client acknowledges, and
+    /// whether it asks the server to hold or release its pushes; each `nil` when absent.
+    static func acknowledgement(_ payload: [UInt8]) -> (through: UInt64?, hold: Bool?) {
+        guard let value = try? JSONValue(parsing: payload) else { return (nil, nil) }
+        var through: UInt64?
+        if case .int(let number)? = value["through"], number >= 0 { through = UInt64(number) }
+        var hold: Bool?
+        if case .bool(let flag)? = value["hold"] { hold = flag }
+        return (through, hold)
     }
 }
 
