@@ -1,5 +1,6 @@
 import Testing
 import TetherTesting
+import TetherTLS
 @testable import Tether
 
 /// Waits, within the bound, until the connection has stopped reading for a slow subscriber.
@@ -239,6 +240,54 @@ extension FlowControlTests {
             #expect(received.map(index(of:)) == Array(1...total))
             let metrics = await connection.metrics
             #expect(metrics.connects == connectsBefore + 1)
+            #expect(await connection.lastSequence == UInt64(total))
+            await connection.close()
+        }
+    }
+}
+
+extension FlowControlTests {
+    @Test("over wss://, TLS and WebSocket beneath the frames: a lagging subscriber's pushes are held by the server, or with a server that ignores holds reading stops and starts again with records already decrypted; every push arrives once, in order", arguments: [true, false])
+    func overSecureWebSocket(holds: Bool) async throws {
+        let bound = 64
+        let certificates = try await TestCertificates.shared()
+        let configure = flowServer(maximumMessages: 2_000, highWaterMark: 64 << 10, holds: holds)
+        try await withSecureWebSocketServer(certificates, configure: configure) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: webSocketClientTLS(certificates) {
+                $0.session = SessionConfiguration(clientID: "secure")
+                $0.session?.maximumPendingPushes = bound
+                $0.requestTimeout = .seconds(10)
+            })
+            let notifications = connection.notifications
+            let before = await connection.metrics
+            try await awaitClient("secure", on: server)
+            let total = 16 * bound
+            if holds {
+                for number in 1...(2 * bound) {
+                    try await server.push(padded(number), toClient: "secure")
+                }
+                try await pushesHeld(connection)
+                _ = try await connection.request(Request(type: 0x402, json: ["while": "lagging"]))
+                for number in (2 * bound + 1)...total {
+                    try await server.push(padded(number), toClient: "secure")
+                }
+                let response = try await connection.request(Request(type: 0x402, json: ["still": "lagging"]))
+                #expect(response.json == ["echo": ["still": "lagging"]])
+                #expect(await connection.metrics.readPauses == before.readPauses)
+            } else {
+                for number in 1...total {
+                    try await server.push(padded(number), toClient: "secure")
+                }
+                try await readingPaused(connection)
+            }
+            let received = try await collect(total, from: notifications, "every push")
+            #expect(received.map { paddedIndex(of: $0) } == Array(1...total))
+            let after = try await connection.request(Request(type: 0x402, json: ["after": "lag"]))
+            #expect(after.json == ["echo": ["after": "lag"]])
+            let metrics = await connection.metrics
+            #expect(metrics.notificationsReceived == total)
+            #expect(metrics.duplicateNotifications == 0)
+            #expect(metrics.connects == before.connects)
             #expect(await connection.lastSequence == UInt64(total))
             await connection.close()
         }
