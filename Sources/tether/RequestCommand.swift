@@ -188,7 +188,7 @@ struct RequestCommand: Command {
         }
         let response: Response
         do {
-            response = try await connection.request(request, timeout: timeout)
+            response = try await connection.request(request, timeout: .after(timeout))
         } catch {
             await connection.close()
             throw error
@@ -213,7 +213,7 @@ struct RequestCommand: Command {
     private func get(_ request: HTTPRequest, through connection: Connection) async throws -> ExitStatus {
         let response: HTTPResponse
         do {
-            response = try await connection.http(request, timeout: timeout, type: type)
+            response = try await connection.http(request, timeout: .after(timeout), type: type)
         } catch {
             await connection.close()
             throw error

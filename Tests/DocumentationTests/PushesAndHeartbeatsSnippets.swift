@@ -57,6 +57,17 @@ private func subscriberBufferExample() {
     _ = configuration
 }
 
+func watchPrices(_ pushes: Subscription<Frame>) async {
+    var lost = 0
+    for await push in pushes {
+        if pushes.dropped > lost {
+            print("missed \(pushes.dropped - lost) pushes")
+            lost = pushes.dropped
+        }
+        print("price:", push.json?["price"]?.doubleValue ?? 0)
+    }
+}
+
 private func heartbeatConfigurationExample() {
     var configuration = ConnectionConfiguration()
     configuration.heartbeat = .every(.seconds(5), timeout: .seconds(2), maximumMissed: 2)
@@ -164,6 +175,27 @@ struct PushesAndHeartbeatsSnippets {
             let metrics = await connection.metrics
             #expect(metrics.notificationsReceived == 10)
             #expect(metrics.droppedElements == 6)
+        }
+    }
+
+    @Test("watchPrices(_:) reports the six pushes its subscription dropped before the four it kept")
+    func slowSubscriberLearnsOfDrops() async throws {
+        try await withNetworkConnection(handlers: { server in
+            server.handle(type: 0x412) { _, peer in
+                for number in 1...10 {
+                    try await peer.push(Frame(type: 0x20, payload: JSONValue.object(["price": .int(number)]).encoded))
+                }
+                return Response()
+            }
+        }, configure: { $0.limits.subscriberBufferSize = 4 }) { _, _, connection in
+            let pushes = connection.notifications
+            _ = try await connection.request(Request(type: 0x412))   // all ten have arrived
+            await connection.close()                                  // the loop ends after them
+            let printed = try await withTimeLimit(testBound) {
+                await withPrintedLines { await watchPrices(pushes) }
+            }
+            #expect(printed == ["missed 6 pushes", "price: 7.0", "price: 8.0", "price: 9.0", "price: 10.0"])
+            #expect(await connection.metrics.droppedElements == 6)
         }
     }
 

@@ -51,6 +51,12 @@ private func timeoutExample(connection: Connection) async throws {
     }
 }
 
+private func unlimitedExample(connection: Connection) async throws {
+    let export = try await connection.request(Request(type: 0x404, json: ["table": "orders"]),
+                                              timeout: .unlimited)   // as long as it takes
+    print(export.text)
+}
+
 private func cancellationExample(connection: Connection) async throws {
     let lookup = Task {
         try await connection.request(Request(type: 0x404, json: ["delay_ms": 250]))
@@ -295,6 +301,31 @@ struct RequestsAndTimeoutsSnippets {
             #expect(metrics.requestsTimedOut == 1)
             #expect(metrics.lateResponses == 1)
             #expect(metrics.inFlightRequests == 0)
+        }
+    }
+
+    @Test("an unlimited request outlives the configured 100 ms tenfold and gets its answer")
+    func unlimited() async throws {
+        let gate = RequestGate()
+        try await withNetworkConnection(handlers: { server in
+            server.handle(type: 0x404) { request, _ in
+                await gate.wait()
+                return Response(json: ["echo": request.json ?? .null])
+            }
+        }, configure: { $0.requestTimeout = .milliseconds(100) }) { network, _, connection in
+            defer { gate.open() }
+            let printed = PrintedLines()
+            let example = Task {
+                try await PrintedLines.$current.withValue(printed) { try await unlimitedExample(connection: connection) }
+            }
+            _ = try await firstElement(of: gate.arrivals)
+            await network.advance(by: .seconds(1))
+            let waiting = await connection.metrics
+            #expect(waiting.requestsTimedOut == 0)
+            #expect(waiting.inFlightRequests == 1)
+            gate.open()
+            try await withTimeLimit { try await example.value }
+            #expect(printed.all == [#"{"echo":{"table":"orders"}}"#])
         }
     }
 

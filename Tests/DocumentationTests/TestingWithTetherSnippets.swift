@@ -21,7 +21,7 @@ enum PriceError: Error, Equatable {
 /// prices in pushes (type 0x20).
 struct PriceClient: Sendable {
     let connection: Connection
-    var timeout: Duration = .seconds(2)
+    var timeout: RequestTimeout = .seconds(2)
     func quote(for symbol: String) async throws -> Quote {
         let reply = try await connection.request(Request(type: 0x410, json: ["symbol": .string(symbol)]),
                                                  timeout: timeout)

@@ -132,7 +132,7 @@ struct ReconnectBudgetTests {
                 await clock.advance(by: try #require(waiting.delay))
                 try await watcher.next(.connected)
                 #expect(await connection.currentEndpoint == endpoint)
-                #expect(try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: eventBound).json == ["echo": ["n": 1]])
+                #expect(try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: .after(eventBound)).json == ["echo": ["n": 1]])
                 await connection.close()
             }
         }

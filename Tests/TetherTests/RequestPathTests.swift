@@ -62,7 +62,7 @@ struct RequestPathTests {
     func cancelledBeforePlaced() async throws {
         try await withServer(handlers: echoHandlers) { _, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
-            let placement = RequestPlacement(connection: connection, request: Self.echo(1), timeout: nil)
+            let placement = RequestPlacement(connection: connection, request: Self.echo(1), timeout: .configured)
             let outcome: Result<Response, any Error> = await withUnsafeContinuation { (done: UnsafeContinuation<Result<Response, any Error>, Never>) in
                 Task {
                     do {
@@ -95,7 +95,7 @@ struct RequestPathTests {
         try await withServer(handlers: echoHandlers) { _, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let batch = PipelineBatch(count: 3)
-            batch.placing = (connection, [Self.echo(1), Self.echo(2), Self.echo(3)], nil)
+            batch.placing = (connection, [Self.echo(1), Self.echo(2), Self.echo(3)], .configured)
             let outcomes = await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<Response, any Error>], Never>) in
                 batch.continuation = continuation
                 connection.loop.execute {

@@ -150,7 +150,7 @@ struct RequestTests {
         try server.write(seedBytes(type: 0x402, serial: question.serial))
         _ = try await bounded("the answer") { try await answered.value }
 
-        let plan: [(name: String, timeout: Duration?)] = [("short", .milliseconds(150)), ("first", nil), ("middle", .milliseconds(300)), ("second", nil), ("long", .seconds(2))]
+        let plan: [(name: String, timeout: RequestTimeout)] = [("short", .milliseconds(150)), ("first", .configured), ("middle", .milliseconds(300)), ("second", .configured), ("long", .seconds(2))]
         // Made in the plan's order, each once the one before it is on the wire; the clock
         // does not move meanwhile, so every deadline is `start` plus its timeout.
         let start = clock.now
@@ -162,7 +162,7 @@ struct RequestTests {
             callers[name] = Task { try await connection.request(Request(type: 0x405), timeout: timeout) }
             #expect(try await server.readFrame()?.serial == key.serial, "\(name)")
         }
-        let deadlines = plan.map { (name: $0.name, at: start + MonotonicTime.nanoseconds(of: $0.timeout ?? configured)) }
+        let deadlines = plan.map { (name: $0.name, at: start + MonotonicTime.nanoseconds(of: $0.timeout.limit(configured: configured) ?? configured)) }
         for at in Set(deadlines.map(\.at)).sorted() {
             await clock.advance(to: at - 1)
             for (name, deadline) in deadlines {

@@ -186,7 +186,7 @@ struct ResilienceTests {
                                     // Time on the network's clock: it moves only by the backoffs.
                                     let start = network.clock.elapsed
                                     do {
-                                        let reply = try await connection.request(Request(type: 0x406, json: ["id": .int(id)]), timeout: timeout)
+                                        let reply = try await connection.request(Request(type: 0x406, json: ["id": .int(id)]), timeout: .after(timeout))
                                         return Outcome(id: id, reply: reply.json?["echo"]?["id"]?.intValue, error: nil, took: network.clock.elapsed - start)
                                     } catch let error as TetherError {
                                         return Outcome(id: id, reply: nil, error: error.code, took: network.clock.elapsed - start)

@@ -21,8 +21,8 @@ public struct Limits: Sendable, Hashable {
     public var maximumOutboundBytes: Int = 64 << 20
     /// How many elements each subscriber of ``Connection/frames``, ``Connection/notifications``
     /// and ``Connection/heartbeats`` may have waiting. When a slow subscriber's buffer is
-    /// full the oldest element is dropped for that subscriber and counted in
-    /// ``ConnectionMetrics/droppedElements``. Default 4,096.
+    /// full the oldest element is dropped for that subscriber and counted in its
+    /// ``Subscription/dropped`` and in ``ConnectionMetrics/droppedElements``. Default 4,096.
     ///
     /// With a ``ConnectionConfiguration/session`` the subscribers of
     /// ``Connection/notifications`` are not bounded by it: a push delivered there has been

@@ -17,10 +17,13 @@ extension Connection {
     ///
     /// - Parameters:
     ///   - request: The method, URL, headers and body.
-    ///   - timeout: How long to wait for the answer; `nil` waits for the request's own
-    ///     ``HTTPRequest/timeout`` plus 2 s, or else ``ConnectionConfiguration/requestTimeout``.
-    ///     When the request sets no timeout of its own, the server is asked to give up on the
-    ///     upstream exchange after this long too.
+    ///   - timeout: How long to wait for the answer. ``RequestTimeout/configured`` (the
+    ///     default) waits for the request's own ``HTTPRequest/timeout`` plus 2 s, or else
+    ///     ``ConnectionConfiguration/requestTimeout``; a duration of its own waits that long;
+    ///     ``RequestTimeout/unlimited`` waits until the answer comes, the task is cancelled
+    ///     or the connection ends. When the request sets no timeout of its own, the server is
+    ///     asked to give up on the upstream exchange after the limit this gives, if any
+    ///     (with none, the server's own limit applies).
     ///   - type: The frame type the server forwards HTTP requests on. Default `0x403`.
     /// - Returns: The upstream server's response.
     /// - Throws: ``TetherError`` with ``TetherError/Code/httpFailed`` when the server could not
@@ -29,20 +32,25 @@ extension Connection {
     ///   host); ``TetherError/Code/remoteError`` when the server does not forward HTTP;
     ///   ``TetherError/Code/invalidArgument`` for an invalid method; and whatever
     ///   ``request(_:timeout:)`` throws.
-    public func http(_ request: HTTPRequest, timeout: Duration? = nil, type: UInt32 = 0x403) async throws -> HTTPResponse {
+    public func http(_ request: HTTPRequest, timeout: RequestTimeout = .configured, type: UInt32 = 0x403) async throws -> HTTPResponse {
         guard request.method.isValid else {
             throw TetherError(code: .invalidArgument, message: "\"\(request.method)\" is not a valid HTTP method")
         }
         var outgoing = request
-        let limit: Duration?
-        if let timeout {
+        let limit: RequestTimeout
+        switch timeout.kind {
+        case .after(let duration):
             limit = timeout
-            if outgoing.timeout == nil { outgoing.timeout = timeout }
-        } else if let own = request.timeout {
-            limit = own + .seconds(2)
-        } else {
-            limit = configuration.requestTimeout
-            outgoing.timeout = limit
+            if outgoing.timeout == nil { outgoing.timeout = duration }
+        case .unlimited:
+            limit = .unlimited
+        case .configured:
+            if let own = request.timeout {
+                limit = .after(own + .seconds(2))
+            } else {
+                limit = configuration.requestTimeout.map(RequestTimeout.after) ?? .unlimited
+                outgoing.timeout = configuration.requestTimeout
+            }
         }
         let reply = try await self.request(Request(type: type, payload: HTTPWire.encode(outgoing)), timeout: limit)
         return try HTTPWire.decodeResponse(reply.payload, for: request)

@@ -7,7 +7,7 @@ extension Connection {
     /// the start to the end as it is.
     nonisolated func observedRequest<Observer: ConnectionObserver>(
         _ request: Request,
-        timeout: Duration?,
+        timeout: RequestTimeout,
         observer: Observer
     ) async throws -> Response {
         var observed = ObservedRequest(type: request.type, serial: 0, payloadSize: request.payload.count, endpoint: endpoint)
@@ -31,7 +31,7 @@ extension Connection {
     /// outcome, in order, once the last is in; each duration is the time to then.
     nonisolated func observedPipeline<Observer: ConnectionObserver>(
         _ requests: [Request],
-        timeout: Duration?,
+        timeout: RequestTimeout,
         observer: Observer
     ) async -> [Result<Response, any Error>] {
         var observed = requests.map { ObservedRequest(type: $0.type, serial: 0, payloadSize: $0.payload.count, endpoint: endpoint) }

@@ -41,7 +41,7 @@ final class PipelineBatch: LoopJob, @unchecked Sendable {
     var members: [(serial: UInt32, id: UInt64)?]
     var continuation: UnsafeContinuation<[Result<Response, any Error>], Never>?
     /// For the job: the connection, the requests and their timeout; dropped once placed.
-    var placing: (connection: Connection, requests: [Request], timeout: Duration?)?
+    var placing: (connection: Connection, requests: [Request], timeout: RequestTimeout)?
     /// Whether the requests have been placed (their serials are in ``members``).
     var placed = false
     /// Whether the caller was cancelled before the job placed the requests.
@@ -98,11 +98,12 @@ extension Connection {
     ///
     /// - Parameters:
     ///   - requests: The requests, written in this order.
-    ///   - timeout: How long each may take; `nil` uses
-    ///     ``ConnectionConfiguration/requestTimeout``.
+    ///   - timeout: How long each may take: ``RequestTimeout/configured`` (the default) for
+    ///     ``ConnectionConfiguration/requestTimeout``, a duration of its own, or
+    ///     ``RequestTimeout/unlimited``.
     /// - Returns: One outcome per request, in the order of `requests`: the response, or the
     ///   error ``request(_:timeout:)`` would have thrown.
-    public nonisolated func pipeline(_ requests: [Request], timeout: Duration? = nil) async -> [Result<Response, any Error>] {
+    public nonisolated func pipeline(_ requests: [Request], timeout: RequestTimeout = .configured) async -> [Result<Response, any Error>] {
         guard !requests.isEmpty else { return [] }
         if let observer = configuration.observer {
             return await observedPipeline(requests, timeout: timeout, observer: observer)
@@ -113,7 +114,7 @@ extension Connection {
     /// What ``pipeline(_:timeout:)`` does once the observer is taken care of, with `batch`
     /// to gather the outcomes (and the serials, in its ``PipelineBatch/members``).
     @inline(__always)
-    nonisolated func placePipeline(_ requests: [Request], timeout: Duration?, batch: PipelineBatch) async -> [Result<Response, any Error>] {
+    nonisolated func placePipeline(_ requests: [Request], timeout: RequestTimeout, batch: PipelineBatch) async -> [Result<Response, any Error>] {
         // As for request(_:timeout:): a caller off the loop hands the loop a job (the batch
         // itself) and waits outside the actor, so the outcomes resume it on its own
         // executor directly.
@@ -134,7 +135,7 @@ extension Connection {
     }
 
     /// ``pipeline(_:timeout:)`` for a caller already on the loop.
-    private func pipelineOnLoop(_ requests: [Request], timeout: Duration?, batch: PipelineBatch) async -> [Result<Response, any Error>] {
+    private func pipelineOnLoop(_ requests: [Request], timeout: RequestTimeout, batch: PipelineBatch) async -> [Result<Response, any Error>] {
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<Response, any Error>], Never>) in
                 batch.continuation = continuation
@@ -150,8 +151,8 @@ extension Connection {
     }
 
     /// Places every request of a pipeline; `cancelled` when its caller already is.
-    func place(_ batch: PipelineBatch, requests: [Request], timeout: Duration?, cancelled: Bool) {
-        let limit = timeout ?? configuration.requestTimeout
+    func place(_ batch: PipelineBatch, requests: [Request], timeout: RequestTimeout, cancelled: Bool) {
+        let limit = timeout.limit(configured: configuration.requestTimeout)
         batch.placed = true
         // One reading of the clock: every timeout counts from this call.
         let start = loop.now

@@ -86,10 +86,13 @@ extension Connection {
     ///
     /// - Parameters:
     ///   - request: The type and content to send.
-    ///   - timeout: How long to wait; `nil` uses ``ConnectionConfiguration/requestTimeout``.
+    ///   - timeout: How long to wait: ``RequestTimeout/configured`` (the default) for
+    ///     ``ConnectionConfiguration/requestTimeout``, a duration of its own (`.seconds(5)`,
+    ///     `.milliseconds(200)`), or ``RequestTimeout/unlimited`` to wait until the response
+    ///     comes, the task is cancelled or the connection ends.
     /// - Returns: The response.
     /// - Throws: ``TetherError`` or `CancellationError`.
-    public nonisolated func request(_ request: Request, timeout: Duration? = nil) async throws -> Response {
+    public nonisolated func request(_ request: Request, timeout: RequestTimeout = .configured) async throws -> Response {
         if let observer = configuration.observer {
             return try await observedRequest(request, timeout: timeout, observer: observer)
         }
@@ -99,7 +102,7 @@ extension Connection {
     /// What ``request(_:timeout:)`` does once the observer is taken care of; `trace`, when
     /// given, is told the serial the request gets.
     @inline(__always)
-    nonisolated func placeRequest(_ request: Request, timeout: Duration?, trace: RequestTrace?) async throws -> Response {
+    nonisolated func placeRequest(_ request: Request, timeout: RequestTimeout, trace: RequestTrace?) async throws -> Response {
         // A caller on the loop (a task that prefers ``taskExecutor``) places the request
         // within the actor. Any other caller hands the loop a job and waits here, outside
         // the actor: its response then resumes it on its own executor, with no hop back to
@@ -127,7 +130,7 @@ extension Connection {
     /// The caller runs a job of the loop's thread, so no job of this actor runs meanwhile:
     /// the request is placed at once, with no job for the actor, and the response resumes
     /// the caller on the loop with no hop through the actor either.
-    private nonisolated func requestOnLoop(_ request: Request, timeout: Duration?, trace: RequestTrace?) async throws -> Response {
+    private nonisolated func requestOnLoop(_ request: Request, timeout: RequestTimeout, trace: RequestTrace?) async throws -> Response {
         if Task.isCancelled {
             callOnLoop(loop, self, ()) { connection, _ in connection.counters.requestsCancelled += 1 }
             throw CancellationError()
@@ -152,7 +155,7 @@ extension Connection {
 
     /// Places a request whose serial and id are allocated, or ends it at once when it
     /// cannot be: the connection has ended, or its caller was cancelled (`cancelled`).
-    private func place(_ request: Request, timeout: Duration?, serial: UInt32, id: UInt64, cancelled: Bool, continuation: UnsafeContinuation<Response, any Error>) {
+    private func place(_ request: Request, timeout: RequestTimeout, serial: UInt32, id: UInt64, cancelled: Bool, continuation: UnsafeContinuation<Response, any Error>) {
         if lifecycle.hasEnded {
             counters.requestsFailed += 1
             continuation.resume(throwing: notConnected())
@@ -163,7 +166,7 @@ extension Connection {
             continuation.resume(throwing: CancellationError())
             return
         }
-        let limit = timeout ?? configuration.requestTimeout
+        let limit = timeout.limit(configured: configuration.requestTimeout)
         if let error = place(request, serial: serial, id: id, limit: limit, waiter: .single(continuation)) {
             continuation.resume(throwing: error)
         }
@@ -413,7 +416,7 @@ extension Connection {
 final class RequestPlacement: LoopJob, @unchecked Sendable {
     let connection: Connection
     let request: Request
-    let timeout: Duration?
+    let timeout: RequestTimeout
     var continuation: UnsafeContinuation<Response, any Error>?
     /// Set when placed: id 0 means not yet.
     var serial: UInt32 = 0
@@ -423,7 +426,7 @@ final class RequestPlacement: LoopJob, @unchecked Sendable {
     /// Told the serial, for a ``ConnectionObserver``.
     var trace: RequestTrace?
 
-    init(connection: Connection, request: Request, timeout: Duration?) {
+    init(connection: Connection, request: Request, timeout: RequestTimeout) {
         self.connection = connection
         self.request = request
         self.timeout = timeout

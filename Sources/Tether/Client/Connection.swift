@@ -501,6 +501,9 @@ public actor Connection {
     // MARK: Subscriptions
 
     /// Every inbound frame, raw: responses, notifications and heartbeat acks alike.
+    ///
+    /// Each subscription buffers up to ``Limits/subscriberBufferSize`` frames it has not
+    /// read; past that its oldest is dropped and counted in its ``Subscription/dropped``.
     public nonisolated var frames: Subscription<Frame> { frameFeed.subscribe() }
 
     /// Every push (notification) from the server.
@@ -509,12 +512,31 @@ public actor Connection {
     /// subscription took them; see ``SessionConfiguration/maximumHeldPushes``. Its buffer
     /// then drops nothing, and while it has more than
     /// ``SessionConfiguration/maximumPendingPushes`` waiting the connection stops reading.
+    ///
+    /// Without a session, each subscription buffers up to ``Limits/subscriberBufferSize``
+    /// pushes it has not read; past that its oldest is dropped, for it alone, and counted in
+    /// its ``Subscription/dropped``. Keep the subscription in a `let` to read the count as
+    /// you go:
+    ///
+    /// ```swift
+    /// let pushes = connection.notifications
+    /// var lost = 0
+    /// for await push in pushes {
+    ///     if pushes.dropped > lost {
+    ///         print("missed \(pushes.dropped - lost) pushes")
+    ///         lost = pushes.dropped
+    ///     }
+    ///     handle(push)
+    /// }
+    /// ```
     public nonisolated var notifications: Subscription<Frame> { notificationFeed.subscribe() }
 
     /// Pushes of one type.
     ///
     /// With a session, a new subscription first gets the held sequenced pushes of that type;
-    /// see ``SessionConfiguration/maximumHeldPushes``.
+    /// see ``SessionConfiguration/maximumHeldPushes``. Without one, it drops its oldest push
+    /// when ``Limits/subscriberBufferSize`` are waiting, counted in ``Subscription/dropped``,
+    /// as ``notifications`` does.
     ///
     /// - Parameter type: The notification type to keep.
     /// - Returns: A sequence of the pushes of that type.
@@ -527,6 +549,21 @@ public actor Connection {
     /// Each subscription gets the events from when it subscribes. The first one also gets
     /// the last two events published before anyone subscribed, so a subscription made as
     /// `connect()` returns starts with heartbeat 1, which goes out as the connection comes up.
+    ///
+    /// Each subscription buffers up to ``Limits/subscriberBufferSize`` events it has not
+    /// read; past that its oldest is dropped and counted in its ``Subscription/dropped``:
+    ///
+    /// ```swift
+    /// let beats = connection.heartbeats
+    /// var lost = 0
+    /// for await beat in beats {
+    ///     if beats.dropped > lost {
+    ///         print("missed \(beats.dropped - lost) heartbeat events")
+    ///         lost = beats.dropped
+    ///     }
+    ///     print(beat.outcome)
+    /// }
+    /// ```
     public nonisolated var heartbeats: Subscription<Heartbeat> { heartbeatFeed.subscribe() }
 
     /// The current state first, then every change, across reconnects; it ends after the
@@ -544,6 +581,7 @@ public actor Connection {
         metrics.inFlightRequests = table.inFlightCount
         metrics.queuedRequests = table.queuedCount + sendQueue.count
         metrics.droppedElements = frameFeed.droppedCount + notificationFeed.droppedCount + heartbeatFeed.droppedCount
+            + stateFeed.droppedCount + sessionFeed.droppedCount
         metrics.heldNotifications = session?.held.count ?? 0
         return metrics
     }

@@ -165,7 +165,8 @@ public struct ConnectionConfiguration: Sendable {
     /// others are closed. So a black-holed address costs this delay, not the connect timeout.
     /// Default 250 ms, as the RFC recommends.
     public var connectionAttemptDelay: Duration = .milliseconds(250)
-    /// The timeout of requests that do not give one; `nil` waits forever. Default 30 s.
+    /// The timeout of requests that give ``RequestTimeout/configured`` (the default of
+    /// ``Connection/request(_:timeout:)``); `nil` waits forever. Default 30 s.
     public var requestTimeout: Duration? = .seconds(30)
     /// Heartbeats. Default: every 10 s, 5 s to answer, the connection lost after 3 misses.
     public var heartbeat = HeartbeatConfiguration()

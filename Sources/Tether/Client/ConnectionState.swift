@@ -177,7 +177,11 @@ public struct ConnectionMetrics: Sendable, Hashable {
     /// acknowledged, they stay in the server's mailbox and the next connection's replay
     /// sends them again.
     public var notificationsTurnedAway = 0
-    /// Elements dropped because a subscriber's buffer was full (a slow consumer).
+    /// Elements dropped because a subscription's buffer was full (a slow consumer): the sum of
+    /// ``Subscription/dropped`` over every subscription the connection has given out (to
+    /// frames, notifications, heartbeats, states and session events), ended ones included.
+    /// Heartbeats kept for a first subscriber who has not come yet and let go are not counted:
+    /// no subscription lost them.
     public var droppedElements = 0
     /// Heartbeats that got no ack in time.
     public var heartbeatsMissed = 0

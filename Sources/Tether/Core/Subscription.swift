@@ -15,16 +15,53 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
     let stream: AsyncStream<Element>
     /// What the subscriber has waiting, counted for flow control; `nil` when nobody counts.
     let backlog: Backlog?
+    /// The elements this subscription lost, counted by the broadcaster as it drops them.
+    let drops: DropCount
 
-    init(stream: AsyncStream<Element>, backlog: Backlog? = nil) {
+    init(stream: AsyncStream<Element>, backlog: Backlog? = nil, drops: DropCount = DropCount()) {
         self.stream = stream
         self.backlog = backlog
+        self.drops = drops
     }
+
+    /// How many elements this subscription has lost so far because its buffer was full.
+    ///
+    /// A subscription holds up to ``Limits/subscriberBufferSize`` elements that its loop has
+    /// not read yet. When one more arrives, the oldest is dropped, for this subscription
+    /// only, and counted here; other subscriptions of the same source are not affected. The
+    /// count only grows; it is 0 for as long as the subscription keeps up, and always 0 for a
+    /// subscription that never drops (``Connection/notifications`` with a
+    /// ``ConnectionConfiguration/session``, whose buffers grow instead). Reading it costs one
+    /// atomic load, and nothing is spent on it while nothing is dropped.
+    ///
+    /// Keep the subscription in a `let` to read the count from inside its loop, and compare
+    /// it with the last value seen to learn that elements went missing, and how many:
+    ///
+    /// ```swift
+    /// let pushes = connection.notifications
+    /// var lost = 0
+    /// for await push in pushes {
+    ///     if pushes.dropped > lost {
+    ///         print("missed \(pushes.dropped - lost) pushes")
+    ///         lost = pushes.dropped
+    ///     }
+    ///     handle(push)
+    /// }
+    /// ```
+    ///
+    /// The connection's total over all its subscriptions is
+    /// ``ConnectionMetrics/droppedElements``.
+    public var dropped: Int { drops.count }
 
     /// The iterator of a subscription.
     public struct AsyncIterator: AsyncIteratorProtocol {
         var base: AsyncStream<Element>.Iterator
         let backlog: Backlog?
+        let drops: DropCount
+
+        /// How many elements the subscription has lost so far because its buffer was full:
+        /// the same count as the subscription's ``Subscription/dropped``.
+        public var dropped: Int { drops.count }
 
         /// The next element, or `nil` once the source has closed.
         ///
@@ -54,7 +91,23 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
     /// - Returns: An iterator over the elements delivered since the subscription was made,
     ///   the oldest still buffered first.
     public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: stream.makeAsyncIterator(), backlog: backlog)
+        AsyncIterator(base: stream.makeAsyncIterator(), backlog: backlog, drops: drops)
+    }
+}
+
+/// The elements one subscription lost because its buffer was full, shared by the broadcaster
+/// (which counts) and the subscription (which reads). Touched only when an element is dropped.
+final class DropCount: Sendable {
+    private let value = Atomic<Int>(0)
+
+    init() {}
+
+    /// Elements dropped so far.
+    var count: Int { value.load(ordering: .relaxed) }
+
+    /// Counts one more dropped element.
+    func add() {
+        value.wrappingAdd(1, ordering: .relaxed)
     }
 }
 
@@ -69,16 +122,29 @@ final class Broadcaster<Element: Sendable>: Sendable {
         var filter: (@Sendable (Element) -> Bool)?
         /// Counted with a ``FlowGauge``; `nil` without one.
         var backlog: Backlog?
+        /// What this subscriber lost, shared with its ``Subscription``.
+        var drops: DropCount
 
         /// Yields `element`, counting it in the backlog first (the subscriber may take it
-        /// before `yield` returns).
-        func deliver(_ element: Element) -> AsyncStream<Element>.Continuation.YieldResult {
-            guard let backlog else { return continuation.yield(element) }
+        /// before `yield` returns). When the buffer was full and the oldest element made room
+        /// for this one, that is counted in `drops` and in the broadcaster's `total`.
+        func deliver(_ element: Element, total: inout Int) -> AsyncStream<Element>.Continuation.YieldResult {
+            guard let backlog else {
+                let result = continuation.yield(element)
+                if case .dropped = result { dropped(&total) }
+                return result
+            }
             backlog.added()
             let result = continuation.yield(element)
             if case .enqueued = result { return result }
             backlog.withdrawn()
+            if case .dropped = result { dropped(&total) }
             return result
+        }
+
+        private func dropped(_ total: inout Int) {
+            drops.add()
+            total += 1
         }
     }
 
@@ -98,7 +164,12 @@ final class Broadcaster<Element: Sendable>: Sendable {
         var replay: Element?
         /// Elements kept for subscribers to come, oldest first.
         var held: [Held] = []
+        /// Elements dropped from subscribers' full buffers: the sum of their ``DropCount``s,
+        /// those that have ended included.
         var dropped = 0
+        /// Elements held for subscribers to come that were let go: to make room, or refused
+        /// by the filter of the first subscriber they were held for. No subscription lost them.
+        var discarded = 0
         /// Told which elements of ``publishUntilTaken(_:)`` a new subscriber took.
         var onTaken: (@Sendable ([Element]) -> Void)?
     }
@@ -158,11 +229,12 @@ final class Broadcaster<Element: Sendable>: Sendable {
         let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: lossless ? .unbounded : .bufferingNewest(bufferSize))
         var taken: [Element] = []
         let backlog = gauge.map(Backlog.init)
-        let subscriber = Subscriber(continuation: continuation, filter: filter, backlog: backlog)
+        let drops = DropCount()
+        let subscriber = Subscriber(continuation: continuation, filter: filter, backlog: backlog, drops: drops)
         let (finished, onTaken) = state.withLock { state -> (Bool, (@Sendable ([Element]) -> Void)?) in
             removeEnded(&state)
             if let replay = state.replay, filter?(replay) ?? true {
-                _ = subscriber.deliver(replay)
+                _ = subscriber.deliver(replay, total: &state.dropped)
             }
             if !state.held.isEmpty {
                 // The subscriber takes what was held and its filter accepts. What it refuses
@@ -171,12 +243,12 @@ final class Broadcaster<Element: Sendable>: Sendable {
                 var kept: [Held] = []
                 for held in state.held {
                     if filter?(held.element) ?? true {
-                        if case .dropped = subscriber.deliver(held.element) { state.dropped += 1 }
+                        _ = subscriber.deliver(held.element, total: &state.dropped)
                         if held.untilTaken { taken.append(held.element) }
                     } else if held.untilTaken {
                         kept.append(held)
                     } else {
-                        state.dropped += 1
+                        state.discarded += 1
                     }
                 }
                 state.held = kept
@@ -201,7 +273,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             continuation.finish()
         }
         onTaken?(taken)
-        return Subscription(stream: stream, backlog: backlog)
+        return Subscription(stream: stream, backlog: backlog, drops: drops)
     }
 
     /// Delivers `element` to every subscriber whose filter accepts it.
@@ -214,16 +286,14 @@ final class Broadcaster<Element: Sendable>: Sendable {
             if keepsLatest { state.replay = element }
             if holdsUntilSubscribed && state.subscribers.isEmpty && !state.finished {
                 guard makeRoom(&state) else {
-                    state.dropped += 1
+                    state.discarded += 1
                     return
                 }
                 state.held.append(Held(element: element, untilTaken: false))
                 return
             }
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
-                if case .dropped = subscriber.deliver(element) {
-                    state.dropped += 1
-                }
+                _ = subscriber.deliver(element, total: &state.dropped)
             }
         }
     }
@@ -248,12 +318,11 @@ final class Broadcaster<Element: Sendable>: Sendable {
             removeEnded(&state)
             var taken = false
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
-                switch subscriber.deliver(element) {
+                switch subscriber.deliver(element, total: &state.dropped) {
                 case .enqueued:
                     taken = true
                 case .dropped:
-                    // An older element made room for this one.
-                    state.dropped += 1
+                    // An older element made room for this one (counted by `deliver`).
                     taken = true
                 case .terminated:
                     continue
@@ -274,7 +343,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
         if state.held.count < holdLimit { return true }
         guard let oldest = state.held.firstIndex(where: { !$0.untilTaken }) else { return false }
         state.held.remove(at: oldest)
-        state.dropped += 1
+        state.discarded += 1
         return true
     }
 
@@ -302,8 +371,11 @@ final class Broadcaster<Element: Sendable>: Sendable {
     /// Subscribers still registered, for tests.
     var subscriberCountForTesting: Int { state.withLock { $0.subscribers.count } }
 
-    /// Elements dropped because a subscriber's buffer was full.
+    /// Elements dropped because a subscriber's buffer was full, over every subscriber so far.
     var droppedCount: Int { state.withLock { $0.dropped } }
+
+    /// Elements held for subscribers to come that were let go, for tests.
+    var discardedCountForTesting: Int { state.withLock { $0.discarded } }
 
     /// Ends every subscription; later subscribers get the replayed element, then the end.
     func finish(last: Element? = nil) {
@@ -312,7 +384,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             if let last {
                 if keepsLatest { state.replay = last }
                 for subscriber in state.subscribers.values where subscriber.filter?(last) ?? true {
-                    _ = subscriber.deliver(last)
+                    _ = subscriber.deliver(last, total: &state.dropped)
                 }
             }
             state.finished = true

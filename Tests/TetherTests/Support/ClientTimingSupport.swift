@@ -61,12 +61,12 @@ extension Connection {
     /// Starts `request` in a task, and returns once the request is in flight or queued:
     /// the task starts on the connection's loop, and `clock` waits until its loops are idle,
     /// with no waiting in real time.
-    nonisolated func startRequest(_ request: Request, timeout: Duration? = nil, settlingOn clock: TestClock) async -> Task<Response, any Error> {
+    nonisolated func startRequest(_ request: Request, timeout: RequestTimeout = .configured, settlingOn clock: TestClock) async -> Task<Response, any Error> {
         await startRequest(request, timeout: timeout, settlingOn: clock.manual)
     }
 
     /// ``startRequest(_:timeout:settlingOn:)`` for a loop on a ``ManualClock``.
-    nonisolated func startRequest(_ request: Request, timeout: Duration? = nil, settlingOn clock: ManualClock) async -> Task<Response, any Error> {
+    nonisolated func startRequest(_ request: Request, timeout: RequestTimeout = .configured, settlingOn clock: ManualClock) async -> Task<Response, any Error> {
         let task = await requestTask(request, timeout: timeout)
         await clock.settle()
         return task
@@ -74,7 +74,7 @@ extension Connection {
 
     /// A task that makes `request`, enqueued on the connection's loop while the connection
     /// runs there: a settle of the loop's clock runs it up to the queue or the wire.
-    private func requestTask(_ request: Request, timeout: Duration?) -> Task<Response, any Error> {
+    private func requestTask(_ request: Request, timeout: RequestTimeout) -> Task<Response, any Error> {
         Task(executorPreference: loop.taskExecutor) { [self] in try await self.request(request, timeout: timeout) }
     }
 }

@@ -39,7 +39,7 @@ extension Connection {
     /// - Returns: The outcome.
     func observedRequest(
         _ request: Request,
-        timeout: Duration? = nil,
+        timeout: RequestTimeout = .configured,
         made: @Sendable (isolated Connection, RequestKey) -> Void = { _, _ in },
         ended: @Sendable (isolated Connection, Result<Response, any Error>) -> Void
     ) async -> Result<Response, any Error> {
