@@ -69,6 +69,8 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     @exclusivity(unchecked) private(set) var isOpen = true
     private(set) var isReadingPaused = false
     private var handshakeTimer: LoopTimer?
+    /// Callers waiting for what was written to reach the kernel (``whenWritten(id:_:)``).
+    @exclusivity(unchecked) var writeWaiters: [WriteWaiter] = []
 
     /// A channel over `transport`; ``start(owner:tlsHandshakeTimeout:)`` begins it.
     ///
@@ -406,6 +408,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         owner = nil
         if let handshakeTimer { loop.cancel(handshakeTimer) }
         handshakeTimer = nil
+        endWriteWaits()
         return true
     }
 

@@ -259,7 +259,7 @@ extension Connection {
     }
 
     /// Why a request or frame that cannot be written now may not wait either, if so.
-    private func queueRefusal() -> TetherError? {
+    func queueRefusal() -> TetherError? {
         if channel == nil && !configuration.requestsWaitForConnection {
             counters.requestsFailed += 1
             return TetherError(code: .notConnected, message: "not connected to \(currentEndpoint) (\(state.phase)), and requests do not wait for the connection")
@@ -297,9 +297,17 @@ extension Connection {
             do {
                 try write(send.frame, on: channel)
                 holdPlaceForAnswer(to: send.frame)
-                send.waiter.resume()
+                if let waiter = send.waiter {
+                    waiter.resume()
+                } else {
+                    trackWritten(send.id, on: channel)
+                }
             } catch {
-                send.waiter.resume(throwing: error)
+                if let waiter = send.waiter {
+                    waiter.resume(throwing: error)
+                } else {
+                    finishTrackedSend(send.id, error)
+                }
             }
         }
         sendQueue.removeFirst(sent)
@@ -363,9 +371,9 @@ extension Connection {
     }
 
     private func cancelSend(id: UInt64) {
-        guard let index = sendQueue.firstIndex(where: { $0.id == id }) else { return }
-        let send = sendQueue.remove(at: index)
-        send.waiter.resume(throwing: CancellationError())
+        guard let index = sendQueue.firstIndex(where: { $0.id == id }), let waiter = sendQueue[index].waiter else { return }
+        sendQueue.remove(at: index)
+        waiter.resume(throwing: CancellationError())
         requestEnded()
     }
 

@@ -90,6 +90,8 @@ public actor Connection {
     /// Frames from ``send(_:)`` waiting for a connection or for the outbound buffer to drain.
     @exclusivity(unchecked) var sendQueue: [QueuedSend] = []
     var nextSendID: UInt64 = 0
+    /// Sends waiting for their frame's bytes to be written, by id.
+    var trackedSends: [UInt64: TrackedSend] = [:]
     /// Bytes moved by sockets of earlier connections, for the metrics.
     var earlierBytesIn = 0
     var earlierBytesOut = 0
@@ -128,7 +130,9 @@ public actor Connection {
     struct QueuedSend {
         var id: UInt64
         var frame: Frame
-        var waiter: UnsafeContinuation<Void, any Error>
+        /// Resumed once the frame is written into the channel; `nil` for a send that waits
+        /// until its bytes are written (``trackedSends``).
+        var waiter: UnsafeContinuation<Void, any Error>?
     }
 
     /// The address of the peer, once connected (the last one while reconnecting).
@@ -619,11 +623,16 @@ public actor Connection {
         let sends = sendQueue
         sendQueue.removeAll()
         for send in sends {
-            send.waiter.resume(throwing: TetherError(
+            let error = TetherError(
                 code: closedByUser ? .connectionClosed : .notConnected,
                 message: "frame \(hex(send.frame.type)) was never sent: \(reason.message)",
                 underlying: reason
-            ))
+            )
+            if let waiter = send.waiter {
+                waiter.resume(throwing: error)
+            } else {
+                finishTrackedSend(send.id, error)
+            }
         }
     }
 

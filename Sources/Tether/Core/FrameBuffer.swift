@@ -18,6 +18,10 @@ public struct FrameBuffer: Sendable {
     public private(set) var readerIndex: Int
     /// Index one past the last readable byte; where the next write lands.
     public private(set) var writerIndex: Int
+    /// Bytes consumed since the buffer was made: read, skipped or cleared. With
+    /// ``readableBytes`` it gives how many were ever written (``writtenTotal``): how far a
+    /// byte written now is from the start of the stream.
+    package private(set) var consumedTotal = 0
 
     /// Creates an empty buffer.
     ///
@@ -42,6 +46,9 @@ public struct FrameBuffer: Sendable {
 
     /// Whether no bytes can be read.
     public var isEmpty: Bool { readerIndex == writerIndex }
+
+    /// Bytes written since the buffer was made, minus any discarded unread.
+    package var writtenTotal: Int { consumedTotal + readableBytes }
 
     /// The readable bytes, as a copy.
     public var readableBytesView: ArraySlice<UInt8> { storage[readerIndex..<writerIndex] }
@@ -71,6 +78,7 @@ public struct FrameBuffer: Sendable {
     public mutating func readInteger<T: FixedWidthInteger>(as type: T.Type = T.self, endianness: Endianness = .big) -> T? {
         guard let value = peekInteger(at: 0, as: T.self, endianness: endianness) else { return nil }
         readerIndex += MemoryLayout<T>.size
+        consumedTotal += MemoryLayout<T>.size
         return value
     }
 
@@ -82,6 +90,7 @@ public struct FrameBuffer: Sendable {
         guard count >= 0, count <= readableBytes else { return nil }
         let bytes = Array(storage[readerIndex..<readerIndex + count])
         readerIndex += count
+        consumedTotal += count
         return bytes
     }
 
@@ -102,6 +111,7 @@ public struct FrameBuffer: Sendable {
     public mutating func moveReaderIndex(forwardBy count: Int) {
         precondition(count >= 0 && count <= readableBytes, "cannot skip \(count) of \(readableBytes) readable bytes")
         readerIndex += count
+        consumedTotal += count
         if readerIndex == writerIndex {
             readerIndex = 0
             writerIndex = 0
@@ -240,6 +250,7 @@ public struct FrameBuffer: Sendable {
 
     /// Empties the buffer, keeping its storage.
     public mutating func clear() {
+        consumedTotal += readableBytes
         readerIndex = 0
         writerIndex = 0
     }

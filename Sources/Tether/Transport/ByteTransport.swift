@@ -161,6 +161,9 @@ package class TransportBuffers {
     @exclusivity(unchecked) package final var outbound = FrameBuffer(capacity: 0)
     /// Set while a flush is scheduled for the end of the loop turn.
     @exclusivity(unchecked) package final var flushScheduled = false
+    /// Told when the transport of these buffers, at the bottom of its stack, wrote bytes:
+    /// set while a channel waits for its bytes to be written.
+    @exclusivity(unchecked) package final var flushObserver: (any FlushObserver)?
     /// The buffers of the transport below, for a layer (TLS) that keeps bytes there.
     @exclusivity(unchecked) package final var below: TransportBuffers?
     /// Large payloads sent from and received into their own storage: `nil` until the

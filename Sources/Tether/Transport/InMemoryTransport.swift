@@ -243,6 +243,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
             bytesWritten += peer.receive(&buffers.outbound, limit: room)
         }
         blocked = buffers.outbound.readableBytes > 0
+        if let flushObserver = buffers.flushObserver { flushObserver.transportFlushed() }
         if blocked {
             notifyIfWritable()
             return

@@ -36,6 +36,10 @@ package final class LargePayloads {
     private var head = 0
     /// Bytes of ``outgoing`` not sent yet.
     private(set) var outgoingBytes = 0
+    /// Bytes of payloads sent since this object was made.
+    private(set) var sentTotal = 0
+    /// Bytes of payloads queued since this object was made, sent or not.
+    var queuedTotal: Int { sentTotal + outgoingBytes }
     /// Bytes taken from `outbound` since this object was made: the origin of positions.
     private var outboundTaken = 0
     /// The body being read into its own storage, if any.
@@ -88,6 +92,7 @@ package final class LargePayloads {
             let taken = min(count, remaining)
             outgoing[head].sent += taken
             outgoingBytes -= taken
+            sentTotal += taken
             count -= taken
             if taken == remaining {
                 // Released now rather than when the queue empties.

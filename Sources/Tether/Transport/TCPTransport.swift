@@ -229,6 +229,7 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
             closeReporting(socketError(error, doing: "writing to"))
             return
         }
+        if outcome.written > 0, let flushObserver = buffers.flushObserver { flushObserver.transportFlushed() }
         if outcome.blocked {
             setWriteInterest(true)
             notifyIfWritable()

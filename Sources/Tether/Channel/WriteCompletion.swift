@@ -1,0 +1,118 @@
+// Knowing when a frame's bytes have left the process: each level of a transport stack
+// (the frame channel's buffers, then TLS's or WebSocket's beneath, then the socket's)
+// counts what was ever written into it and what was ever taken out, so a frame's end is a
+// mark on the count of the level it was written to. Once that level has passed the mark,
+// every byte of the frame is in the level below, and the mark moves there; past the last
+// level, the bytes are in the kernel.
+
+/// Where the stream of one level's buffers stood after a frame was written into it.
+struct WriteMark: Hashable {
+    /// Bytes ever written into the level's `outbound` buffer.
+    var outbound: Int
+    /// Bytes of large payloads ever queued beside it.
+    var payloads: Int
+}
+
+/// Hears that the bottom transport of a stack wrote bytes to its socket (or peer).
+package protocol FlushObserver: AnyObject {
+    /// Bytes were just written below every layer.
+    func transportFlushed()
+}
+
+extension TransportBuffers {
+    /// The mark of everything written into these buffers so far.
+    var writeMark: WriteMark {
+        WriteMark(outbound: outbound.writtenTotal, payloads: large?.queuedTotal ?? 0)
+    }
+
+    /// Whether every byte up to `mark` has been taken out of these buffers.
+    func hasPassed(_ mark: WriteMark) -> Bool {
+        outbound.consumedTotal >= mark.outbound && (large?.sentTotal ?? 0) >= mark.payloads
+    }
+
+    /// The buffers of the transport at the bottom of the stack: the socket's.
+    var bottom: TransportBuffers {
+        var level = self
+        while let below = level.below { level = below }
+        return level
+    }
+}
+
+/// One caller waiting for the bytes written to a channel so far to reach the kernel.
+struct WriteWaiter {
+    let id: UInt64
+    /// The level the mark is on now.
+    var level: TransportBuffers
+    var mark: WriteMark
+    /// Called once: `true` when written, `false` when the channel closed first.
+    let done: (Bool) -> Void
+
+    /// Moves the mark down the levels the bytes have passed; whether they passed the last.
+    mutating func advance() -> Bool {
+        while level.hasPassed(mark) {
+            guard let below = level.below else { return true }
+            level = below
+            mark = below.writeMark
+        }
+        return false
+    }
+}
+
+extension FrameChannel: FlushObserver {
+    /// Calls `done` once, on the loop: with `true` once every byte written to this channel
+    /// until now has been handed to the kernel (over TLS, encrypted and handed on; over
+    /// WebSocket, framed and handed on), with `false` if the channel closes first or is
+    /// closed already.
+    ///
+    /// - Parameters:
+    ///   - id: Names the wait for ``cancelWhenWritten(id:)``.
+    ///   - done: Told the outcome.
+    func whenWritten(id: UInt64, _ done: @escaping (Bool) -> Void) {
+        guard isOpen else {
+            done(false)
+            return
+        }
+        var waiter = WriteWaiter(id: id, level: buffers, mark: buffers.writeMark, done: done)
+        if waiter.advance() {
+            done(true)
+            return
+        }
+        writeWaiters.append(waiter)
+        buffers.bottom.flushObserver = self
+    }
+
+    /// Stops waiting for `id`; whether it was still waiting.
+    ///
+    /// - Parameter id: The id given to ``whenWritten(id:_:)``.
+    /// - Returns: `true` if the wait was removed before it ended.
+    @discardableResult
+    func cancelWhenWritten(id: UInt64) -> Bool {
+        guard let index = writeWaiters.firstIndex(where: { $0.id == id }) else { return false }
+        writeWaiters.remove(at: index)
+        if writeWaiters.isEmpty { buffers.bottom.flushObserver = nil }
+        return true
+    }
+
+    func transportFlushed() {
+        var finished: [WriteWaiter] = []
+        var index = 0
+        while index < writeWaiters.count {
+            if writeWaiters[index].advance() {
+                finished.append(writeWaiters.remove(at: index))
+            } else {
+                index += 1
+            }
+        }
+        if writeWaiters.isEmpty { buffers.bottom.flushObserver = nil }
+        for waiter in finished { waiter.done(true) }
+    }
+
+    /// The channel closed: every wait ends unwritten.
+    func endWriteWaits() {
+        guard !writeWaiters.isEmpty else { return }
+        let waiters = writeWaiters
+        writeWaiters = []
+        buffers.bottom.flushObserver = nil
+        for waiter in waiters { waiter.done(false) }
+    }
+}
