@@ -120,6 +120,35 @@ struct AdaptiveHeartbeatTests {
         }
     }
 
+    @Test("a server that closes idle peers after 60 s ends the 90 s interval: it is recorded as failed, and the next connection stays at 30 s")
+    func learnsTheServersIdleTimeout() async throws {
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: { $0.idleTimeout = .seconds(60) }) { _, endpoint in
+                let memory = HeartbeatMemory()
+                let connection = Connection(to: endpoint, configuration: Self.configuration(on: network, memory: memory))
+                let log = HeartbeatLog(connection)
+                let watcher = StateWatcher(connection)
+                try await connection.connect()
+                _ = try await log.take(2)
+                _ = try await Self.nextHeartbeat(after: .seconds(30), connection, network, log)
+                #expect(try await Self.nextHeartbeat(after: .seconds(30), connection, network, log).interval == .seconds(90))
+                // 60 s after heartbeat 3 the server closes the connection, 30 s before heartbeat 4.
+                await network.advance(by: .seconds(60))
+                let lost = try await watcher.next(.reconnecting)
+                #expect(lost.reason?.code == .peerClosed, "\(lost)")
+                #expect(await connection.metrics.heartbeatIntervalDecreases == 1)
+                #expect(memory.lastGoodInterval(on: await connection.networkPath, to: endpoint) == .seconds(30))
+                await network.advance(by: .seconds(1))
+                try await watcher.next(.connected)
+                _ = try await log.take(2)
+                #expect(await connection.heartbeatInterval == .seconds(30))
+                #expect(try await Self.nextHeartbeat(after: .seconds(30), connection, network, log).interval == .seconds(30))
+                #expect(try await Self.nextHeartbeat(after: .seconds(30), connection, network, log).interval == .seconds(30))
+                await connection.close()
+            }
+        }
+    }
+
     @Test("a connection on a remembered network starts from its interval; on another network, from the minimum")
     func keyedByNetwork() async throws {
         try await withTestNetwork { network in
