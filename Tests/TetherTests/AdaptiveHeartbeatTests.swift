@@ -149,6 +149,38 @@ struct AdaptiveHeartbeatTests {
         }
     }
 
+    @Test("a connection that dies after its network path changed records no failure: the change, not the interval, ended it")
+    func pathChangeIsNoFailure() async throws {
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: { $0.idleTimeout = nil }) { _, endpoint in
+                let memory = HeartbeatMemory()
+                let connection = Connection(to: endpoint, configuration: Self.configuration(on: network, memory: memory))
+                let log = HeartbeatLog(connection)
+                let watcher = StateWatcher(connection)
+                try await connection.connect()
+                _ = try await log.take(2)
+                let key = HeartbeatMemory.key(path: await connection.networkPath, endpoint: endpoint)
+                _ = try await Self.nextHeartbeat(after: .seconds(30), connection, network, log)
+                #expect(try await Self.nextHeartbeat(after: .seconds(30), connection, network, log).interval == .seconds(90))
+
+                await network.link(1).updateFaults {
+                    $0.toServer.stalled = true
+                    $0.toClient.stalled = true
+                }
+                await network.advance(by: .seconds(90))
+                #expect(try await log.take(1) == [Heartbeat(serial: 4, outcome: .sent)])
+                // The phone moves to another network while heartbeat 4 waits for its ack.
+                network.pathMonitor.update(.testing(interface: "rmnet0", index: 9, gateway: "198.51.100.1"))
+                await network.advance(by: .seconds(10))
+                let lost = try await watcher.next(.reconnecting)
+                #expect(lost.reason?.code == .heartbeatTimeout)
+                #expect(await connection.metrics.heartbeatIntervalDecreases == 0)
+                #expect(memory.record(for: key) == .init(lastGood: MonotonicTime.nanoseconds(of: .seconds(30))))
+                await connection.close()
+            }
+        }
+    }
+
     @Test("a connection on a remembered network starts from its interval; on another network, from the minimum")
     func keyedByNetwork() async throws {
         try await withTestNetwork { network in

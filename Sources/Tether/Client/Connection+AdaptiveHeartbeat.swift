@@ -61,7 +61,8 @@ extension Connection {
         adaptiveHeartbeat = run
     }
 
-    /// A heartbeat went out of schedule (verifying the connection): no probe is under way.
+    /// The network path changed and the connection verifies itself: the probe under way,
+    /// if any, and the silence since the last ack no longer measure an interval.
     func adaptiveHeartbeatVerifying() {
         adaptiveHeartbeat?.probe = nil
         adaptiveHeartbeat?.framesAtAck = nil
@@ -103,11 +104,12 @@ extension Connection {
     /// The socket is gone. When it was lost while a silent probe waited for its ack (or was
     /// missed), its interval failed on this network; so did the interval in use when it was
     /// lost in a silence since the last ack longer than any proved (a peer or a middlebox
-    /// that closes idle connections sooner).
+    /// that closes idle connections sooner). Not when the network path is no longer the one
+    /// the connection came up on: the change, not the interval, may have ended it.
     func heartbeatsEnded(lost: Bool) {
         guard var run = adaptiveHeartbeat else { return }
         adaptiveHeartbeat = nil
-        guard lost else { return }
+        guard lost, networkPath.isUsable, HeartbeatMemory.key(path: networkPath, endpoint: currentEndpoint) == run.key else { return }
         let now = loop.now
         if let probe = run.probe {
             guard probe.silent else { return }

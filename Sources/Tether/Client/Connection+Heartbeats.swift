@@ -87,8 +87,9 @@ extension Connection {
         let now = loop.now
         let actions = machine.verify(now: now)
         heartbeatMachine = machine
+        // Whatever happens next says nothing of how long the old path kept an idle mapping.
+        adaptiveHeartbeatVerifying()
         for case .send(let serial) in actions {
-            adaptiveHeartbeatVerifying()
             do {
                 try write(Frame(type: configuration.profile.heartbeatType ?? 0, serial: serial), on: channel)
                 heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .sent))
