@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import Tether
 
@@ -157,5 +158,39 @@ struct AdaptiveHeartbeatStateTests {
         #expect(memory.lastGoodInterval(on: paths[0], to: Endpoint(host: "other", port: 9000)) == nil)
         memory.removeAll()
         #expect(memory.count == 0)
+    }
+
+    @Test("a snapshot survives JSON and restores the entries in use order; a restored failure is held afresh from its first reading")
+    func snapshotRoundTrip() throws {
+        let memory = HeartbeatMemory()
+        let endpoint = Endpoint(host: "server", port: 9000)
+        let wifi = NetworkPath(isUsable: true, routes: [.init(family: .ipv4, interfaceName: "wlan0", interfaceIndex: 3, gateway: "192.0.2.1")])
+        memory.store(.init(lastGood: 150 * Self.second, failure: .init(interval: 210 * Self.second, at: 7)), for: HeartbeatMemory.key(path: wifi, endpoint: endpoint))
+        memory.store(.init(lastGood: 30 * Self.second), for: HeartbeatMemory.key(path: .assumedUsable, endpoint: endpoint))
+        let snapshot = memory.snapshot()
+        #expect(snapshot == HeartbeatMemory.Snapshot(entries: [
+            .init(network: "IPv4 wlan0#3 via 192.0.2.1", endpoint: "server:9000", lastGoodInterval: .seconds(150), failedInterval: .seconds(210)),
+            .init(network: "", endpoint: "server:9000", lastGoodInterval: .seconds(30)),
+        ]))
+        let decoded = try JSONDecoder().decode(HeartbeatMemory.Snapshot.self, from: JSONEncoder().encode(snapshot))
+        #expect(decoded == snapshot)
+
+        // One place only: the entry used most recently stays.
+        let small = HeartbeatMemory(capacity: 1)
+        small.restore(decoded)
+        #expect(small.count == 1)
+        #expect(small.lastGoodInterval(on: .assumedUsable, to: endpoint) == .seconds(30))
+
+        let restored = HeartbeatMemory()
+        restored.restore(decoded)
+        #expect(restored.snapshot() == snapshot)
+        let record = try #require(restored.record(for: HeartbeatMemory.key(path: wifi, endpoint: endpoint)))
+        #expect(record.failure == .init(interval: 210 * Self.second, at: nil))
+        // Read first at 5 days on this launch's clock: held from then, for a day.
+        var state = AdaptiveHeartbeatState(AdaptiveHeartbeat(), record: record, now: 5 * Self.day)
+        #expect(Self.seconds(state) == 150)
+        #expect(state.record.failure == .init(interval: 210 * Self.second, at: 5 * Self.day))
+        #expect(Self.prove(&state, times: 2, now: 6 * Self.day - 1) == [150, 150])
+        #expect(Self.prove(&state, times: 1, now: 6 * Self.day) == [210])
     }
 }

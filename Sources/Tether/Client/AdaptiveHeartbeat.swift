@@ -94,10 +94,11 @@ struct AdaptiveHeartbeatState: Sendable, Hashable {
     /// What an event did to the interval.
     enum Change: Equatable, Sendable { case unchanged, lengthened, shortened }
 
-    /// An interval that died, and when.
+    /// An interval that died, and when: `nil` for a failure restored from a snapshot, held
+    /// from when a connection first reads it.
     struct Failure: Sendable, Hashable {
         var interval: UInt64
-        var at: UInt64
+        var at: UInt64?
     }
 
     /// What is remembered of one network.
@@ -129,6 +130,7 @@ struct AdaptiveHeartbeatState: Sendable, Hashable {
         retryFailedAfter = settings.retryFailedAfter.map { MonotonicTime.nanoseconds(of: $0) }
         interval = minimum
         if let record { self.record = record }
+        if self.record.failure != nil, self.record.failure?.at == nil { self.record.failure?.at = now }
         expireFailure(now: now)
         var start = min(maximum, max(minimum, self.record.lastGood ?? minimum))
         if let failure = self.record.failure, start >= failure.interval {
@@ -143,8 +145,8 @@ struct AdaptiveHeartbeatState: Sendable, Hashable {
     /// Forgets a failure older than ``retryFailedAfter``; one recorded on another clock
     /// (an instant after `now`) counts as old.
     private mutating func expireFailure(now: UInt64) {
-        guard let failure = record.failure, let hold = retryFailedAfter else { return }
-        if now < failure.at || now - failure.at >= hold { record.failure = nil }
+        guard let at = record.failure?.at, let hold = retryFailedAfter else { return }
+        if now < at || now - at >= hold { record.failure = nil }
     }
 
     /// A silent interval of `length` ended with an acked heartbeat: the mapping survived it.

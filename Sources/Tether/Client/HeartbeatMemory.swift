@@ -12,8 +12,8 @@
 /// the same network share it, the last to write winning.
 ///
 /// The memory is bounded: it keeps at most ``capacity`` entries (64 by default) and evicts
-/// the one used least recently. It lives in the process; instants are those of the
-/// connections' event loops, so it is not meant to be saved across launches.
+/// the one used least recently. It lives in the process; to keep what it learned across
+/// launches, save its ``snapshot()`` (a `Codable` value) and ``restore(_:)`` it.
 public final class HeartbeatMemory: Sendable, Hashable {
     /// The memory connections use unless their ``AdaptiveHeartbeat/memory`` says otherwise.
     public static let shared = HeartbeatMemory()
@@ -23,7 +23,8 @@ public final class HeartbeatMemory: Sendable, Hashable {
 
     struct Key: Hashable, Sendable {
         var network: String
-        var endpoint: Endpoint
+        /// The endpoint's ``Endpoint/description``.
+        var endpoint: String
     }
 
     private struct Entry {
@@ -47,7 +48,7 @@ public final class HeartbeatMemory: Sendable, Hashable {
 
     /// The key of a connection to `endpoint` over `path`.
     static func key(path: NetworkPath, endpoint: Endpoint) -> Key {
-        Key(network: path.identity, endpoint: endpoint)
+        Key(network: path.identity, endpoint: endpoint.description)
     }
 
     /// The interval a connection to `endpoint` over `path` would start from: the last that
@@ -94,6 +95,40 @@ public final class HeartbeatMemory: Sendable, Hashable {
         }
     }
 
+    /// What the memory holds now, to save and ``restore(_:)`` later: every entry, the one
+    /// used least recently first.
+    ///
+    /// - Returns: The snapshot.
+    public func snapshot() -> Snapshot {
+        storage.withLock { storage in
+            Snapshot(entries: storage.entries.sorted { $0.value.lastUse < $1.value.lastUse }.map { key, entry in
+                Snapshot.Entry(
+                    network: key.network,
+                    endpoint: key.endpoint,
+                    lastGoodInterval: entry.record.lastGood.map { MonotonicTime.duration(nanoseconds: $0) },
+                    failedInterval: entry.record.failure.map { MonotonicTime.duration(nanoseconds: $0.interval) }
+                )
+            })
+        }
+    }
+
+    /// Adds the entries of `snapshot`, in its order, replacing those of the same network and
+    /// server; beyond ``capacity`` the least recently used go, as always. A failed interval
+    /// in it is held again for ``AdaptiveHeartbeat/retryFailedAfter`` from when a connection
+    /// first reads the entry: how long it was held before the snapshot is not kept, since the
+    /// connections' clocks do not run across launches.
+    ///
+    /// - Parameter snapshot: What ``snapshot()`` returned, perhaps in an earlier launch.
+    public func restore(_ snapshot: Snapshot) {
+        for entry in snapshot.entries {
+            let record = AdaptiveHeartbeatState.Record(
+                lastGood: entry.lastGoodInterval.map { MonotonicTime.nanoseconds(of: $0) },
+                failure: entry.failedInterval.map { .init(interval: MonotonicTime.nanoseconds(of: $0), at: nil) }
+            )
+            store(record, for: Key(network: entry.network, endpoint: entry.endpoint))
+        }
+    }
+
     /// Whether two values are the same memory.
     ///
     /// - Parameters:
@@ -107,5 +142,51 @@ public final class HeartbeatMemory: Sendable, Hashable {
     /// - Parameter hasher: The hasher.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(ObjectIdentifier(self))
+    }
+}
+
+extension HeartbeatMemory {
+    /// What a ``HeartbeatMemory`` holds, as a value to save between launches: from
+    /// ``HeartbeatMemory/snapshot()``, for ``HeartbeatMemory/restore(_:)``.
+    ///
+    /// ```swift
+    /// let data = try JSONEncoder().encode(HeartbeatMemory.shared.snapshot())
+    /// ```
+    public struct Snapshot: Sendable, Hashable, Codable {
+        /// What is remembered of one network and server.
+        public struct Entry: Sendable, Hashable, Codable {
+            /// The network: ``NetworkPath/identity`` of its path; empty when none was known.
+            public var network: String
+            /// The server, as its ``Endpoint/description`` (`host:port`, or a WebSocket URL).
+            public var endpoint: String
+            /// The last interval that worked there, to start from.
+            public var lastGoodInterval: Duration?
+            /// The shortest interval that failed there and is not tried again for now.
+            public var failedInterval: Duration?
+
+            /// Creates an entry.
+            ///
+            /// - Parameters:
+            ///   - network: The network's identity.
+            ///   - endpoint: The server's description.
+            ///   - lastGoodInterval: The last interval that worked.
+            ///   - failedInterval: The shortest interval that failed.
+            public init(network: String, endpoint: String, lastGoodInterval: Duration?, failedInterval: Duration? = nil) {
+                self.network = network
+                self.endpoint = endpoint
+                self.lastGoodInterval = lastGoodInterval
+                self.failedInterval = failedInterval
+            }
+        }
+
+        /// The entries, the one used least recently first.
+        public var entries: [Entry]
+
+        /// A snapshot of `entries`.
+        ///
+        /// - Parameter entries: The entries, the one used least recently first.
+        public init(entries: [Entry] = []) {
+            self.entries = entries
+        }
     }
 }
