@@ -191,10 +191,13 @@ enum Parse {
 
 // MARK: Shared options
 
-/// `--heartbeat-interval`, `--heartbeat-timeout` and `--max-missed`: how `listen`,
-/// `request` and `ping` tune ``ConnectionConfiguration/heartbeat``. Each command documents
-/// its own defaults; an option not given keeps the command's default.
+/// `--heartbeat fixed|adaptive`, `--heartbeat-interval`, `--heartbeat-timeout` and
+/// `--max-missed`: how `listen`, `request` and `ping` tune ``ConnectionConfiguration/heartbeat``.
+/// Each command documents its own defaults; an option not given keeps the command's default.
 struct HeartbeatOptions: Sendable {
+    /// `--heartbeat adaptive`: an interval that adapts to the network
+    /// (``HeartbeatConfiguration/adaptive(_:timeout:maximumMissed:)``) instead of a fixed one.
+    var adaptive = false
     /// `--heartbeat-interval`: time between heartbeats.
     var interval: Duration?
     /// `--heartbeat-timeout`: how long each ack may take before the heartbeat counts as missed.
@@ -207,6 +210,13 @@ struct HeartbeatOptions: Sendable {
 
     /// Takes the three options from `arguments`.
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        if let mode = try arguments.option("--heartbeat") {
+            switch mode {
+            case "fixed": adaptive = false
+            case "adaptive": adaptive = true
+            default: throw ArgumentError("--heartbeat takes fixed or adaptive, not \"\(mode)\"")
+            }
+        }
         if let value = try arguments.option("--heartbeat-interval") {
             interval = try Parse.seconds(value, option: "--heartbeat-interval")
         }
@@ -216,19 +226,32 @@ struct HeartbeatOptions: Sendable {
         if let value = try arguments.option("--max-missed") {
             maximumMissed = try Parse.count(value, option: "--max-missed")
         }
+        try checkInterval()
+    }
+
+    /// Refuses a fixed interval together with `--heartbeat adaptive`, which finds its own.
+    func checkInterval() throws(ArgumentError) {
+        if adaptive, interval != nil {
+            throw ArgumentError("--heartbeat adaptive finds its own interval, and --heartbeat-interval sets a fixed one: give one of them")
+        }
     }
 
     /// Whether none of the options was given.
-    var isEmpty: Bool { interval == nil && timeout == nil && maximumMissed == nil }
+    var isEmpty: Bool { !adaptive && interval == nil && timeout == nil && maximumMissed == nil }
 
     /// `base` with the options given, and heartbeats switched on. An interval given without
     /// a timeout brings a timeout of half the interval, as
-    /// ``HeartbeatConfiguration/every(_:timeout:maximumMissed:)`` does.
+    /// ``HeartbeatConfiguration/every(_:timeout:maximumMissed:)`` does. With `--heartbeat
+    /// adaptive`, the adaptive defaults (from 30 s, +60 s per step, up to 9 min, 10 s for each
+    /// ack) with the command's count of misses.
     ///
     /// - Parameter base: The command's defaults.
     /// - Returns: The configuration to connect with.
     func applied(to base: HeartbeatConfiguration) -> HeartbeatConfiguration {
         var configuration = base
+        if adaptive {
+            configuration = .adaptive(maximumMissed: base.maximumMissed)
+        }
         configuration.isEnabled = true
         if let interval {
             configuration.interval = interval

@@ -15,7 +15,7 @@ struct ListenCommand: Command {
     static let synopsis = """
         tether listen (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) [--profile NAME] [--client-id ID [--token TOKEN] [--state FILE]] [--type TYPE] [--count N] \
         [--max-attempts N] [--reconnect-delay SECONDS] \
-        [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
+        [--heartbeat fixed|adaptive] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
@@ -72,6 +72,11 @@ struct ListenCommand: Command {
 
         Heartbeats find a peer that stopped answering: by default one every 10 s, 5 s for
         its ack, and the connection counts as lost (and reconnects) after 3 misses in a row.
+        With --heartbeat adaptive the interval adapts to the network, for a link behind a
+        NAT that forgets idle connections: it starts at 30 s and grows by 60 s after every
+        two acked heartbeats with nothing else in between, up to 9 min; after a connection
+        dies silently it goes back to the last interval that worked (10 s for each ack; the
+        next heartbeat goes out at once after a miss).
 
         Exits 0 after N pushes, or on SIGINT or SIGTERM (the connection is closed first).
         Exits 1 when the first connect fails, or when the connection ends by itself: after
@@ -96,6 +101,9 @@ struct ListenCommand: Command {
           --max-attempts N               give up after N failed reconnect attempts in a
                                          row (default: never; 0 never reconnects)
           --reconnect-delay SECONDS      wait before the first reconnect attempt (default 1)
+          --heartbeat fixed|adaptive     a fixed interval (the default) or one that adapts
+                                         to the network; adaptive refuses
+                                         --heartbeat-interval
           --heartbeat-interval SECONDS   time between heartbeats (default 10)
           --heartbeat-timeout SECONDS    how long each ack may take (default 5, or half
                                          the interval when --heartbeat-interval is given)

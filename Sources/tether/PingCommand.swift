@@ -5,7 +5,7 @@ struct PingCommand: Command {
     static let name = "ping"
     static let summary = "send heartbeats and print their round-trip times"
     static let synopsis = """
-        tether ping (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) [--profile NAME] [--count N] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
+        tether ping (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) [--profile NAME] [--count N] [--heartbeat fixed|adaptive] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
         [--max-missed N] \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
@@ -46,6 +46,10 @@ struct PingCommand: Command {
                                          with the options below
         \(ProfileOption.help(column: 33))
           --count N                      heartbeats to wait for (default 4)
+          --heartbeat fixed|adaptive     fixed (the default): every INTERVAL; adaptive:
+                                         from 30 s, 60 s longer after every two acks in
+                                         a row with nothing else in between, up to 9 min
+                                         (timeout 10 s); refuses --heartbeat-interval
           --heartbeat-interval SECONDS   time between heartbeats (default 1); also
                                          --interval SECONDS
           --heartbeat-timeout SECONDS    how long each ack may take (default half the
@@ -83,6 +87,7 @@ struct PingCommand: Command {
                 throw ArgumentError("--interval and --heartbeat-interval are the same option; give one of them")
             }
             heartbeat.interval = try Parse.seconds(interval, option: "--interval")
+            try heartbeat.checkInterval()
         }
         tls = try ClientTLSOptions(parsing: &arguments)
         verbose = arguments.flag("--verbose")
@@ -123,7 +128,8 @@ struct PingCommand: Command {
         let peer = await connection.remoteAddress?.description ?? endpoint.description
         var roundTrips: [Double] = []
         var missed = 0
-        var header = "PING \(peer): heartbeat every \(format(settings.interval)), timeout \(format(settings.timeout))"
+        let every = settings.adaptive.map { "adaptive from \(format($0.minimum)) up to \(format($0.maximum))" } ?? "every \(format(settings.interval))"
+        var header = "PING \(peer): heartbeat \(every), timeout \(format(settings.timeout))"
         if settings.maximumMissed <= count { header += ", lost after \(settings.maximumMissed) missed in a row" }
         Console.out(header)
         if let details = await connection.tlsDetails {

@@ -7,7 +7,7 @@ struct RequestCommand: Command {
     static let synopsis = """
         tether request (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
         [--profile NAME] [--field NAME=VALUE]... \
-        [--timeout SECONDS] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
+        [--timeout SECONDS] [--heartbeat fixed|adaptive] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
     static let help = """
@@ -78,6 +78,9 @@ struct RequestCommand: Command {
                                          repeat it for several
           --timeout SECONDS              limit for connecting, for the TLS handshake and for
                                          the response (default 10)
+          --heartbeat fixed|adaptive     a fixed interval (the default once heartbeats are
+                                         on) or one that adapts to the network, from 30 s
+                                         up to 9 min; adaptive refuses --heartbeat-interval
           --heartbeat-interval SECONDS   time between heartbeats (default 10 once heartbeats
                                          are on)
           --heartbeat-timeout SECONDS    how long each ack may take (default half the

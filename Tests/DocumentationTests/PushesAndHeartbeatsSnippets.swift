@@ -74,6 +74,12 @@ private func heartbeatConfigurationExample() {
     _ = configuration
 }
 
+private func adaptiveHeartbeatExample() {
+    var configuration = ConnectionConfiguration()
+    configuration.heartbeat = .adaptive()       // from 30 s, +60 s per step, up to 9 min
+    _ = configuration
+}
+
 private func heartbeatsExample(connection: Connection) async {
     for await beat in connection.heartbeats {
         switch beat.outcome {
@@ -203,6 +209,7 @@ struct PushesAndHeartbeatsSnippets {
     @Test("heartbeats go out at once, then every interval, and come back with their round-trip time")
     func heartbeats() async throws {
         heartbeatConfigurationExample()
+        adaptiveHeartbeatExample()
         try await withTestNetwork { network in
             try await withNetworkServer(on: network, handlers: { _ in }) { _, endpoint in
                 var configuration = ConnectionConfiguration.testing(on: network)

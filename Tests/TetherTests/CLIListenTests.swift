@@ -51,4 +51,15 @@ struct CLIListenTests {
             #expect(saved == "200\n")
         }
     }
+
+    @Test("tether listen --heartbeat adaptive connects and prints the server's pushes")
+    func adaptiveHeartbeat() async throws {
+        let (server, endpoint) = try await tetherServe(["--push-every", "0.05"])
+        defer { server.kill() }
+        let listen = try tether(["listen", "127.0.0.1:\(endpoint.port)", "--count", "2", "--heartbeat", "adaptive", "--max-missed", "2"])
+        defer { listen.kill() }
+        #expect(try await listen.waitForExit(within: eventBound) == 0, "\(listen.outputText)")
+        let pushes = listen.outputText.split(separator: "\n").filter { $0.hasPrefix("{\"type\":") }
+        #expect(pushes.count == 2, "\(listen.outputText)")
+    }
 }

@@ -20,4 +20,29 @@ struct CLIPingTests {
         // Acked or missed (a busy machine may take longer than the timeout), each is reported.
         #expect(ping.outputText.contains("--- 127.0.0.1:\(endpoint.port): 2 heartbeats, "), "\(ping.outputText)")
     }
+
+    @Test("tether ping --heartbeat adaptive starts at 30 s, says so in its header, and reports heartbeat 1")
+    func adaptive() async throws {
+        let (server, endpoint) = try await tetherServe([])
+        defer { server.kill() }
+        let ping = try tether(["ping", "127.0.0.1:\(endpoint.port)", "--count", "1", "--heartbeat", "adaptive"])
+        defer { ping.kill() }
+        #expect(try await ping.waitForExit(within: eventBound) == 0, "\(ping.outputText)")
+        #expect(ping.outputText.contains("PING 127.0.0.1:\(endpoint.port): heartbeat adaptive from 30 s up to 540 s, timeout 10 s\n"), "\(ping.outputText)")
+        #expect(ping.outputText.contains("heartbeat 1 from 127.0.0.1:\(endpoint.port): rtt "), "\(ping.outputText)")
+    }
+
+    @Test("--heartbeat takes fixed or adaptive; adaptive with a fixed interval is a usage error, exit 2")
+    func adaptiveUsageErrors() async throws {
+        for (arguments, message) in [
+            (["--heartbeat", "smart"], "tether: --heartbeat takes fixed or adaptive, not \"smart\""),
+            (["--heartbeat", "adaptive", "--heartbeat-interval", "5"], "tether: --heartbeat adaptive finds its own interval, and --heartbeat-interval sets a fixed one: give one of them"),
+            (["--heartbeat", "adaptive", "--interval", "5"], "tether: --heartbeat adaptive finds its own interval, and --heartbeat-interval sets a fixed one: give one of them"),
+        ] {
+            let ping = try tether(["ping", "127.0.0.1:9"] + arguments)
+            defer { ping.kill() }
+            #expect(try await ping.waitForExit(within: eventBound) == 2, "\(arguments)")
+            #expect(ping.outputText.contains(message), "\(ping.outputText)")
+        }
+    }
 }

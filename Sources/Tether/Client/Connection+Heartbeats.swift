@@ -2,12 +2,14 @@ extension Connection {
     func startHeartbeats() {
         let settings = configuration.heartbeat
         guard settings.isEnabled, configuration.profile.heartbeatType != nil else { return }
-        heartbeatMachine = HeartbeatStateMachine(
-            interval: settings.interval,
+        var machine = HeartbeatStateMachine(
+            interval: startingHeartbeatInterval(),
             timeout: settings.timeout,
             maximumMissed: settings.maximumMissed,
             maximumSerial: configuration.profile.maximumSerial
         )
+        machine.sendsAfterMiss = settings.adaptive != nil
+        heartbeatMachine = machine
         // The first goes out at once: it proves the new connection works, measures the round
         // trip, and counts as the first frame for a server's handshake timeout.
         heartbeatTick()
@@ -34,12 +36,14 @@ extension Connection {
            heartbeatMissExcused(sentAt: outstanding.sentAt) {
             // Not the server's silence: we stopped reading for a slow subscriber.
             machine.excuseOutstanding()
+            adaptiveHeartbeatMissed(nil)
         }
         let actions = machine.tick(now: now)
         heartbeatMachine = machine
         for action in actions {
             switch action {
             case .send(let serial):
+                adaptiveHeartbeatSending(serial, interval: machine.interval)
                 do {
                     try write(Frame(type: configuration.profile.heartbeatType ?? 0, serial: serial), on: channel)
                     heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .sent))
@@ -71,6 +75,7 @@ extension Connection {
     /// Heartbeat `serial` got no ack in time: counted and published.
     private func recordMiss(_ serial: UInt32) {
         counters.heartbeatsMissed += 1
+        adaptiveHeartbeatMissed(serial)
         heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .missed))
     }
 
@@ -82,6 +87,8 @@ extension Connection {
         let now = loop.now
         let actions = machine.verify(now: now)
         heartbeatMachine = machine
+        // Whatever happens next says nothing of how long the old path kept an idle mapping.
+        adaptiveHeartbeatVerifying()
         for case .send(let serial) in actions {
             do {
                 try write(Frame(type: configuration.profile.heartbeatType ?? 0, serial: serial), on: channel)
@@ -102,6 +109,7 @@ extension Connection {
         // Without serials on the wire an ack answers the one heartbeat outstanding.
         let serial = configuration.profile.correlation == .bySerial ? frame.serial : machine.outstanding?.serial ?? 0
         let rtt = machine.ack(serial: serial, now: now)
+        if rtt != nil, let interval = adaptiveHeartbeatAcked(serial) { machine.interval = interval }
         heartbeatMachine = machine
         if let rtt {
             counters.lastHeartbeatRoundTrip = MonotonicTime.duration(nanoseconds: rtt)

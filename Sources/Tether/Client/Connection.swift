@@ -76,6 +76,9 @@ public actor Connection {
     var state: ConnectionState { lifecycle.state }
     @exclusivity(unchecked) var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
+    /// The adaptive heartbeat's state on this connection's network, with
+    /// ``HeartbeatConfiguration/adaptive``.
+    var adaptiveHeartbeat: AdaptiveHeartbeatRun?
     /// When reading last started again after a slow subscriber caught up: a heartbeat sent
     /// before then may have had its ack wait unread.
     var readingResumedAt: UInt64 = 0
@@ -447,6 +450,7 @@ public actor Connection {
         departureTimer = nil
         if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         heartbeatTimer = nil
+        heartbeatsEnded(lost: !graceful)
         heartbeatMachine = nil
         inOrderReplies.removeAll()
         if graceful { acknowledgeNow() }

@@ -123,6 +123,11 @@ public struct HeartbeatConfiguration: Sendable, Hashable {
     /// How many heartbeats in a row may be missed before the connection closes with
     /// ``TetherError/Code/heartbeatTimeout``. Default 3.
     public var maximumMissed: Int = 3
+    /// An interval that adapts to the network instead of ``interval``: it starts at
+    /// ``AdaptiveHeartbeat/minimum``, lengthens while heartbeats prove the connection
+    /// survives the silence, and steps back after a silent death; see ``AdaptiveHeartbeat``.
+    /// Default `nil`: the fixed ``interval``.
+    public var adaptive: AdaptiveHeartbeat?
 
     /// The defaults.
     public init() {}
@@ -145,6 +150,35 @@ public struct HeartbeatConfiguration: Sendable, Hashable {
         var configuration = HeartbeatConfiguration()
         configuration.interval = interval
         configuration.timeout = timeout ?? interval / 2
+        configuration.maximumMissed = maximumMissed
+        return configuration
+    }
+
+    /// Heartbeats at an interval that adapts to the network: for phones and other clients
+    /// behind NATs, where each wake-up of the radio costs battery.
+    ///
+    /// The interval starts at the last one that worked on the network, as `policy`'s memory
+    /// remembers it, or at its ``AdaptiveHeartbeat/minimum``; see ``AdaptiveHeartbeat``.
+    ///
+    /// - Parameters:
+    ///   - policy: How the interval grows and steps back, and where it is remembered.
+    ///     Default ``AdaptiveHeartbeat/init()``: 30 s, +60 s after 2 healthy intervals, up
+    ///     to 9 min.
+    ///   - timeout: How long to wait for each ack. Default 10 s, room for a mobile radio
+    ///     to wake up.
+    ///   - maximumMissed: Misses in a row that close the connection. Default 3; after a
+    ///     miss the next heartbeat goes out at once, so a dead connection is found within
+    ///     `timeout` × `maximumMissed` of its first miss.
+    /// - Returns: The configuration.
+    public static func adaptive(
+        _ policy: AdaptiveHeartbeat = AdaptiveHeartbeat(),
+        timeout: Duration = .seconds(10),
+        maximumMissed: Int = 3
+    ) -> HeartbeatConfiguration {
+        var configuration = HeartbeatConfiguration()
+        configuration.adaptive = policy
+        configuration.interval = policy.minimum
+        configuration.timeout = timeout
         configuration.maximumMissed = maximumMissed
         return configuration
     }

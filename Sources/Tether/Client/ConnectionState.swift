@@ -187,6 +187,10 @@ public struct ConnectionMetrics: Sendable, Hashable {
     public var heartbeatsMissed = 0
     /// The round-trip time of the last acked heartbeat.
     public var lastHeartbeatRoundTrip: Duration?
+    /// Times an adaptive heartbeat lengthened its interval (``AdaptiveHeartbeat``).
+    public var heartbeatIntervalIncreases = 0
+    /// Times an adaptive heartbeat shortened its interval after a silent death.
+    public var heartbeatIntervalDecreases = 0
     /// Times the connection was established, the first included.
     public var connects = 0
     /// Reconnect attempts started.

@@ -63,8 +63,12 @@ struct HeartbeatStateMachine {
         case verificationMissed(serial: UInt32)
     }
 
-    let interval: UInt64
+    /// Time from one heartbeat to the next; an adaptive heartbeat changes it as it goes.
+    var interval: UInt64
     let timeout: UInt64
+    /// Whether the heartbeat after a miss goes out at once, rather than an interval after
+    /// the one missed: with an adaptive heartbeat, whose interval may be minutes long.
+    var sendsAfterMiss = false
     let maximumMissed: Int
     let maximumSerial: UInt32
     private(set) var nextSerial: UInt32 = 1
@@ -108,7 +112,7 @@ struct HeartbeatStateMachine {
             actions.append(.missed(serial: outstanding.serial))
         }
         let due = lastSentAt.map { now >= $0 &+ interval } ?? true
-        if outstanding == nil && due {
+        if outstanding == nil && (due || (sendsAfterMiss && !actions.isEmpty)) {
             let serial = nextSerial
             nextSerial = nextSerial >= maximumSerial ? 1 : nextSerial + 1
             outstanding = (serial, now)
