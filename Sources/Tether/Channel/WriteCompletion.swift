@@ -13,12 +13,6 @@ struct WriteMark: Hashable {
     var payloads: Int
 }
 
-/// Hears that the bottom transport of a stack wrote bytes to its socket (or peer).
-package protocol FlushObserver: AnyObject {
-    /// Bytes were just written below every layer.
-    func transportFlushed()
-}
-
 extension TransportBuffers {
     /// The mark of everything written into these buffers so far.
     var writeMark: WriteMark {

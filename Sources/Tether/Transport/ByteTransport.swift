@@ -105,6 +105,12 @@ extension ByteTransport {
     }
 }
 
+/// Hears that the bottom transport of a stack wrote bytes to its socket (or peer).
+package protocol FlushObserver: AnyObject {
+    /// Bytes were just written below every layer.
+    func transportFlushed()
+}
+
 /// Hears what happens on a ``ByteTransport``, on the loop's thread.
 package protocol ByteTransportHandler: AnyObject {
     /// New bytes are in the transport's `inbound` buffer.
