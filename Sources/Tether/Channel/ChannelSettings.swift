@@ -24,6 +24,8 @@ final class ChannelSettings: Sendable {
     let maximumOutboundBytes: Int
     /// How long a graceful close waits for the peer to take what is pending.
     let drainTimeout: Duration
+    /// Which frames report their progress to the owner; `nil` for none.
+    let progress: ProgressConfiguration?
 
     /// - Parameters:
     ///   - role: Client or server.
@@ -39,6 +41,7 @@ final class ChannelSettings: Sendable {
         self.profileName = profileName
         self.maximumOutboundBytes = maximumOutboundBytes
         self.drainTimeout = drainTimeout
+        self.progress = nil
     }
 
     /// The settings of one end of a connection.
@@ -50,7 +53,8 @@ final class ChannelSettings: Sendable {
     ///   - noDelay: Whether to set `TCP_NODELAY`.
     ///   - tls: TLS settings, or `nil` for plain TCP.
     ///   - drainTimeout: How long a graceful close waits for the peer.
-    init(_ role: ChannelRole, profile: Profile, limits: Limits, noDelay: Bool, tls: TLSConfiguration?, drainTimeout: Duration) {
+    ///   - progress: Which frames report their progress; `nil` for none.
+    init(_ role: ChannelRole, profile: Profile, limits: Limits, noDelay: Bool, tls: TLSConfiguration?, drainTimeout: Duration, progress: ProgressConfiguration? = nil) {
         self.role = role
         self.profile = profile
         self.limits = limits
@@ -59,5 +63,6 @@ final class ChannelSettings: Sendable {
         self.profileName = profile.name
         self.maximumOutboundBytes = limits.maximumOutboundBytes
         self.drainTimeout = drainTimeout
+        self.progress = progress
     }
 }

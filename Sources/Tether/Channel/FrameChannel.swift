@@ -24,6 +24,13 @@ protocol FrameChannelOwner: Actor {
     func channelWritable(_ channel: FrameChannel<Self>)
     /// The TLS handshake finished.
     func channelSecured(_ channel: FrameChannel<Self>)
+    /// A large frame moved on: see ``ChannelSettings/progress``.
+    func channel(_ channel: FrameChannel<Self>, progress: TransferProgress)
+}
+
+extension FrameChannelOwner {
+    /// Owners that do not follow progress hear nothing of it.
+    func channel(_ channel: FrameChannel<Self>, progress: TransferProgress) {}
 }
 
 /// Frames over a byte transport: the one framed channel of a client ``Connection`` and of a
@@ -57,20 +64,24 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     var remoteAddress: SocketAddress { transport.remoteAddress }
     /// This end's address, when it has one.
     var localAddress: SocketAddress? { transport.localAddress }
-    @exclusivity(unchecked) private var codec: any FrameCodec
+    @exclusivity(unchecked) private(set) var codec: any FrameCodec
     /// What every channel of the same client or server shares.
     let settings: ChannelSettings
     var role: Role { settings.role }
     var profileName: String { settings.profileName }
     var maximumOutboundBytes: Int { settings.maximumOutboundBytes }
     /// Hears frames and events until the channel closes.
-    @exclusivity(unchecked) private var owner: Owner?
+    @exclusivity(unchecked) private(set) var owner: Owner?
     /// Open until ``close()``, ``closeAfterFlush()`` or the end reported to the owner.
     @exclusivity(unchecked) private(set) var isOpen = true
     private(set) var isReadingPaused = false
     private var handshakeTimer: LoopTimer?
     /// Callers waiting for what was written to reach the kernel (``whenWritten(id:_:)``).
     @exclusivity(unchecked) var writeWaiters: [WriteWaiter] = []
+    /// Large frames written and not yet all in the kernel, for their progress.
+    @exclusivity(unchecked) var sendProgress: [SendProgress] = []
+    /// The large frame being received, once it has reported.
+    @exclusivity(unchecked) var receiveProgress: ReceiveProgress?
 
     /// A channel over `transport`; ``start(owner:tlsHandshakeTimeout:)`` begins it.
     ///
@@ -174,6 +185,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
                     frame = next
                 }
                 decoded = true
+                if receiveProgress != nil { finishReceiveProgress(frame) }
                 owner.channel(self, received: frame)
             }
         } catch {
@@ -183,6 +195,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         }
         guard isOpen else { return }
         if buffers.carriesLargePayloads && !buffers.inbound.isEmpty { _ = transportTakesLargeBody() }
+        if let progress = settings.progress { measureReceiveProgress(progress) }
         owner.channelDecoded(self, decoded: decoded, afterRead: afterRead)
     }
 
@@ -294,12 +307,14 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     ///   the frame.
     func write(_ frame: Frame) throws(TetherError) {
         try checkRoom(forPayload: frame.payload.count)
+        let start = mayReportProgress(of: frame) ? buffers.writeMark : nil
         if frame.payload.count >= LargePayloads.threshold, buffers.carriesLargePayloads,
            let split = codec as? any SplitFrameCodec, try split.encodeHeader(of: frame, into: &buffers.outbound) {
             buffers.attach(frame.payload)
         } else {
             try codec.encode(frame, into: &buffers.outbound)
         }
+        if let start { followProgress(of: frame, from: start) }
         if !buffers.flushScheduled { transport.scheduleFlush() }
     }
 

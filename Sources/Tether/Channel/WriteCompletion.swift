@@ -83,11 +83,12 @@ extension FrameChannel: FlushObserver {
     func cancelWhenWritten(id: UInt64) -> Bool {
         guard let index = writeWaiters.firstIndex(where: { $0.id == id }) else { return false }
         writeWaiters.remove(at: index)
-        if writeWaiters.isEmpty { buffers.bottom.flushObserver = nil }
+        updateFlushObserver()
         return true
     }
 
     func transportFlushed() {
+        if !sendProgress.isEmpty { measureSendProgress() }
         var finished: [WriteWaiter] = []
         var index = 0
         while index < writeWaiters.count {
@@ -97,16 +98,23 @@ extension FrameChannel: FlushObserver {
                 index += 1
             }
         }
-        if writeWaiters.isEmpty { buffers.bottom.flushObserver = nil }
+        updateFlushObserver()
         for waiter in finished { waiter.done(true) }
     }
 
-    /// The channel closed: every wait ends unwritten.
+    /// Listens to the socket's flushes while anything waits on them.
+    private func updateFlushObserver() {
+        if writeWaiters.isEmpty && sendProgress.isEmpty { buffers.bottom.flushObserver = nil }
+    }
+
+    /// The channel closed: every wait ends unwritten, and progress is no longer followed.
     func endWriteWaits() {
+        sendProgress = []
+        receiveProgress = nil
+        buffers.bottom.flushObserver = nil
         guard !writeWaiters.isEmpty else { return }
         let waiters = writeWaiters
         writeWaiters = []
-        buffers.bottom.flushObserver = nil
         for waiter in waiters { waiter.done(false) }
     }
 }

@@ -32,6 +32,10 @@ extension Connection: FrameChannelOwner {
         connectionLost(error)
     }
 
+    func channel(_ channel: Channel, progress: TransferProgress) {
+        if self.channel === channel { transferFeed.publish(progress) }
+    }
+
     func channelSecured(_ channel: Channel) {
         secured(channel)
     }

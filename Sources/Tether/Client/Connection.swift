@@ -158,6 +158,7 @@ public actor Connection {
     let notificationFeed: Broadcaster<Frame>
     let heartbeatFeed: Broadcaster<Heartbeat>
     let stateFeed: Broadcaster<ConnectionState>
+    let transferFeed: Broadcaster<TransferProgress>
     let sessionFeed: Broadcaster<SessionEvent>
 
     init(endpoint: Endpoint, configuration: ConnectionConfiguration) {
@@ -165,7 +166,7 @@ public actor Connection {
         self.configuration = configuration
         self.currentEndpoint = endpoint
         self.loop = configuration.eventLoopGroup.next()
-        self.channelSettings = ChannelSettings(.client, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
+        self.channelSettings = ChannelSettings(.client, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout, progress: configuration.progress)
         self.table = RequestTable(maximumSerial: configuration.profile.maximumSerial)
         self.requestTimeoutNanoseconds = configuration.requestTimeout.map { MonotonicTime.nanoseconds(of: $0) } ?? 0
         self.lifecycle = ConnectionStateMachine(
@@ -200,6 +201,7 @@ public actor Connection {
         // then its ack): a subscription made as connect() returns sees heartbeat 1.
         heartbeatFeed = Broadcaster(bufferSize: size, holdsUntilSubscribed: true, holdLimit: 2)
         stateFeed = Broadcaster(bufferSize: max(size, 16), keepsLatest: true)
+        transferFeed = Broadcaster(bufferSize: size)
         sessionFeed = Broadcaster(bufferSize: size, tap: Self.sessionTap(configuration, endpoint: endpoint))
         session = configuration.session.map { ClientSessionState(resumeAfter: $0.resumeAfter, epoch: $0.resumeEpoch) }
         identity = ConnectionIdentity(configuration.session)
@@ -574,6 +576,21 @@ public actor Connection {
     /// ```
     public nonisolated var heartbeats: Subscription<Heartbeat> { heartbeatFeed.subscribe() }
 
+    /// The progress of large frames, sent and received: a report each
+    /// ``ProgressConfiguration/step`` bytes and one when the frame is complete, for frames of
+    /// at least ``ProgressConfiguration/minimumFrameSize`` bytes
+    /// (``ConnectionConfiguration/progress``).
+    ///
+    /// ```swift
+    /// for await progress in connection.transfers where progress.direction == .sending {
+    ///     print(progress)   // sending 0x30 serial 4: 12582912 of 52428800 bytes (24 %)
+    /// }
+    /// ```
+    ///
+    /// A frame sent reports the bytes handed to the kernel; a frame received, the bytes
+    /// arrived. A transfer that the connection's end cuts short reports nothing more.
+    public nonisolated var transfers: Subscription<TransferProgress> { transferFeed.subscribe() }
+
     /// The current state first, then every change, across reconnects; it ends after the
     /// final state, ``ConnectionState/Phase/closed`` or ``ConnectionState/Phase/failed``.
     public nonisolated var states: Subscription<ConnectionState> { stateFeed.subscribe() }
@@ -746,6 +763,7 @@ public actor Connection {
             frameFeed.finish()
             notificationFeed.finish()
             heartbeatFeed.finish()
+            transferFeed.finish()
         }
     }
 }

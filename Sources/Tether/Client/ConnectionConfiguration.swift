@@ -199,6 +199,9 @@ public struct ConnectionConfiguration: Sendable {
     /// others are closed. So a black-holed address costs this delay, not the connect timeout.
     /// Default 250 ms, as the RFC recommends.
     public var connectionAttemptDelay: Duration = .milliseconds(250)
+    /// Which frames report their progress in ``Connection/transfers``: by default those of
+    /// 1 MiB or more, every 256 KiB; `nil` for none.
+    public var progress: ProgressConfiguration? = ProgressConfiguration()
     /// The timeout of requests that give ``RequestTimeout/configured`` (the default of
     /// ``Connection/request(_:timeout:)``); `nil` waits forever. Default 30 s.
     public var requestTimeout: Duration? = .seconds(30)

@@ -1,0 +1,133 @@
+// Progress of large frames through a channel: outbound, how much of the frame the levels
+// of the transport stack have taken (the marks of WriteCompletion.swift); inbound, how much
+// of the frame under way has arrived. Frames below the configured size cost one comparison.
+
+/// A large frame being written: where it lies in one level's stream, and what was told.
+struct SendProgress {
+    let type: UInt32
+    let serial: UInt32
+    let total: Int
+    /// The level the range is on: the channel's buffers, then, once all of the frame has
+    /// gone beneath them, the socket's.
+    var level: TransportBuffers
+    var start: WriteMark
+    var end: WriteMark
+    /// Bytes told so far.
+    var reported = 0
+
+    /// Bytes of the frame taken from `level` so far.
+    private func taken() -> Int {
+        let outbound = min(max(level.outbound.consumedTotal, start.outbound), end.outbound) - start.outbound
+        let sent = level.large?.sentTotal ?? 0
+        let payloads = min(max(sent, start.payloads), end.payloads) - start.payloads
+        return outbound + payloads
+    }
+
+    /// Bytes of the frame in the kernel, as far as can be told: once the layers above the
+    /// socket have taken all of it, its range in the socket's stream is taken to end where
+    /// that stream ended then.
+    mutating func measure() -> Int {
+        let done = taken()
+        guard done >= total, level.below != nil else { return done }
+        let bottom = level.bottom
+        let endBelow = bottom.writeMark
+        level = bottom
+        end = endBelow
+        start = WriteMark(outbound: max(0, endBelow.outbound - total), payloads: endBelow.payloads)
+        return taken()
+    }
+}
+
+/// The large frame being received, and what was told of it.
+struct ReceiveProgress {
+    let type: UInt32
+    let serial: UInt32
+    let total: Int
+    var reported = 0
+}
+
+extension FrameChannel {
+    /// Whether `frame` may be large enough to report its progress: then its marks are taken.
+    @inline(__always)
+    func mayReportProgress(of frame: Frame) -> Bool {
+        guard let progress = settings.progress else { return false }
+        return frame.payload.count >= progress.minimumFrameSize / 2
+    }
+
+    /// `frame` was just encoded after `start`: follows it if it is large enough.
+    func followProgress(of frame: Frame, from start: WriteMark) {
+        guard let progress = settings.progress else { return }
+        let end = buffers.writeMark
+        let total = (end.outbound - start.outbound) + (end.payloads - start.payloads)
+        guard total >= progress.minimumFrameSize else { return }
+        sendProgress.append(SendProgress(type: frame.type, serial: frame.serial, total: total, level: buffers, start: start, end: end))
+        buffers.bottom.flushObserver = self
+    }
+
+    /// After bytes went to the kernel: tells what moved, a step at a time.
+    func measureSendProgress() {
+        guard let step = settings.progress?.step else { return }
+        var index = 0
+        while index < sendProgress.count {
+            let done = sendProgress[index].measure()
+            let entry = sendProgress[index]
+            if done >= entry.total {
+                sendProgress.remove(at: index)
+                report(TransferProgress(direction: .sending, type: entry.type, serial: entry.serial, bytes: entry.total, total: entry.total))
+                continue
+            }
+            if done >= entry.reported + max(1, step) {
+                sendProgress[index].reported = done
+                report(TransferProgress(direction: .sending, type: entry.type, serial: entry.serial, bytes: done, total: entry.total))
+            }
+            index += 1
+        }
+    }
+
+    /// After a read was decoded: tells how much of the large frame under way has arrived.
+    func measureReceiveProgress(_ progress: ProgressConfiguration) {
+        let type: UInt32
+        let serial: UInt32
+        let received: Int
+        let total: Int
+        if let body = buffers.large?.incoming {
+            type = body.frame.type
+            serial = body.frame.serial
+            received = body.headerLength + body.received
+            total = body.headerLength + body.bytes.count
+        } else if buffers.inbound.readableBytes >= progress.step, let split = codec as? any SplitFrameCodec,
+                  let (frame, headerLength, bodyLength) = split.header(in: buffers.inbound) {
+            type = frame.type
+            serial = frame.serial
+            total = headerLength + bodyLength
+            received = min(buffers.inbound.readableBytes, total)
+        } else {
+            return
+        }
+        guard total >= progress.minimumFrameSize, received < total else { return }
+        if let current = receiveProgress, current.type == type, current.serial == serial, current.total == total {
+            guard received >= current.reported + max(1, progress.step) else { return }
+        } else {
+            receiveProgress = ReceiveProgress(type: type, serial: serial, total: total)
+            guard received >= max(1, progress.step) else { return }
+        }
+        receiveProgress?.reported = received
+        report(TransferProgress(direction: .receiving, type: type, serial: serial, bytes: received, total: total))
+    }
+
+    /// `frame` was decoded: if it is the large one under way, its last report.
+    func finishReceiveProgress(_ frame: Frame) {
+        guard let current = receiveProgress, current.type == frame.type, current.serial == frame.serial else { return }
+        receiveProgress = nil
+        report(TransferProgress(direction: .receiving, type: current.type, serial: current.serial, bytes: current.total, total: current.total))
+    }
+
+    private func report(_ progress: TransferProgress) {
+        guard isOpen, let owner else { return }
+        onLoop(loop, owner, (self, progress), Self.reported)
+    }
+
+    private static func reported(_ owner: isolated Owner, _ event: (channel: FrameChannel, progress: TransferProgress)) {
+        owner.channel(event.channel, progress: event.progress)
+    }
+}
