@@ -60,6 +60,14 @@ enum Console {
         write(bytes[...], to: STDOUT_FILENO)
     }
 
+    /// Whether stderr is a terminal: progress lines are drawn only there.
+    static var errIsTerminal: Bool { isatty(STDERR_FILENO) == 1 }
+
+    /// Draws `tether: <line>` over the current line of stderr, ending the line when `done`.
+    static func progress(_ line: String, done: Bool) {
+        write("\r\u{1B}[Ktether: \(line)\(done ? "\n" : "")", to: STDERR_FILENO)
+    }
+
     /// Prints `tether: <message>` on stderr.
     static func fail(_ message: String) {
         err("tether: \(message)")

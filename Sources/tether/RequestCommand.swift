@@ -1,3 +1,4 @@
+import Foundation
 import Tether
 
 /// `tether request`: one request, its response on stdout.
@@ -5,7 +6,7 @@ struct RequestCommand: Command {
     static let name = "request"
     static let summary = "send one request and print the response content"
     static let synopsis = """
-        tether request (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) (--type TYPE [--json JSON | --text TEXT] | --http-get URL [--header NAME:VALUE]...) \
+        tether request (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) (--type TYPE [--json JSON | --text TEXT | --file PATH] | --http-get URL [--header NAME:VALUE]...) \
         [--profile NAME] [--field NAME=VALUE]... \
         [--timeout SECONDS] [--heartbeat fixed|adaptive] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
@@ -43,6 +44,12 @@ struct RequestCommand: Command {
         MAX-MISSED misses in a row and the request fails at once (exit 1). Profiles without
         heartbeats (marker, lines) refuse the heartbeat options.
 
+        When stderr is a terminal, a request or response of 1 MiB or more draws its progress
+        there, one line redrawn every 256 KiB:
+
+          tether request 127.0.0.1:9000 --type 0x402 --file photo.json
+          tether: sending 0x402 serial 1: 3145728 of 52428812 bytes (6 %)
+
         With TLS, what the handshake settled is printed on stderr before the response:
 
           tether: TLSv1.3 TLS_AES_256_GCM_SHA384, server /CN=localhost (sha256/…)
@@ -71,6 +78,7 @@ struct RequestCommand: Command {
           --json JSON                    the content, checked to be JSON (default: no content)
           --text TEXT                    the content as it is, UTF-8: a line in the lines
                                          profile
+          --file PATH                    the content read from a file, as it is
           --http-get URL                 have the server GET this http or https URL (type
                                          0x403 unless --type says otherwise)
           --header NAME:VALUE            an HTTP header for --http-get; repeat it for several
@@ -141,14 +149,21 @@ struct RequestCommand: Command {
         }
         let json = try arguments.option("--json")
         let text = try arguments.option("--text")
-        if http != nil, json != nil || text != nil {
-            throw ArgumentError("--http-get sends an HTTP request; it takes no --json or --text")
+        let file = try arguments.option("--file")
+        if http != nil, json != nil || text != nil || file != nil {
+            throw ArgumentError("--http-get sends an HTTP request; it takes no --json, --text or --file")
         }
-        if let content = try Parse.content(json: json, text: text) {
+        if let file {
+            guard json == nil, text == nil else { throw ArgumentError("--file: give the content once, with --json, --text or --file") }
+            guard let bytes = FileManager.default.contents(atPath: file) else {
+                throw ArgumentError("--file \(file): cannot read it")
+            }
+            payload = Array(bytes)
+        } else if let content = try Parse.content(json: json, text: text) {
             payload = content
         }
         if let delimiter = profile.layout?.delimiter, payload.firstRange(of: delimiter) != nil {
-            throw ArgumentError("\(json != nil ? "--json" : "--text"): a frame of the \(profile.name) profile cannot contain its delimiter (\(ProfilesCommand.escaped(delimiter)))")
+            throw ArgumentError("\(json != nil ? "--json" : file != nil ? "--file" : "--text"): a frame of the \(profile.name) profile cannot contain its delimiter (\(ProfilesCommand.escaped(delimiter)))")
         }
         fields = try Parse.fields(try arguments.options("--field"), profile: profile)
         if let timeout = try arguments.option("--timeout") {
@@ -189,14 +204,23 @@ struct RequestCommand: Command {
         if let http {
             return try await get(http, through: connection)
         }
+        let transfers = Console.errIsTerminal ? connection.transfers : nil
+        let drawing = transfers.map { transfers in
+            Task {
+                for await progress in transfers { Console.progress(progress.description, done: progress.isComplete) }
+            }
+        }
         let response: Response
         do {
             response = try await connection.request(request, timeout: .after(timeout))
         } catch {
             await connection.close()
+            await drawing?.value
             throw error
         }
         await connection.close()
+        // The sequence ends with the connection: every line is drawn before the response.
+        await drawing?.value
         if let fields = profile.describeFields(response.fields) {
             Console.err("tether: fields \(fields)")
         }

@@ -74,6 +74,26 @@ private func sendExample(connection: Connection) async throws {
     try await connection.send(Frame(type: 0x420, payload: event.encoded))
 }
 
+private func writtenExample(connection: Connection, jpeg: [UInt8]) async throws {
+    let photo = Frame(type: 0x430, payload: jpeg)
+    do {
+        try await connection.send(photo, completion: .written(timeout: .seconds(30)))
+    } catch let error as TetherError where error.code == .timedOut {
+        print(error.message)   // …was not written to 10.0.0.5:7000 within 30 s: 4194304 bytes still wait to be written…
+    }
+}
+
+private func progressExample(connection: Connection, video: [UInt8]) async throws {
+    let watching = Task {
+        for await progress in connection.transfers where progress.type == 0x430 {
+            print(progress)   // sending 0x430 serial 0: 1048588 of 52428812 bytes (2 %)
+            if progress.isComplete { break }
+        }
+    }
+    try await connection.send(Frame(type: 0x430, payload: video), completion: .written(timeout: nil))
+    await watching.value
+}
+
 private func limitsExample() {
     var configuration = ConnectionConfiguration()
     configuration.limits.maximumInFlightRequests = 64     // written, waiting for their answer
