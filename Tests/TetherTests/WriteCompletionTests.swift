@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 import TetherTLS
 import TetherTesting
@@ -145,5 +146,92 @@ struct WriteCompletionTests {
             #expect(try await collect(1, from: handled, "the frame at the server") == [payload.count])
             await connection.close()
         }
+    }
+}
+
+/// Records the requests it sees start, get written and end, as lines.
+private final class WriteObserver: ConnectionObserver {
+    typealias RequestSpan = Int
+    private let lines = Mutex<[String]>([])
+    private let changed: AsyncStream<Void>.Continuation
+    private let changes: AsyncStream<Void>
+
+    init() {
+        (changes, changed) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    var recorded: [String] { lines.withLock { $0 } }
+
+    private func record(_ line: String) -> Int {
+        let count = lines.withLock { lines in
+            lines.append(line)
+            return lines.count
+        }
+        changed.yield()
+        return count
+    }
+
+    func requestStarted(_ request: ObservedRequest) -> Int {
+        record("started \(hex(request.type))")
+    }
+
+    func requestWritten(_ request: ObservedRequest, span: Int) {
+        _ = record("written \(hex(request.type)) serial \(request.serial) span \(span)")
+    }
+
+    func requestEnded(_ request: ObservedRequest, outcome: RequestOutcome, span: Int) {
+        _ = record("ended \(hex(request.type)) serial \(request.serial) span \(span)")
+    }
+
+    /// Waits, within the bound, for a line that starts with `prefix`.
+    func waitFor(_ prefix: String) async throws {
+        try await bounded("an observed line starting \(prefix)") { [self] in
+            if recorded.contains(where: { $0.hasPrefix(prefix) }) { return }
+            for await _ in changes where recorded.contains(where: { $0.hasPrefix(prefix) }) { return }
+        }
+    }
+}
+
+extension WriteCompletionTests {
+    @Test("an observer hears when a request is written, with its serial and its span, whether it went at once or waited in the queue; a request that timed out before its bytes went is said to be written only when they go, after its end")
+    func observerHearsWrites() async throws {
+        let observer = WriteObserver()
+        try await withServer(handlers: echoHandlers) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.observer = observer })
+            _ = try await connection.request(Request(type: 0x402, json: ["first": true]))
+            try await observer.waitFor("written 0x402 serial 1")
+            #expect(observer.recorded.contains("written 0x402 serial 1 span 1"))
+            #expect(observer.recorded.contains("ended 0x402 serial 1 span 1"))
+            await connection.close()
+        }
+
+        let (listener, endpoint) = try RawSocket.listen()
+        defer { listener.close() }
+        async let accepted = listener.accept()
+        let silent = WriteObserver()
+        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.observer = silent })
+        let peer = try await accepted
+        defer { peer.close() }
+        let error = await #expect(throws: TetherError.self) {
+            try await connection.request(Request(type: 0x402, payload: pattern(15 << 20)), timeout: .milliseconds(300))
+        }
+        #expect(error?.code == .timedOut)
+        // A small request behind it is queued (the outbound buffer is full), then written
+        // once the peer reads.
+        let reading = Task {
+            var frames: [Frame] = []
+            while frames.count < 2, let frame = try await peer.readFrame() { frames.append(frame) }
+            return frames.map(\.serial)
+        }
+        let small = Task { try await connection.request(Request(type: 0x402, json: [:]), timeout: .milliseconds(500)) }
+        try await silent.waitFor("written 0x402 serial 2")
+        #expect(try await reading.value == [1, 2])
+        _ = try? await small.value
+        await connection.close()
+        let lines = silent.recorded
+        let ended = try #require(lines.firstIndex(of: "ended 0x402 serial 1 span 1"))
+        let written = try #require(lines.firstIndex(of: "written 0x402 serial 1 span 1"))
+        #expect(ended < written, "\(lines)")
+        #expect(lines.contains("written 0x402 serial 2 span 3"))
     }
 }

@@ -13,6 +13,12 @@ extension Connection {
         var observed = ObservedRequest(type: request.type, serial: 0, payloadSize: request.payload.count, endpoint: endpoint)
         let trace = RequestTrace()
         let span = observer.requestStarted(observed)
+        let started = observed
+        trace.written = { serial in
+            var written = started
+            written.serial = serial
+            observer.requestWritten(written, span: span)
+        }
         let start = loop.now
         do {
             let response = try await placeRequest(request, timeout: timeout, trace: trace)
@@ -59,6 +65,18 @@ extension Connection {
         return .nanoseconds(now >= start ? now - start : 0)
     }
 
+    /// Tells `trace` once the request written as `serial` is all in the kernel.
+    func watchWrite(of trace: RequestTrace, serial: UInt32, on channel: Channel) {
+        guard trace.written != nil else { return }
+        nextSendID += 1
+        let loop = loop
+        channel.whenWritten(id: nextSendID) { written in
+            guard written else { return }
+            // Outside the flush that decided it.
+            loop.execute { trace.written?(serial) }
+        }
+    }
+
     /// Tells the observer of a state change, as it is published.
     func observe(_ state: ConnectionState) {
         configuration.observer?.connectionStateChanged(state, of: endpoint)
@@ -77,4 +95,7 @@ extension Connection {
 /// request's outcome resumes the caller, which reads it only after that.
 final class RequestTrace: @unchecked Sendable {
     var serial: UInt32 = 0
+    /// Tells the observer that the request was written, with its serial; set before the
+    /// request is placed, called on the loop.
+    var written: ((UInt32) -> Void)?
 }

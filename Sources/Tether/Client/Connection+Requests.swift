@@ -142,8 +142,8 @@ extension Connection {
                 // Still the same job on the loop's thread: everything from the checks to the
                 // insert runs without interruption.
                 precondition(loop.inLoop, "a request placed from the loop left the loop's thread")
-                onLoop(loop, self, (request, timeout, serial, id, continuation)) { connection, placing in
-                    connection.place(placing.0, timeout: placing.1, serial: placing.2, id: placing.3, cancelled: Task.isCancelled, continuation: placing.4)
+                onLoop(loop, self, (request, timeout, serial, id, continuation, trace)) { connection, placing in
+                    connection.place(placing.0, timeout: placing.1, serial: placing.2, id: placing.3, cancelled: Task.isCancelled, continuation: placing.4, trace: placing.5)
                 }
             }
         } onCancel: {
@@ -155,7 +155,7 @@ extension Connection {
 
     /// Places a request whose serial and id are allocated, or ends it at once when it
     /// cannot be: the connection has ended, or its caller was cancelled (`cancelled`).
-    private func place(_ request: Request, timeout: RequestTimeout, serial: UInt32, id: UInt64, cancelled: Bool, continuation: UnsafeContinuation<Response, any Error>) {
+    private func place(_ request: Request, timeout: RequestTimeout, serial: UInt32, id: UInt64, cancelled: Bool, continuation: UnsafeContinuation<Response, any Error>, trace: RequestTrace?) {
         if lifecycle.hasEnded {
             counters.requestsFailed += 1
             continuation.resume(throwing: notConnected())
@@ -167,7 +167,7 @@ extension Connection {
             return
         }
         let limit = timeout.limit(configured: configuration.requestTimeout)
-        if let error = place(request, serial: serial, id: id, limit: limit, waiter: .single(continuation)) {
+        if let error = place(request, serial: serial, id: id, limit: limit, waiter: .single(continuation), trace: trace) {
             continuation.resume(throwing: error)
         }
     }
@@ -181,14 +181,14 @@ extension Connection {
         placement.serial = serial
         placement.id = id
         placement.trace?.serial = serial
-        place(placement.request, timeout: placement.timeout, serial: serial, id: id, cancelled: placement.cancelled, continuation: continuation)
+        place(placement.request, timeout: placement.timeout, serial: serial, id: id, cancelled: placement.cancelled, continuation: continuation, trace: placement.trace)
     }
 
     /// Writes request `request` as `serial` when it can go now, or queues it, and records
     /// `waiter` for its outcome with its timeout, counted from `start` (the loop's time;
     /// `nil` for now). Returns the error when it can do neither (a write that failed, a full
     /// queue); `waiter` is then not recorded.
-    func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, from start: UInt64? = nil, waiter: Waiter) -> TetherError? {
+    func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, from start: UInt64? = nil, waiter: Waiter, trace: RequestTrace? = nil) -> TetherError? {
         let frame = Frame(type: request.type, serial: serial, payload: request.payload, fields: request.fields)
         var pending: Frame?
         if let channel, !holdsWrites, table.queuedCount == 0, sendQueue.isEmpty,
@@ -202,6 +202,7 @@ extension Connection {
             }
             awaitAnswer(to: frame)
             counters.requestsSent += 1
+            if let trace { watchWrite(of: trace, serial: serial, on: channel) }
         } else if let refusal = queueRefusal() {
             return refusal
         } else {
@@ -209,7 +210,9 @@ extension Connection {
             awaitDrainIfNeeded()
         }
         let timer = limit.flatMap { startTimeout($0, from: start, serial: serial, id: id) }
-        table.insert(serial: serial, entry: .init(waiter: waiter, id: id, type: request.type, timer: timer, timeout: limit), pending: pending)
+        var entry = RequestTable.Entry(waiter: waiter, id: id, type: request.type, timer: timer, timeout: limit)
+        entry.trace = trace
+        table.insert(serial: serial, entry: entry, pending: pending)
         return nil
     }
 
@@ -320,6 +323,7 @@ extension Connection {
                 try write(frame, on: channel)
                 awaitAnswer(to: frame)
                 counters.requestsSent += 1
+                if configuration.observer != nil, let trace = table.trace(serial: serial) { watchWrite(of: trace, serial: serial, on: channel) }
             } catch {
                 guard let entry = table.removeAnswered(serial: serial) else { continue }
                 if let timer = entry.timer { loop.cancel(timer) }

@@ -54,6 +54,19 @@ public protocol ConnectionObserver: Sendable {
     ///   - span: What ``requestStarted(_:)`` returned.
     func requestEnded(_ request: ObservedRequest, outcome: RequestOutcome, span: RequestSpan)
 
+    /// A client request made with ``Connection/request(_:timeout:)`` was written: its last
+    /// byte was handed to the kernel (over TLS, encrypted and handed on), as
+    /// ``SendCompletion/written(timeout:)`` means it. A span event, say.
+    ///
+    /// Runs on the connection's event loop after the write, so it may come after
+    /// ``requestEnded(_:outcome:span:)`` of the same request. Not called for a request that
+    /// ends before it is written, nor for those of ``Connection/pipeline(_:timeout:)``.
+    ///
+    /// - Parameters:
+    ///   - request: The request, with its serial.
+    ///   - span: What ``requestStarted(_:)`` returned.
+    func requestWritten(_ request: ObservedRequest, span: RequestSpan)
+
     /// A connection's state changed: every state ``Connection/states`` yields after
     /// ``ConnectionState/idle``, in order.
     ///
@@ -79,6 +92,13 @@ extension ConnectionObserver {
     ///   - outcome: Its outcome.
     ///   - span: What the start returned.
     public func requestEnded(_ request: ObservedRequest, outcome: RequestOutcome, span: RequestSpan) {}
+
+    /// Does nothing.
+    ///
+    /// - Parameters:
+    ///   - request: The request.
+    ///   - span: What the start returned.
+    public func requestWritten(_ request: ObservedRequest, span: RequestSpan) {}
 
     /// Does nothing.
     ///

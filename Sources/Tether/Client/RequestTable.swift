@@ -25,6 +25,8 @@ struct RequestTable<Waiter> {
         fileprivate(set) var isQueued = false
         /// The serial, which the slot alone does not tell.
         fileprivate var serial: UInt32 = 0
+        /// Told when the request is written, for a ``ConnectionObserver``; `nil` without one.
+        var trace: RequestTrace?
 
         init(waiter: Waiter, id: UInt64, type: UInt32, timer: LoopTimer? = nil, timeout: Duration? = nil) {
             self.waiter = waiter
@@ -102,6 +104,13 @@ struct RequestTable<Waiter> {
         // The fields are read in place: no copy of the entry unless it is the one.
         guard slots[index]?.serial == serial, slots[index]?.isQueued == false else { return nil }
         return take(at: index)
+    }
+
+    /// The trace of the request with `serial`, if it has one.
+    func trace(serial: UInt32) -> RequestTrace? {
+        let index = Int(truncatingIfNeeded: serial) & mask
+        guard slots[index]?.serial == serial else { return nil }
+        return slots[index]?.trace
     }
 
     /// Whether request `id` has not ended yet.
