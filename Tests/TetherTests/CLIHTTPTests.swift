@@ -43,7 +43,7 @@ struct CLIHTTPTests {
         let cases: [([String], String)] = [
             (["serve", "--http-allow", "::1"], "tether: --http-allow: cannot read the allowed host \"::1\": write an IPv6 address in brackets: [::1]:8080\n"),
             (["serve", "--http-timeout", "5"], "tether: --http-timeout needs --http-allow\n"),
-            (["request", "127.0.0.1:9", "--http-get", "http://a/", "--json", "{}"], "tether: --http-get sends an HTTP request; it takes no --json or --text\n"),
+            (["request", "127.0.0.1:9", "--http-get", "http://a/", "--json", "{}"], "tether: --http-get sends an HTTP request; it takes no --json, --text or --file\n"),
             (["request", "127.0.0.1:9", "--type", "0x402", "--header", "A: b"], "tether: --header needs --http-get\n"),
             (["request", "127.0.0.1:9", "--http-get", "http://a/", "--header", "nocolon"], "tether: --header nocolon: write it as NAME:VALUE\n"),
         ]
