@@ -204,3 +204,43 @@ struct AdaptiveHeartbeatTests {
         }
     }
 }
+
+@Suite("Adaptive heartbeats over real sockets", .timeLimit(.minutes(1)))
+struct AdaptiveHeartbeatSocketTests {
+    @Test("through a fault proxy on 127.0.0.1: the interval grows while heartbeats are acked; a stall kills the connection silently at the longer interval, and the next connection starts from the last good one")
+    func stallThroughFaultProxy() async throws {
+        let memory = HeartbeatMemory()
+        try await withServer(configure: { $0.idleTimeout = nil }, handlers: echoHandlers) { _, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                // Short intervals, a generous timeout: only the stall makes a heartbeat miss.
+                let policy = AdaptiveHeartbeat(minimum: .milliseconds(200), maximum: .seconds(2), step: .milliseconds(200), successesBeforeStep: 1, memory: memory)
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting(after: .milliseconds(20)) {
+                    $0.heartbeat = .adaptive(policy, timeout: .seconds(2), maximumMissed: 1)
+                })
+                let watcher = StateWatcher(connection)
+                try await watcher.next(.connected)
+                #expect(await connection.heartbeatInterval == .milliseconds(200))
+                let heartbeats = connection.heartbeats
+                try await bounded("the interval to grow to 600 ms") {
+                    for await event in heartbeats where event.outcome != .sent {
+                        #expect(event.outcome != .missed)
+                        if await connection.heartbeatInterval == .milliseconds(600) { return }
+                    }
+                }
+                let grown = await connection.metrics
+                #expect(grown.heartbeatIntervalIncreases == 2)
+                #expect(grown.heartbeatIntervalDecreases == 0)
+                // The path goes silent, as a NAT that dropped its mapping: nothing either way.
+                proxy.updateMode(for: .currentConnections) { $0.stalled = true }
+                try await watcher.next(.reconnecting)
+                try await watcher.next(.connected)
+                let after = await connection.metrics
+                #expect(after.heartbeatIntervalDecreases == 1)
+                #expect(after.heartbeatsMissed == grown.heartbeatsMissed + 1)
+                // 600 ms died silently: the next connection starts from 400 ms, which worked.
+                #expect(await connection.heartbeatInterval == .milliseconds(400))
+                await connection.close()
+            }
+        }
+    }
+}
