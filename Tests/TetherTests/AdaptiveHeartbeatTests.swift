@@ -205,6 +205,40 @@ struct AdaptiveHeartbeatTests {
     }
 }
 
+extension AdaptiveHeartbeatTests {
+    @Test("a connection that survives a change of network learns for the new one from then on: its interval starts over there, and what it proves is kept under the new network, not the old")
+    func networkChangeWhileConnected() async throws {
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, configure: { $0.idleTimeout = nil }) { _, endpoint in
+                let memory = HeartbeatMemory()
+                let connection = Connection(to: endpoint, configuration: Self.configuration(on: network, memory: memory))
+                let log = HeartbeatLog(connection)
+                try await connection.connect()
+                _ = try await log.take(2)
+                let wifi = await connection.networkPath
+                for gap in [30, 30, 90, 90] {
+                    _ = try await Self.nextHeartbeat(after: .seconds(gap), connection, network, log)
+                }
+                #expect(await connection.heartbeatInterval == .seconds(150))
+                #expect(memory.lastGoodInterval(on: wifi, to: endpoint) == .seconds(90))
+
+                let cellular = NetworkPath.testing(interface: "rmnet0", index: 9, gateway: "198.51.100.1")
+                network.pathMonitor.update(cellular)
+                // The connection verifies itself on the new path at once, and survives.
+                #expect(try await log.take(2).map(\.outcome) == [.sent, .acked])
+                #expect(await connection.heartbeatInterval == .seconds(30))
+                let (events, interval) = try await Self.nextHeartbeat(after: .seconds(30), connection, network, log)
+                #expect(events.map(\.outcome) == [.sent, .acked])
+                #expect(interval == .seconds(30))
+                #expect(memory.lastGoodInterval(on: cellular, to: endpoint) == .seconds(30))
+                #expect(memory.lastGoodInterval(on: wifi, to: endpoint) == .seconds(90))
+                #expect(await connection.state == .connected)
+                await connection.close()
+            }
+        }
+    }
+}
+
 @Suite("Adaptive heartbeats over real sockets", .timeLimit(.minutes(1)))
 struct AdaptiveHeartbeatSocketTests {
     @Test("through a fault proxy on 127.0.0.1: the interval grows while heartbeats are acked; a stall kills the connection silently at the longer interval, and the next connection starts from the last good one")

@@ -62,10 +62,20 @@ extension Connection {
     }
 
     /// The network path changed and the connection verifies itself: the probe under way,
-    /// if any, and the silence since the last ack no longer measure an interval.
+    /// if any, and the silence since the last ack no longer measure an interval. On another
+    /// network (another key), the run starts over from what the memory holds for it, so
+    /// what the connection proves from now on is kept for the network it is on; the ack of
+    /// the verifying heartbeat sets its interval.
     func adaptiveHeartbeatVerifying() {
-        adaptiveHeartbeat?.probe = nil
-        adaptiveHeartbeat?.framesAtAck = nil
+        guard var run = adaptiveHeartbeat else { return }
+        run.probe = nil
+        run.framesAtAck = nil
+        let key = HeartbeatMemory.key(path: networkPath, endpoint: currentEndpoint)
+        if key != run.key, let policy = configuration.heartbeat.adaptive {
+            let state = AdaptiveHeartbeatState(policy, record: policy.memory.record(for: key), now: loop.now)
+            run = AdaptiveHeartbeatRun(state: state, key: key, memory: policy.memory)
+        }
+        adaptiveHeartbeat = run
     }
 
     /// Heartbeat `serial` was missed (or excused, with `serial` `nil`): what follows is no
