@@ -241,3 +241,18 @@ final class DatabaseMailboxStore: MailboxStore {
         }
     }
 }
+
+private struct LoginRefused: Error {
+    var reason: String
+}
+
+/// The Sessions article's preparation: a login on every new connection.
+func sessionsPrepareConfiguration() -> ConnectionConfiguration {
+    var configuration = ConnectionConfiguration()
+    configuration.session = SessionConfiguration(clientID: "alice")
+    configuration.prepare = { connection in
+        let answer = try await connection.request(Request(type: 0x410, json: ["user": "alice"]))
+        if let reason = answer.errorMessage { throw LoginRefused(reason: reason) }
+    }
+    return configuration
+}

@@ -110,6 +110,9 @@ extension Connection {
         if loop.inLoop {
             return try await requestOnLoop(request, timeout: timeout, trace: trace)
         }
+        if configuration.prepare != nil, callerPrepares {
+            return try await preparationRequest(request, timeout: timeout, trace: trace)
+        }
         // A caller cancelled already goes through the loop too: the placement job ends it
         // there, counted in ``ConnectionMetrics/requestsCancelled``.
         let placement = RequestPlacement(connection: self, request: request, timeout: timeout)
@@ -131,6 +134,9 @@ extension Connection {
     /// the request is placed at once, with no job for the actor, and the response resumes
     /// the caller on the loop with no hop through the actor either.
     private nonisolated func requestOnLoop(_ request: Request, timeout: RequestTimeout, trace: RequestTrace?) async throws -> Response {
+        if configuration.prepare != nil, callerPrepares {
+            return try await preparationRequest(request, timeout: timeout, trace: trace)
+        }
         if Task.isCancelled {
             callOnLoop(loop, self, ()) { connection, _ in connection.counters.requestsCancelled += 1 }
             throw CancellationError()
@@ -153,9 +159,25 @@ extension Connection {
         }
     }
 
+    /// A request of the connection's preparation: written at once, ahead of everything that
+    /// waits for the connection to be ready.
+    private func preparationRequest(_ request: Request, timeout: RequestTimeout, trace: RequestTrace?) async throws -> Response {
+        let (serial, id) = table.allocate()
+        trace?.serial = serial
+        return try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Response, any Error>) in
+                place(request, timeout: timeout, serial: serial, id: id, cancelled: Task.isCancelled, continuation: continuation, trace: trace, first: true)
+            }
+        } onCancel: {
+            loop.execute { [self] in
+                assumeIsolated { $0.cancelRequest(serial: serial, id: id) }
+            }
+        }
+    }
+
     /// Places a request whose serial and id are allocated, or ends it at once when it
     /// cannot be: the connection has ended, or its caller was cancelled (`cancelled`).
-    private func place(_ request: Request, timeout: RequestTimeout, serial: UInt32, id: UInt64, cancelled: Bool, continuation: UnsafeContinuation<Response, any Error>, trace: RequestTrace?) {
+    private func place(_ request: Request, timeout: RequestTimeout, serial: UInt32, id: UInt64, cancelled: Bool, continuation: UnsafeContinuation<Response, any Error>, trace: RequestTrace?, first: Bool = false) {
         if lifecycle.hasEnded {
             counters.requestsFailed += 1
             continuation.resume(throwing: notConnected())
@@ -167,7 +189,7 @@ extension Connection {
             return
         }
         let limit = timeout.limit(configured: configuration.requestTimeout)
-        if let error = place(request, serial: serial, id: id, limit: limit, waiter: .single(continuation), trace: trace) {
+        if let error = place(request, serial: serial, id: id, limit: limit, waiter: .single(continuation), trace: trace, first: first) {
             continuation.resume(throwing: error)
         }
     }
@@ -188,10 +210,11 @@ extension Connection {
     /// `waiter` for its outcome with its timeout, counted from `start` (the loop's time;
     /// `nil` for now). Returns the error when it can do neither (a write that failed, a full
     /// queue); `waiter` is then not recorded.
-    func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, from start: UInt64? = nil, waiter: Waiter, trace: RequestTrace? = nil) -> TetherError? {
+    /// A request of the connection's preparation goes `first`: at once, whatever waits.
+    func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, from start: UInt64? = nil, waiter: Waiter, trace: RequestTrace? = nil, first: Bool = false) -> TetherError? {
         let frame = Frame(type: request.type, serial: serial, payload: request.payload, fields: request.fields)
         var pending: Frame?
-        if let channel, !holdsWrites, table.queuedCount == 0, sendQueue.isEmpty,
+        if let channel, first || (!holdsWrites && table.queuedCount == 0 && sendQueue.isEmpty),
            table.inFlightCount < configuration.limits.maximumInFlightRequests,
            channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
             do {
@@ -232,7 +255,8 @@ extension Connection {
     /// - Throws: ``TetherError`` when the connection is closed or the queue is full;
     ///   `CancellationError` when the task is cancelled while the frame waits.
     public func send(_ frame: Frame) async throws {
-        if let channel, !holdsWrites, sendQueue.isEmpty, channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
+        if let channel, (!holdsWrites && sendQueue.isEmpty) || (configuration.prepare != nil && callerPrepares),
+           channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
             try write(frame, on: channel)
             holdPlaceForAnswer(to: frame)
             return

@@ -82,6 +82,9 @@ public actor Connection {
     /// When reading last started again after a slow subscriber caught up: a heartbeat sent
     /// before then may have had its ack wait unread.
     var readingResumedAt: UInt64 = 0
+    /// The app's preparation of the current connection, while it runs, and its timer.
+    var preparationTask: Task<Void, Never>?
+    var preparationTimer: LoopTimer?
     /// Whether the server was asked to hold this client's pushes on the current connection
     /// (by the hello, or by a flow signal since).
     var pushesHeld = false
@@ -177,7 +180,8 @@ public actor Connection {
                 secured: configuration.tls != nil,
                 greets: configuration.session != nil,
                 asksIdentity: configuration.session?.identityProvider != nil,
-                fallback: configuration.fallback
+                fallback: configuration.fallback,
+                prepares: configuration.prepare != nil
             ),
             seed: UInt64.random(in: .min ... .max)
         )
@@ -445,6 +449,7 @@ public actor Connection {
 
     /// Drops the socket and stops its heartbeats; the rest of the connection stays.
     private func detachChannel(graceful: Bool) {
+        stopPreparation()
         if let primaryRetryTimer { loop.cancel(primaryRetryTimer) }
         primaryRetryTimer = nil
         primaryRetryWaiting = nil
@@ -709,6 +714,8 @@ public actor Connection {
         case .stopHelloTimer:
             if let helloTimer { loop.cancel(helloTimer) }
             helloTimer = nil
+        case .prepare(let token):
+            startPreparation(token)
         case .startHeartbeats:
             startHeartbeats()
         case .verifyConnection:

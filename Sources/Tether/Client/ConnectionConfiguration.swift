@@ -199,6 +199,27 @@ public struct ConnectionConfiguration: Sendable {
     /// others are closed. So a black-holed address costs this delay, not the connect timeout.
     /// Default 250 ms, as the RFC recommends.
     public var connectionAttemptDelay: Duration = .milliseconds(250)
+    /// Runs on every new connection once it is up (after TLS and the session hello), before
+    /// anything that waits is written, before ``ConnectionState/Phase/connected`` is
+    /// published and before ``Connection/connect(to:configuration:)`` returns: for what the
+    /// server keeps per connection, such as a login. Default `nil`.
+    ///
+    /// Requests and frames it sends on the connection it is given go at once; every other
+    /// caller's wait until it returns, and then go in order. If it throws, or runs longer
+    /// than ``prepareTimeout``, the attempt fails with its error and the reconnect policy
+    /// decides what follows, as for a failed handshake; if the connection is lost or closed
+    /// meanwhile, its task is cancelled.
+    ///
+    /// ```swift
+    /// configuration.prepare = { connection in
+    ///     let answer = try await connection.request(Request(type: 0x410, json: ["user": "alice"]))
+    ///     if let reason = answer.errorMessage { throw LoginRefused(reason: reason) }
+    /// }
+    /// ```
+    public var prepare: (@Sendable (Connection) async throws -> Void)?
+    /// How long ``prepare`` may run on a connection before the attempt fails with
+    /// ``TetherError/Code/timedOut``. Default 10 s.
+    public var prepareTimeout: Duration = .seconds(10)
     /// Which frames report their progress in ``Connection/transfers``: by default those of
     /// 1 MiB or more, every 256 KiB; `nil` for none.
     public var progress: ProgressConfiguration? = ProgressConfiguration()

@@ -57,6 +57,13 @@
 /// is taken for the first connect, and the switcher answered at once. ¹⁰ The fallback, at
 /// once, for a connection over the main endpoint that never proved healthy.
 /// ¹¹ A planned reconnect; see *the server's drain* below.
+///
+/// **The app's preparation** (``Settings/prepares``): where the table says connected after
+/// `attached`, `tlsEstablished` or `helloAccepted`, the machine goes to preparing instead and
+/// asks for ``Action/prepare(_:)``; `prepared(t)` then makes it connected, and
+/// `preparationFailed(t)` is a failed attempt (no fallback: the server answered). Otherwise
+/// preparing answers events as greeting does, except that `lost` also fails the requests in
+/// flight (the preparation's), and `helloAccepted`, `helloRefused` are illegal in it.
 /// A *failed attempt* goes to backingOff, or ends
 /// (closed) for a first connect the policy does not retry or a disabled policy, or ends
 /// (failed) once the policy's attempts are spent, or, when no usable path exists, goes to
@@ -135,6 +142,9 @@ struct ConnectionStateMachine: Sendable {
         /// The endpoint dialed at once when the attempt's endpoint cannot connect, and how
         /// long a connection over it lasts before the main endpoint is tried again.
         var fallback: FallbackPolicy?
+        /// Whether the app's preparation (``ConnectionConfiguration/prepare``) runs on each
+        /// new connection before it is ready.
+        var prepares = false
     }
 
     /// Names one dial or one backoff, so that a result that arrives after it was abandoned
@@ -156,6 +166,9 @@ struct ConnectionStateMachine: Sendable {
         case securing(Token)
         /// The session hello was sent; the server's answer is awaited.
         case greeting(Token)
+        /// The app's preparation runs on the new connection (``ConnectionConfiguration/prepare``):
+        /// its requests go, nobody else's.
+        case preparing(Token)
         /// Ready: requests flow. Healthy once a valid frame arrived after the handshakes.
         case connected(healthy: Bool)
         /// Waiting out the backoff of the token before the next attempt.
@@ -189,6 +202,10 @@ struct ConnectionStateMachine: Sendable {
         case tlsEstablished
         /// The server accepted the session hello.
         case helloAccepted
+        /// The preparation of the token's connection returned.
+        case prepared(Token)
+        /// The preparation of the token's connection threw, or ran out of time.
+        case preparationFailed(Token, TetherError)
         /// The server refused the hello: for now (`retryable`, a failed attempt) or for good.
         case helloRefused(TetherError, retryable: Bool)
         /// The hello timer of the token fired, with the error that says so.
@@ -262,6 +279,9 @@ struct ConnectionStateMachine: Sendable {
         case sendHello(Token)
         /// Disarm the hello timer.
         case stopHelloTimer
+        /// Run the app's preparation on the channel of the token, with its timeout; it
+        /// reports `prepared` or `preparationFailed`. The channel's detach cancels it.
+        case prepare(Token)
         /// Start the heartbeats (the first goes out at once).
         case startHeartbeats
         /// Send a heartbeat out of schedule, whose miss ends the connection: the path changed.
@@ -355,7 +375,7 @@ struct ConnectionStateMachine: Sendable {
     var state: ConnectionState {
         switch phase {
         case .idle: .idle
-        case .dialing, .attaching, .securing, .greeting: .connecting
+        case .dialing, .attaching, .securing, .greeting, .preparing: .connecting
         case .connected: onFallback ? ConnectionState(phase: .connected, endpoint: settings.fallback?.endpoint) : .connected
         case .backingOff(_, let state), .waitingForNetwork(let state), .ended(let state): state
         case .suspended: .suspended
@@ -372,7 +392,7 @@ struct ConnectionStateMachine: Sendable {
     /// Whether a channel is attached but not ready: requests and frames wait meanwhile.
     var isHandshaking: Bool {
         switch phase {
-        case .attaching, .securing, .greeting: true
+        case .attaching, .securing, .greeting, .preparing: true
         default: false
         }
     }
@@ -464,9 +484,20 @@ struct ConnectionStateMachine: Sendable {
             guard case .securing(let token) = phase else { illegal(event) }
             return secured(token)
         case .helloAccepted:
-            guard case .greeting = phase else { illegal(event) }
+            guard case .greeting(let token) = phase else { illegal(event) }
             rejection = nil
+            if settings.prepares {
+                phase = .preparing(token)
+                return [.stopHelloTimer, .prepare(token)]
+            }
             return [.stopHelloTimer] + ready()
+        case .prepared(let token):
+            guard case .preparing(token) = phase else { return [] }
+            return ready()
+        case .preparationFailed(let token, let reason):
+            guard case .preparing(token) = phase else { return [] }
+            // The server is there and answered: no reason to try the fallback.
+            return [.detach(graceful: false)] + attemptFailed(reason)
         case .helloRefused(let reason, let retryable):
             guard case .greeting = phase else { illegal(event) }
             if retryable { return [.detach(graceful: false)] + attemptFailed(reason) }
@@ -485,7 +516,7 @@ struct ConnectionStateMachine: Sendable {
                 phase = .connected(healthy: true)
                 attempt = 0
                 return []
-            case .connected(healthy: true), .securing, .greeting:
+            case .connected(healthy: true), .securing, .greeting, .preparing:
                 return []
             default:
                 illegal(event)
@@ -500,6 +531,9 @@ struct ConnectionStateMachine: Sendable {
                 // Lost before the hello was answered: a failed attempt, not a lost connection,
                 // and a reason to try the fallback (a middlebox that accepts and resets).
                 return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
+            case .preparing:
+                // Lost before the connection was ready: a failed attempt.
+                return [.detach(graceful: false), .failInFlight(reason)] + attemptFailed(reason)
             case .connected where departure != nil:
                 // The draining server closed first: what is still in flight is lost.
                 return depart(graceful: false, failing: reason)
@@ -606,8 +640,8 @@ struct ConnectionStateMachine: Sendable {
                 // "Elsewhere": the next attempt goes to the next endpoint, if there is one.
                 endpointIndex += 1
                 return [.awaitDeparture]
-            case .greeting:
-                // Nothing was sent but the hello: leave at once.
+            case .greeting, .preparing:
+                // Nothing was sent but the hello and the preparation's requests: leave at once.
                 departure = (delay, reason)
                 endpointIndex += 1
                 return depart(graceful: true, failing: reason, publishing: false)
@@ -643,7 +677,7 @@ struct ConnectionStateMachine: Sendable {
 
     private var isAttached: Bool {
         switch phase {
-        case .securing, .greeting, .connected: true
+        case .securing, .greeting, .preparing, .connected: true
         default: false
         }
     }
@@ -658,7 +692,7 @@ struct ConnectionStateMachine: Sendable {
             guard usable else { return [] }
             attempt = 0
             return startAttempt()
-        case .backingOff, .dialing, .securing, .greeting:
+        case .backingOff, .dialing, .securing, .greeting, .preparing:
             // The attempt under way may be on the old path: start afresh on the new one.
             guard usable, changed else { return [] }
             let abandoned = release(graceful: false).filter { $0 != .cancelBackoff }
@@ -712,6 +746,10 @@ struct ConnectionStateMachine: Sendable {
         if settings.greets {
             phase = .greeting(token)
             return [.sendHello(token), .startHeartbeats]
+        }
+        if settings.prepares {
+            phase = .preparing(token)
+            return [.startHeartbeats, .prepare(token)]
         }
         return [.startHeartbeats] + ready()
     }
@@ -780,7 +818,7 @@ struct ConnectionStateMachine: Sendable {
         switch phase {
         case .dialing: return [.abandonDial]
         case .backingOff: return [.cancelBackoff]
-        case .securing, .greeting, .connected: return [.detach(graceful: graceful)]
+        case .securing, .greeting, .preparing, .connected: return [.detach(graceful: graceful)]
         case .idle, .attaching, .waitingForNetwork, .suspended, .ended: return []
         }
     }
