@@ -95,17 +95,13 @@ struct TransferProgressTests {
     func throughTheLayers() async throws {
         let certificates = try await TestCertificates.shared()
         let (handled, handling) = AsyncStream<Int>.makeStream()
-        try await withWebSocketServer(configure: { configuration in
-            configuration.webSocket?.tls = webSocketServerTLS(certificates)
-        }, handlers: { server in
+        try await withSecureWebSocketServer(certificates, handlers: { server in
             server.handle(type: 0x463) { request, _ in
                 handling.yield(request.payload.count)
                 return .noReply
             }
             server.handle(type: 0x464) { _, _ in Response(payload: [UInt8](repeating: 4, count: 4 << 20)) }
-        }) { _, plain in
-            var endpoint = plain
-            endpoint.webSocketSecure = true
+        }) { _, endpoint in
             let step = 512 << 10
             let connection = try await Connection.connect(to: endpoint, configuration: webSocketClientTLS(certificates) {
                 $0.progress = ProgressConfiguration(minimumFrameSize: 1 << 20, step: step)

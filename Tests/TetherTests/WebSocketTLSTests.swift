@@ -26,12 +26,13 @@ func webSocketClientTLS(
 func withSecureWebSocketServer<T: Sendable>(
     _ certificates: TestCertificates,
     configure: (inout ServerConfiguration) -> Void = { _ in },
+    handlers: (Server) -> Void = echoHandlers,
     _ body: @escaping @Sendable (Server, Endpoint) async throws -> T
 ) async throws -> T {
     try await withWebSocketServer(configure: { configuration in
         configuration.webSocket?.tls = webSocketServerTLS(certificates)
         configure(&configuration)
-    }) { server, endpoint in
+    }, handlers: handlers) { server, endpoint in
         var secure = endpoint
         secure.webSocketSecure = true
         return try await body(server, secure)

@@ -126,16 +126,12 @@ struct WriteCompletionTests {
     func throughTheLayers() async throws {
         let certificates = try await TestCertificates.shared()
         let (handled, handling) = AsyncStream<Int>.makeStream()
-        try await withWebSocketServer(configure: { configuration in
-            configuration.webSocket?.tls = webSocketServerTLS(certificates)
-        }, handlers: { server in
+        try await withSecureWebSocketServer(certificates, handlers: { server in
             server.handle(type: 0x454) { request, _ in
                 handling.yield(request.payload.count)
                 return .noReply
             }
-        }) { _, plain in
-            var endpoint = plain
-            endpoint.webSocketSecure = true
+        }) { _, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: webSocketClientTLS(certificates))
             let before = await connection.metrics.bytesOut
             let payload = pattern(2 << 20)
