@@ -88,10 +88,13 @@ struct PrepareTests {
 
             let connection = try await Connection.connect(to: endpoint, configuration: reconnecting(after: .milliseconds(10)) {
                 $0.prepare = { connection in
-                    // Fails twice, then lets the connection be ready.
+                    // Fails twice, then lets the connection be ready, after a request and a
+                    // pipeline of its own.
                     let attempt = attempts.withLock { $0 += 1; return $0 }
                     if attempt < 3 { throw Refused() }
                     _ = try await connection.request(Request(type: 0x402, json: ["attempt": .int(attempt)]))
+                    let answers = await connection.pipeline([Request(type: 0x402, json: ["n": 1]), Request(type: 0x402, json: ["n": 2])])
+                    #expect(answers.map { (try? $0.get())?.json } == [["echo": ["n": 1]], ["echo": ["n": 2]]])
                 }
             })
             #expect(attempts.withLock { $0 } == 3)

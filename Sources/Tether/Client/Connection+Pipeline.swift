@@ -46,6 +46,8 @@ final class PipelineBatch: LoopJob, @unchecked Sendable {
     var placed = false
     /// Whether the caller was cancelled before the job placed the requests.
     var cancelRequested = false
+    /// Whether the caller is the connection's preparation: its requests go at once.
+    var first = false
 
     init(count: Int) {
         outcomes = Array(repeating: nil, count: count)
@@ -118,6 +120,7 @@ extension Connection {
         // As for request(_:timeout:): a caller off the loop hands the loop a job (the batch
         // itself) and waits outside the actor, so the outcomes resume it on its own
         // executor directly.
+        batch.first = configuration.prepare != nil && callerPrepares
         if loop.inLoop {
             return await pipelineOnLoop(requests, timeout: timeout, batch: batch)
         }
@@ -169,7 +172,7 @@ extension Connection {
             }
             let (serial, id) = table.allocate()
             batch.members[index] = (serial, id)
-            if let error = place(request, serial: serial, id: id, limit: limit, from: start, waiter: .pipelined(batch, index: index)) {
+            if let error = place(request, serial: serial, id: id, limit: limit, from: start, waiter: .pipelined(batch, index: index), first: batch.first) {
                 batch.members[index] = nil
                 batch.settle(index, .failure(error))
             }

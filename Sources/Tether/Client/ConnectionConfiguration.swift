@@ -204,8 +204,9 @@ public struct ConnectionConfiguration: Sendable {
     /// published and before ``Connection/connect(to:configuration:)`` returns: for what the
     /// server keeps per connection, such as a login. Default `nil`.
     ///
-    /// Requests and frames it sends on the connection it is given go at once; every other
-    /// caller's wait until it returns, and then go in order. If it throws, or runs longer
+    /// What it sends on the connection it is given (``Connection/request(_:timeout:)``,
+    /// ``Connection/pipeline(_:timeout:)``, ``Connection/send(_:)``) goes at once; every
+    /// other caller's requests and frames wait until it returns, and then go in order. If it throws, or runs longer
     /// than ``prepareTimeout``, the attempt fails with its error and the reconnect policy
     /// decides what follows, as for a failed handshake; if the connection is lost or closed
     /// meanwhile, its task is cancelled.
