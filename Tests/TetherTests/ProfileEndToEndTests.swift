@@ -190,6 +190,16 @@ struct ProfileEndToEndTests {
         }
     }
 
+    @Test("compact: the answer to a frame sent until written is dropped as late too; the next request gets its own")
+    func compactWrittenSend() async throws {
+        try await withProfile(.compact, handlers: echoHandlers) { _, connection, _ in
+            try await connection.send(Frame(type: 0x402, payload: Array(#"{"id":0}"#.utf8)), completion: .written(timeout: nil))
+            let next = try await connection.request(Request(type: 0x402, json: ["id": 1]))
+            #expect(next.json == ["echo": ["id": 1]])
+            #expect(await connection.metrics.lateResponses == 1)
+        }
+    }
+
     @Test("marker: requests answered in order, addresses swapped in the reply")
     func marker() async throws {
         let gated = GatedRequests(count: 3)

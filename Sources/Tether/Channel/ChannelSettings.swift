@@ -26,6 +26,8 @@ final class ChannelSettings: Sendable {
     let drainTimeout: Duration
     /// Which frames report their progress to the owner; `nil` for none.
     let progress: ProgressConfiguration?
+    /// The size on the wire from which a frame reports its progress; `Int.max` for none.
+    let largeFrameSize: Int
 
     /// - Parameters:
     ///   - role: Client or server.
@@ -42,6 +44,7 @@ final class ChannelSettings: Sendable {
         self.maximumOutboundBytes = maximumOutboundBytes
         self.drainTimeout = drainTimeout
         self.progress = nil
+        self.largeFrameSize = .max
     }
 
     /// The settings of one end of a connection.
@@ -64,5 +67,6 @@ final class ChannelSettings: Sendable {
         self.maximumOutboundBytes = limits.maximumOutboundBytes
         self.drainTimeout = drainTimeout
         self.progress = progress
+        self.largeFrameSize = progress?.minimumFrameSize ?? .max
     }
 }

@@ -176,16 +176,20 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         do {
             while isOpen, owner.channelAcceptsFrames(self) {
                 let frame: Frame
-                if let large = buffers.large, large.incoming != nil {
+                let size: Int
+                if let large = buffers.large, let body = large.incoming {
                     // A body in its own storage comes before anything read after it.
                     guard let complete = large.takeCompleteBody() else { break }
                     frame = complete
+                    size = body.headerLength + body.bytes.count
                 } else {
+                    let consumed = buffers.inbound.consumedTotal
                     guard let next = try codec.decode(&buffers.inbound) else { break }
                     frame = next
+                    size = buffers.inbound.consumedTotal - consumed
                 }
                 decoded = true
-                if receiveProgress != nil { finishReceiveProgress(frame) }
+                if receiveProgress != nil || size >= settings.largeFrameSize { finishReceiveProgress(frame, size: size) }
                 owner.channel(self, received: frame)
             }
         } catch {

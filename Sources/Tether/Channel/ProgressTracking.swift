@@ -115,11 +115,16 @@ extension FrameChannel {
         report(TransferProgress(direction: .receiving, type: type, serial: serial, bytes: received, total: total))
     }
 
-    /// `frame` was decoded: if it is the large one under way, its last report.
-    func finishReceiveProgress(_ frame: Frame) {
-        guard let current = receiveProgress, current.type == frame.type, current.serial == frame.serial else { return }
-        receiveProgress = nil
-        report(TransferProgress(direction: .receiving, type: current.type, serial: current.serial, bytes: current.total, total: current.total))
+    /// `frame`, `size` bytes on the wire, was decoded: the last report of a large frame,
+    /// whether it reported on the way or arrived between two looks.
+    func finishReceiveProgress(_ frame: Frame, size: Int) {
+        if let current = receiveProgress, current.type == frame.type, current.serial == frame.serial {
+            receiveProgress = nil
+            report(TransferProgress(direction: .receiving, type: current.type, serial: current.serial, bytes: current.total, total: current.total))
+            return
+        }
+        guard size >= settings.largeFrameSize else { return }
+        report(TransferProgress(direction: .receiving, type: frame.type, serial: frame.serial, bytes: size, total: size))
     }
 
     private func report(_ progress: TransferProgress) {

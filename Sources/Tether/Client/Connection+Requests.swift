@@ -415,7 +415,7 @@ extension Connection {
     /// ``send(_:)`` will be answered too, and its answer must not be taken for that of a
     /// request made later. Its place holds serial 0, which no request has, so the answer is
     /// dropped as late.
-    private func holdPlaceForAnswer(to frame: Frame) {
+    func holdPlaceForAnswer(to frame: Frame) {
         guard let key = configuration.profile.correlation.key(for: frame.type),
               configuration.profile.classify(frame.type) == .message else { return }
         inOrderReplies.sent(serial: 0, key: key)

@@ -78,9 +78,11 @@ extension Connection {
                     }
                 }
                 trackedSends[id] = tracked
-                if let channel, !holdsWrites, sendQueue.isEmpty, channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
+                if let channel, (!holdsWrites && sendQueue.isEmpty) || (configuration.prepare != nil && callerPrepares),
+                   channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
                     do {
                         try write(frame, on: channel)
+                        holdPlaceForAnswer(to: frame)
                         trackWritten(id, on: channel)
                     } catch {
                         finishTrackedSend(id, error)
