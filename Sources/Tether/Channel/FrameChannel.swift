@@ -76,12 +76,9 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     @exclusivity(unchecked) private(set) var isOpen = true
     private(set) var isReadingPaused = false
     private var handshakeTimer: LoopTimer?
-    /// Callers waiting for what was written to reach the kernel (``whenWritten(id:_:)``).
-    @exclusivity(unchecked) var writeWaiters: [WriteWaiter] = []
-    /// Large frames written and not yet all in the kernel, for their progress.
-    @exclusivity(unchecked) var sendProgress: [SendProgress] = []
-    /// The large frame being received, once it has reported.
-    @exclusivity(unchecked) var receiveProgress: ReceiveProgress?
+    /// What waits on the writes and follows large frames; made by the first that does, so
+    /// that a connection that never does keeps one reference.
+    @exclusivity(unchecked) var tracking: ChannelTracking?
 
     /// A channel over `transport`; ``start(owner:tlsHandshakeTimeout:)`` begins it.
     ///
@@ -189,7 +186,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
                     size = buffers.inbound.consumedTotal - consumed
                 }
                 decoded = true
-                if receiveProgress != nil || size >= settings.largeFrameSize { finishReceiveProgress(frame, size: size) }
+                if tracking?.receiveProgress != nil || size >= settings.largeFrameSize { finishReceiveProgress(frame, size: size) }
                 owner.channel(self, received: frame)
             }
         } catch {

@@ -60,24 +60,25 @@ extension FrameChannel {
         let end = buffers.writeMark
         let total = (end.outbound - start.outbound) + (end.payloads - start.payloads)
         guard total >= progress.minimumFrameSize else { return }
-        sendProgress.append(SendProgress(type: frame.type, serial: frame.serial, total: total, level: buffers, start: start, end: end))
-        buffers.bottom.flushObserver = self
+        let tracking = tracked
+        tracking.sendProgress.append(SendProgress(type: frame.type, serial: frame.serial, total: total, level: buffers, start: start, end: end))
+        buffers.bottom.flushObserver = tracking.notice
     }
 
     /// After bytes went to the kernel: tells what moved, a step at a time.
     func measureSendProgress() {
-        guard let step = settings.progress?.step else { return }
+        guard let step = settings.progress?.step, let tracking else { return }
         var index = 0
-        while index < sendProgress.count {
-            let done = sendProgress[index].measure()
-            let entry = sendProgress[index]
+        while index < tracking.sendProgress.count {
+            let done = tracking.sendProgress[index].measure()
+            let entry = tracking.sendProgress[index]
             if done >= entry.total {
-                sendProgress.remove(at: index)
+                tracking.sendProgress.remove(at: index)
                 report(TransferProgress(direction: .sending, type: entry.type, serial: entry.serial, bytes: entry.total, total: entry.total))
                 continue
             }
             if done >= entry.reported + max(1, step) {
-                sendProgress[index].reported = done
+                tracking.sendProgress[index].reported = done
                 report(TransferProgress(direction: .sending, type: entry.type, serial: entry.serial, bytes: done, total: entry.total))
             }
             index += 1
@@ -105,21 +106,22 @@ extension FrameChannel {
             return
         }
         guard total >= progress.minimumFrameSize, received < total else { return }
-        if let current = receiveProgress, current.type == type, current.serial == serial, current.total == total {
+        let tracking = tracked
+        if let current = tracking.receiveProgress, current.type == type, current.serial == serial, current.total == total {
             guard received >= current.reported + max(1, progress.step) else { return }
         } else {
-            receiveProgress = ReceiveProgress(type: type, serial: serial, total: total)
+            tracking.receiveProgress = ReceiveProgress(type: type, serial: serial, total: total)
             guard received >= max(1, progress.step) else { return }
         }
-        receiveProgress?.reported = received
+        tracking.receiveProgress?.reported = received
         report(TransferProgress(direction: .receiving, type: type, serial: serial, bytes: received, total: total))
     }
 
     /// `frame`, `size` bytes on the wire, was decoded: the last report of a large frame,
     /// whether it reported on the way or arrived between two looks.
     func finishReceiveProgress(_ frame: Frame, size: Int) {
-        if let current = receiveProgress, current.type == frame.type, current.serial == frame.serial {
-            receiveProgress = nil
+        if let current = tracking?.receiveProgress, current.type == frame.type, current.serial == frame.serial {
+            tracking?.receiveProgress = nil
             report(TransferProgress(direction: .receiving, type: current.type, serial: current.serial, bytes: current.total, total: current.total))
             return
         }

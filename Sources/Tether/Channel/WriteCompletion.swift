@@ -52,7 +52,33 @@ struct WriteWaiter {
     }
 }
 
-extension FrameChannel: FlushObserver {
+/// What a channel keeps while something waits on its writes or follows its large frames:
+/// the waits of ``FrameChannel/whenWritten(id:_:)``, the progress of frames sent and of the
+/// frame being received, and the notice the socket's transport calls after each write.
+final class ChannelTracking {
+    var writeWaiters: [WriteWaiter] = []
+    var sendProgress: [SendProgress] = []
+    var receiveProgress: ReceiveProgress?
+    /// Set on the bottom buffers while a wait or a frame sent needs the socket's writes.
+    let notice: FlushNotice
+
+    init(notice: FlushNotice) {
+        self.notice = notice
+    }
+
+    /// Whether anything needs the socket's writes.
+    var needsFlushes: Bool { !writeWaiters.isEmpty || !sendProgress.isEmpty }
+}
+
+extension FrameChannel {
+    /// The tracking of this channel, made at the first need.
+    var tracked: ChannelTracking {
+        if let tracking { return tracking }
+        let made = ChannelTracking(notice: FlushNotice { [weak self] in self?.transportFlushed() })
+        tracking = made
+        return made
+    }
+
     /// Calls `done` once, on the loop: with `true` once every byte written to this channel
     /// until now has been handed to the kernel (over TLS, encrypted and handed on; over
     /// WebSocket, framed and handed on), with `false` if the channel closes first or is
@@ -71,8 +97,9 @@ extension FrameChannel: FlushObserver {
             done(true)
             return
         }
-        writeWaiters.append(waiter)
-        buffers.bottom.flushObserver = self
+        let tracking = tracked
+        tracking.writeWaiters.append(waiter)
+        buffers.bottom.flushObserver = tracking.notice
     }
 
     /// Stops waiting for `id`; whether it was still waiting.
@@ -81,19 +108,21 @@ extension FrameChannel: FlushObserver {
     /// - Returns: `true` if the wait was removed before it ended.
     @discardableResult
     func cancelWhenWritten(id: UInt64) -> Bool {
-        guard let index = writeWaiters.firstIndex(where: { $0.id == id }) else { return false }
-        writeWaiters.remove(at: index)
+        guard let tracking, let index = tracking.writeWaiters.firstIndex(where: { $0.id == id }) else { return false }
+        tracking.writeWaiters.remove(at: index)
         updateFlushObserver()
         return true
     }
 
+    /// Bytes went to the kernel: progress moves on, and the waits whose bytes are all there end.
     func transportFlushed() {
-        if !sendProgress.isEmpty { measureSendProgress() }
+        guard let tracking else { return }
+        if !tracking.sendProgress.isEmpty { measureSendProgress() }
         var finished: [WriteWaiter] = []
         var index = 0
-        while index < writeWaiters.count {
-            if writeWaiters[index].advance() {
-                finished.append(writeWaiters.remove(at: index))
+        while index < tracking.writeWaiters.count {
+            if tracking.writeWaiters[index].advance() {
+                finished.append(tracking.writeWaiters.remove(at: index))
             } else {
                 index += 1
             }
@@ -102,19 +131,16 @@ extension FrameChannel: FlushObserver {
         for waiter in finished { waiter.done(true) }
     }
 
-    /// Listens to the socket's flushes while anything waits on them.
-    private func updateFlushObserver() {
-        if writeWaiters.isEmpty && sendProgress.isEmpty { buffers.bottom.flushObserver = nil }
+    /// Listens to the socket's flushes only while anything waits on them.
+    func updateFlushObserver() {
+        if tracking?.needsFlushes != true { buffers.bottom.flushObserver = nil }
     }
 
     /// The channel closed: every wait ends unwritten, and progress is no longer followed.
     func endWriteWaits() {
-        sendProgress = []
-        receiveProgress = nil
+        guard let tracking else { return }
+        self.tracking = nil
         buffers.bottom.flushObserver = nil
-        guard !writeWaiters.isEmpty else { return }
-        let waiters = writeWaiters
-        writeWaiters = []
-        for waiter in waiters { waiter.done(false) }
+        for waiter in tracking.writeWaiters { waiter.done(false) }
     }
 }

@@ -105,10 +105,20 @@ extension ByteTransport {
     }
 }
 
-/// Hears that the bottom transport of a stack wrote bytes to its socket (or peer).
-package protocol FlushObserver: AnyObject {
+/// Tells whoever set it that the bottom transport of a stack wrote bytes to its socket (or
+/// peer): one reference in the buffers, set only while something waits on the writes.
+package final class FlushNotice {
+    private let flushed: () -> Void
+
+    /// - Parameter flushed: Called on the loop after each write that moved bytes.
+    init(_ flushed: @escaping () -> Void) {
+        self.flushed = flushed
+    }
+
     /// Bytes were just written below every layer.
-    func transportFlushed()
+    func transportFlushed() {
+        flushed()
+    }
 }
 
 /// Hears what happens on a ``ByteTransport``, on the loop's thread.
@@ -169,7 +179,7 @@ package class TransportBuffers {
     @exclusivity(unchecked) package final var flushScheduled = false
     /// Told when the transport of these buffers, at the bottom of its stack, wrote bytes:
     /// set while a channel waits for its bytes to be written.
-    @exclusivity(unchecked) package final var flushObserver: (any FlushObserver)?
+    @exclusivity(unchecked) package final var flushObserver: FlushNotice?
     /// The buffers of the transport below, for a layer (TLS) that keeps bytes there.
     @exclusivity(unchecked) package final var below: TransportBuffers?
     /// Large payloads sent from and received into their own storage: `nil` until the
