@@ -255,10 +255,8 @@ extension Connection {
     /// - Throws: ``TetherError`` when the connection is closed or the queue is full;
     ///   `CancellationError` when the task is cancelled while the frame waits.
     public func send(_ frame: Frame) async throws {
-        if let channel, (!holdsWrites && sendQueue.isEmpty) || (configuration.prepare != nil && callerPrepares),
-           channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
-            try write(frame, on: channel)
-            holdPlaceForAnswer(to: frame)
+        if let channel = channelForSendNow() {
+            try writeSent(frame, on: channel)
             return
         }
         try Task.checkCancellation()
@@ -283,6 +281,21 @@ extension Connection {
                 assumeIsolated { $0.cancelSend(id: id) }
             }
         }
+    }
+
+    /// The channel a frame of ``send(_:)`` may be written to at once: connected, writes not
+    /// held back (or the frame is the preparation's), no frame waiting before it, and the
+    /// outbound buffer at most at its high-water mark; `nil` when it must wait.
+    func channelForSendNow() -> Channel? {
+        guard let channel, (!holdsWrites && sendQueue.isEmpty) || (configuration.prepare != nil && callerPrepares),
+              channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark else { return nil }
+        return channel
+    }
+
+    /// Writes a frame of ``send(_:)``, keeping its place in the line of answers.
+    func writeSent(_ frame: Frame, on channel: Channel) throws(TetherError) {
+        try write(frame, on: channel)
+        holdPlaceForAnswer(to: frame)
     }
 
     /// Why a request or frame that cannot be written now may not wait either, if so.
@@ -322,8 +335,7 @@ extension Connection {
             let send = sendQueue[sent]
             sent += 1
             do {
-                try write(send.frame, on: channel)
-                holdPlaceForAnswer(to: send.frame)
+                try writeSent(send.frame, on: channel)
                 if let waiter = send.waiter {
                     waiter.resume()
                 } else {
@@ -415,7 +427,7 @@ extension Connection {
     /// ``send(_:)`` will be answered too, and its answer must not be taken for that of a
     /// request made later. Its place holds serial 0, which no request has, so the answer is
     /// dropped as late.
-    func holdPlaceForAnswer(to frame: Frame) {
+    private func holdPlaceForAnswer(to frame: Frame) {
         guard let key = configuration.profile.correlation.key(for: frame.type),
               configuration.profile.classify(frame.type) == .message else { return }
         inOrderReplies.sent(serial: 0, key: key)

@@ -78,11 +78,9 @@ extension Connection {
                     }
                 }
                 trackedSends[id] = tracked
-                if let channel, (!holdsWrites && sendQueue.isEmpty) || (configuration.prepare != nil && callerPrepares),
-                   channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
+                if let channel = channelForSendNow() {
                     do {
-                        try write(frame, on: channel)
-                        holdPlaceForAnswer(to: frame)
+                        try writeSent(frame, on: channel)
                         trackWritten(id, on: channel)
                     } catch {
                         finishTrackedSend(id, error)

@@ -104,7 +104,7 @@ extension Peer {
             clientID: clientID,
             pushesToReplay: plan.lastSequence > plan.resumeAfter ? plan.lastSequence - plan.resumeAfter : 0
         ))
-        if session?.replaying == true && !helloHoldsPushes { startReplay() }
+        if let session, session.replaying, !session.held { startReplay() }
     }
 
     /// A push stored for this peer's client: written at once when it is the next of the
