@@ -144,9 +144,15 @@ func timedRoundTrips(to endpoint: Endpoint, count: Int) async throws -> RoundTri
 /// clients waiting for it, never the other connections of the loop.
 @Suite("A store that blocks", .timeLimit(.minutes(1)))
 struct BlockingStoreTests {
+    /// The store threads of these tests' servers.
+    static let storeThreads = StoreExecutor(threads: StoreExecutor.threadCount)
+
     /// A server on one event loop of its own, with mailboxes in `store`.
     private func configure(_ configuration: inout ServerConfiguration, _ store: BlockingStore, group: EventLoopGroup) {
         var mailboxes = MailboxConfiguration(store: store)
+        // Threads of their own: the calls these tests hold would otherwise hold up the store
+        // calls of every other server in the process meanwhile.
+        mailboxes.storeExecutor = Self.storeThreads
         mailboxes.replayBatchSize = 1
         mailboxes.expiryInterval = nil
         configuration.mailboxes = mailboxes

@@ -46,7 +46,12 @@ final class StoreExecutor: TaskExecutor, Sendable {
     /// Raised once per job queued; each thread takes one job per wait.
     private let available = Semaphore()
 
-    private init(threads: Int) {
+    /// An executor of its own, with `threads` threads that live as long as the process: for
+    /// tests whose stores block their threads on purpose, so that they hold up no other
+    /// server's store calls in the same process.
+    ///
+    /// - Parameter threads: How many store calls can block at once.
+    init(threads: Int) {
         for _ in 0..<threads {
             BlockingThread.run { [self] in work() }
         }

@@ -29,6 +29,9 @@ public struct MailboxConfiguration: Sendable {
     public var wireTypes = SessionWireTypes()
     /// How many stored pushes a resuming peer reads from the store at a time. Default 256.
     public var replayBatchSize: Int = 256
+    /// The threads store calls run on: those every server shares, unless a test gives its
+    /// own.
+    var storeExecutor: StoreExecutor = .shared
     /// How many offline-push callbacks (``Server/onOfflinePush(_:)``) may wait to run;
     /// beyond it they are dropped and counted in ``ServerMetrics/offlineCallbacksDropped``.
     /// Default 65,536.

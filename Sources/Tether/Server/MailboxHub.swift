@@ -118,7 +118,7 @@ final class MailboxHub: Sendable {
     private func callStore<T: Sendable>(_ call: @Sendable (any MailboxStore) async throws -> T) async throws -> T {
         let store = store
         if storeHasOwnThreads { return try await call(store) }
-        return try await withTaskExecutorPreference(StoreExecutor.shared) {
+        return try await withTaskExecutorPreference(configuration.storeExecutor) {
             try await call(store)
         }
     }

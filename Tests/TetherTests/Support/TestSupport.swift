@@ -83,6 +83,10 @@ func withServer<T: Sendable>(
     _ body: @escaping @Sendable (Server, Endpoint) async throws -> T
 ) async throws -> T {
     var configuration = ServerConfiguration(host: host, port: 0)
+    // No handshake timeout unless a test sets one: with the whole suite running on two busy
+    // cores, a test may not get to send its connection's first frame within the default 10 s
+    // of real time, and the server would close the connection under it.
+    configuration.handshakeTimeout = nil
     configure(&configuration)
     let server = Server(configuration: configuration)
     handlers(server)
