@@ -90,3 +90,8 @@ extension Connection {
         return channel.isReadingPaused || readingResumedAt > sentAt
     }
 }
+
+extension Connection {
+    /// Bytes waiting to be written on the current connection: for tests.
+    var pendingOutboundBytesForTesting: Int { channel?.pendingOutboundBytes ?? 0 }
+}

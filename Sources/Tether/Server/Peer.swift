@@ -75,6 +75,11 @@ public actor Peer {
     /// When the socket last read something (monotonic nanoseconds); kept only with an idle
     /// timeout, once per read, not per frame.
     private var lastRead: UInt64 = 0
+    /// With an idle timeout: when the idle check first found bytes waiting for the peer
+    /// that it had taken none of since (``UInt64/max`` while none wait), and how many bytes
+    /// the socket had written then.
+    private var writesStalledSince: UInt64 = .max
+    private var writtenAtStall = 0
     /// Set while the idle check is scheduled. The loop recycles these timer objects: each is
     /// dropped as soon as it fires or is cancelled.
     private var idleTimer: LoopTimer?
@@ -592,6 +597,10 @@ extension Peer: TimerTarget {
         channel.readPending()
         guard self.channel === channel else { return }
         if channel.bytesRead != readBefore { lastRead = loop.now }
+        if let stalled = stalledWrites(on: channel, within: idleNanoseconds) {
+            end(stalled, graceful: false)
+            return
+        }
         if channel.isReadingPaused {
             // The server stopped reading the peer, which may well be sending: not idle.
             idleTimer = loop.schedule(at: loop.now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
@@ -607,6 +616,31 @@ extension Peer: TimerTarget {
             code: .idleTimeout,
             message: "peer \(channel.remoteAddress) sent nothing for \(timeout)"
         ), graceful: false)
+    }
+
+    /// A peer that keeps sending (pings, heartbeats, requests) but takes none of what waits
+    /// for it is not idle by its reads, and holds what the server writes for it: it is
+    /// closed once it has taken nothing for the idle timeout. Judged at each idle check,
+    /// which comes at least once per timeout, so such a peer is closed between one and two
+    /// timeouts after it stopped reading. Returns the reason to close, or `nil`.
+    private func stalledWrites(on channel: Channel, within timeout: UInt64) -> TetherError? {
+        let pending = channel.pendingOutboundBytes
+        guard pending > 0 else {
+            writesStalledSince = .max
+            return nil
+        }
+        let written = channel.bytesWritten
+        guard writesStalledSince != .max, written == writtenAtStall else {
+            writesStalledSince = loop.now
+            writtenAtStall = written
+            return nil
+        }
+        guard loop.now &- writesStalledSince >= timeout else { return nil }
+        let limit = configuration.idleTimeout.map(describe) ?? "its idle timeout"
+        return TetherError(
+            code: .idleTimeout,
+            message: "peer \(channel.remoteAddress) took none of the \(pending) bytes waiting to be written to it for \(limit), though it kept sending"
+        )
     }
 
     private func handshakeExpired() {

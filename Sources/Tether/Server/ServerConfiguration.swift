@@ -24,6 +24,13 @@ public struct ServerConfiguration: Sendable {
     /// peers forever. A client with heartbeats on at a shorter interval is never idle.
     /// Default 60 s.
     ///
+    /// Over WebSocket, every frame counts, pings and empty fragments included.
+    ///
+    /// The same timeout bounds a peer that keeps sending but reads nothing: one that has
+    /// taken none of the bytes waiting to be written to it (answers, pushes, heartbeat acks,
+    /// pongs) for this long is closed with ``TetherError/Code/idleTimeout`` too, between one
+    /// and two timeouts after it stopped reading, with a message that says so.
+    ///
     /// The check costs one clock read per socket read, and one timer per peer that fires
     /// about once per timeout; a peer is closed within the timeout (plus scheduling delay)
     /// of its last byte.

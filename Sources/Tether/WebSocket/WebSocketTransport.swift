@@ -45,6 +45,14 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
     /// this size, so a peer with a smaller maximum message size still takes a large frame.
     static let maximumOutgoingMessage = 1 << 20
 
+    /// The most bytes that may wait to be written below for a ping to be answered at once.
+    ///
+    /// Past it, a ping is not answered yet: only the latest one is kept (RFC 6455, section
+    /// 5.5.3, allows answering the most recent ping only), and its pong is written once what
+    /// waits below has drained to this bound. A peer that pings and never reads therefore
+    /// makes this end hold at most this many bytes of pongs, plus one held back.
+    static let maximumPendingControlBytes = 64 << 10
+
     private enum Phase {
         /// Waiting for the other end's handshake; a client holds the key it sent.
         case handshaking(key: String?)
@@ -63,9 +71,22 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
     private var handshakeTimer: LoopTimer?
     private var closed = false
     private var random = SystemRandomNumberGenerator()
+    /// The payload of the latest ping not answered yet, while too much waits below to answer
+    /// it (``maximumPendingControlBytes``).
+    private var heldPong: [UInt8]?
 
     var writableThreshold: Int? {
-        didSet { base.writableThreshold = writableThreshold }
+        didSet { watchBase() }
+    }
+
+    /// Asks the transport below to say when it has drained to the layer above's threshold,
+    /// or to the control bound while a pong is held back, whichever is lower.
+    private func watchBase() {
+        guard heldPong != nil else {
+            base.writableThreshold = writableThreshold
+            return
+        }
+        base.writableThreshold = min(writableThreshold ?? .max, Self.maximumPendingControlBytes)
     }
 
     /// Layers WebSocket over `base`.
@@ -138,6 +159,7 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
         guard case .open = phase else { return }
         let borrowed = buffers.borrowInbound(from: loop)
         let before = buffers.inbound.readableBytes
+        let consumedBefore = base.buffers.inbound.consumedTotal
         var ending: (TetherError, UInt16?)?
         var answered = false
         do throws(WebSocketFailure) {
@@ -146,8 +168,7 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
                 case .data:
                     break
                 case .ping(let payload):
-                    WebSocketWriter.write(.pong, payload, maskKey: maskKey(), into: &base.buffers.outbound)
-                    answered = true
+                    if answer(ping: payload) { answered = true }
                 case .pong:
                     break
                 case .close(let code, let reason):
@@ -158,10 +179,12 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
             ending = (failure(error), error.code)
         }
         if answered { base.scheduleFlush() }
-        // What arrived before a close or a bad frame is still handed over.
-        // Part of a frame counts as a read too: the layer above sees that a unit is under
-        // way (``holdsPartialInput``).
-        if buffers.inbound.readableBytes > before || (ending == nil && !base.buffers.inbound.isEmpty) {
+        // What arrived before a close or a bad frame is still handed over. Every frame read
+        // counts as a read for the layer above too, with or without data (a ping, an empty
+        // fragment): the peer is active, as over TCP. So does part of a frame: the layer
+        // above sees that a unit is under way (``holdsPartialInput``), from its first byte.
+        if buffers.inbound.readableBytes > before
+            || (ending == nil && (base.buffers.inbound.consumedTotal != consumedBefore || !base.buffers.inbound.isEmpty)) {
             handler?.transportRead()
         }
         if ending != nil { base.buffers.inbound.clear() }
@@ -267,6 +290,29 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
         if !options.isClient, isOpen { handler?.transportSecured() }
     }
 
+    /// Answers a ping with a pong when at most ``maximumPendingControlBytes`` wait to be
+    /// written below; otherwise keeps it, in place of any older one held, until they have
+    /// drained that far. Returns whether a pong was written.
+    private func answer(ping payload: [UInt8]) -> Bool {
+        if heldPong == nil, base.buffers.pendingOutboundBytes <= Self.maximumPendingControlBytes {
+            WebSocketWriter.write(.pong, payload, maskKey: maskKey(), into: &base.buffers.outbound)
+            return true
+        }
+        let watching = heldPong != nil
+        heldPong = payload
+        if !watching { watchBase() }
+        return false
+    }
+
+    /// The bytes below have drained to the control bound: the held pong goes out.
+    private func writeHeldPong() {
+        guard let payload = heldPong, isOpen, case .open = phase,
+              base.buffers.pendingOutboundBytes <= Self.maximumPendingControlBytes else { return }
+        heldPong = nil
+        WebSocketWriter.write(.pong, payload, maskKey: maskKey(), into: &base.buffers.outbound)
+        base.scheduleFlush()
+    }
+
     // MARK: Writing
 
     /// A client's masking key for the next frame; `nil` on a server.
@@ -304,7 +350,9 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
     }
 
     func transportWritable() {
+        writeHeldPong()
         relayWritable(from: base)
+        if heldPong != nil, isOpen { base.writableThreshold = min(base.writableThreshold ?? .max, Self.maximumPendingControlBytes) }
     }
 
     // MARK: Closing
