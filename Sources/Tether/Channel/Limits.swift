@@ -29,6 +29,20 @@ public struct Limits: Sendable, Hashable {
     /// acknowledged to the server, so dropping it would lose it. A subscriber that stops
     /// consuming then holds every push that arrives for it.
     public var subscriberBufferSize: Int = 4_096
+    /// How many payload bytes each subscriber of ``Connection/frames`` and
+    /// ``Connection/notifications`` may have waiting. Past it the connection stops reading
+    /// its socket (counted in ``ConnectionMetrics/readPauses``) until that subscriber is
+    /// down to half of it, so a server sending large frames faster than the app takes them
+    /// makes the client hold at most this much and one frame per subscription, not
+    /// ``subscriberBufferSize`` frames of up to ``maximumPayloadLength`` each. While reading
+    /// is stopped, responses and heartbeat acks wait too. With a
+    /// ``ConnectionConfiguration/session``, a subscriber to notifications past it counts as
+    /// lagging, as past ``SessionConfiguration/maximumPendingPushes``: the client asks the
+    /// server to hold its pushes and stops reading only past twice it; pushes held for a
+    /// subscriber to come are bounded by it as well. A subscription kept but not iterated
+    /// holds what it is given: end it (leave its loop, or drop it) when it is not needed.
+    /// Default 64 MiB.
+    public var maximumSubscriberBytes: Int = 64 << 20
 
     /// The defaults.
     public init() {}

@@ -1,6 +1,7 @@
 // Flow control towards slow subscribers: with a session, a subscription to notifications
 // buffers every push it is given, so the connection stops reading its socket while the
-// slowest one has too many waiting, and reads again once it has caught up.
+// slowest one has too many waiting, and reads again once it has caught up. Every
+// subscription to frames and notifications is bounded in bytes the same way.
 
 extension Connection {
     /// After a batch was decoded: asks the server to hold pushes while a subscriber to
@@ -9,7 +10,6 @@ extension Connection {
     /// that (a server that does not hold, or pushes from outside the mailbox), the rest of
     /// the batch waiting in the buffer.
     func regulateReading(_ channel: Channel) {
-        guard notificationFeed.gauge != nil else { return }
         signalFlow(on: channel)
         if holdsBackFrames {
             if !channel.isReadingPaused {
@@ -41,11 +41,11 @@ extension Connection {
         if lagging { heldPushes() }
     }
 
-    /// Whether frames wait in the buffer because a subscriber to notifications is too far
-    /// behind. Not during a handshake: the welcome of a new connection is read whatever the
-    /// backlog.
+    /// Whether frames wait in the buffer because a subscriber to notifications or frames is
+    /// too far behind, in number or in bytes. Not during a handshake: the welcome of a new
+    /// connection is read whatever the backlog.
     var holdsBackFrames: Bool {
-        guard let gauge = notificationFeed.gauge, gauge.isOverflowing else { return false }
+        guard notificationFeed.gauge?.isOverflowing == true || frameFeed.gauge?.isOverflowing == true else { return false }
         return !lifecycle.isHandshaking
     }
 
@@ -86,7 +86,7 @@ extension Connection {
     /// Whether a heartbeat sent at `sentAt` that got no ack in time is excused: reading was
     /// stopped for a slow subscriber at some point since, so its ack may be waiting unread.
     func heartbeatMissExcused(sentAt: UInt64) -> Bool {
-        guard notificationFeed.gauge != nil, let channel else { return false }
+        guard let channel else { return false }
         return channel.isReadingPaused || readingResumedAt > sentAt
     }
 }

@@ -3,8 +3,9 @@ extension Connection: FrameChannelOwner {
         onLoop(loop, self, channel) { (connection: isolated Connection, channel: Channel) in channel.decodeRead(connection) }
     }
 
-    /// With a session, frames wait in the buffer while a subscriber to notifications is too
-    /// far behind (``SessionConfiguration/maximumPendingPushes``).
+    /// Frames wait in the buffer while a subscriber is too far behind: with a session, a
+    /// subscriber to notifications past ``SessionConfiguration/maximumPendingPushes``; any
+    /// subscriber to frames or notifications past ``Limits/maximumSubscriberBytes``.
     func channelAcceptsFrames(_ channel: Channel) -> Bool {
         !holdsBackFrames
     }
@@ -22,8 +23,8 @@ extension Connection: FrameChannelOwner {
     }
 
     func channelDecoded(_ channel: Channel, decoded: Bool, afterRead: Bool) {
-        guard session != nil, self.channel === channel else { return }
-        acknowledgeIfDue()
+        guard self.channel === channel else { return }
+        if session != nil { acknowledgeIfDue() }
         regulateReading(channel)
     }
 

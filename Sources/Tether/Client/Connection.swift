@@ -186,20 +186,26 @@ public actor Connection {
             seed: UInt64.random(in: .min ... .max)
         )
         let size = configuration.limits.subscriberBufferSize
-        frameFeed = Broadcaster(bufferSize: size)
+        // Bounded in bytes too: past the bound the connection stops reading its socket until
+        // the subscriber has caught up (see Connection+Flow.swift).
+        let bytes = configuration.limits.maximumSubscriberBytes
+        let weigh: @Sendable (Frame) -> Int = { $0.payload.count }
+        let frameGauge = FlowGauge.bytes(bytes)
+        frameFeed = Broadcaster(bufferSize: size, gauge: frameGauge, weigh: weigh)
         // With a session no push may be lost once it counts as delivered (and acknowledged):
         // subscribers' buffers are unbounded, and a sequenced push that no subscriber takes
         // (one replayed before the app subscribes, say) is held until one that does comes.
         let sessions = configuration.session != nil
         // Unbounded, but the slowest subscriber's backlog stops the reading (see
         // Connection+Flow.swift).
-        let gauge = configuration.session.map { FlowGauge(limit: $0.maximumPendingPushes) }
+        let gauge = configuration.session.map { FlowGauge(limit: $0.maximumPendingPushes, byteLimit: bytes) } ?? .bytes(bytes)
         notificationFeed = Broadcaster(
             bufferSize: size,
             holdsUntilSubscribed: sessions,
             lossless: sessions,
             holdLimit: configuration.session.map { max(1, $0.maximumHeldPushes) },
-            gauge: gauge
+            gauge: gauge,
+            weigh: weigh
         )
         // The first subscriber also gets the last heartbeat before it subscribed (its send,
         // then its ack): a subscription made as connect() returns sees heartbeat 1.
@@ -216,7 +222,10 @@ public actor Connection {
                 guard let self else { return }
                 loop.execute { [self] in assumeIsolated { $0.heldPushesTaken(frames) } }
             }
-            gauge?.onRelief { [weak self] in
+        }
+        for feedGauge in [gauge, frameGauge] {
+            let loop = loop
+            feedGauge.onRelief { [weak self] in
                 guard let self else { return }
                 loop.execute { [self] in assumeIsolated { $0.subscribersCaughtUp() } }
             }

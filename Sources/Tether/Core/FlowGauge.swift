@@ -1,14 +1,15 @@
 import Synchronization
 
-/// Tells a publisher when the slowest subscriber of a lossless ``Broadcaster`` has too many
-/// elements waiting, and when it has caught up again.
+/// Tells a publisher when the slowest subscriber of a ``Broadcaster`` has too many elements,
+/// or too many bytes, waiting, and when it has caught up again.
 ///
-/// Each subscriber has a ``Backlog``: one atomic add when an element goes into its buffer,
-/// one atomic subtract when its loop takes one out. A subscriber whose backlog rises above
-/// ``limit`` counts as lagging, and above ``hardLimit`` as overflowing, until it falls below
-/// ``resumeBelow`` (half the limit). The publisher reads ``isLagging`` and ``isOverflowing``
-/// (one load each), and ``onRelief(_:)``'s body is called when the last lagging subscriber
-/// catches up, on the thread of its loop.
+/// Each subscriber has a ``Backlog``: atomic adds when an element goes into its buffer,
+/// atomic subtracts when its loop takes one out. A subscriber whose backlog rises above
+/// ``limit`` elements or ``byteLimit`` bytes counts as lagging, and above ``hardLimit`` or
+/// ``byteHardLimit`` as overflowing, until both fall below half their limits
+/// (``resumeBelow``, ``byteResumeBelow``). The publisher reads ``isLagging`` and
+/// ``isOverflowing`` (one load each), and ``onRelief(_:)``'s body is called when the last
+/// lagging subscriber catches up, on the thread of its loop.
 final class FlowGauge: Sendable {
     /// The most elements a subscriber may have waiting before it lags.
     let limit: Int
@@ -17,6 +18,14 @@ final class FlowGauge: Sendable {
     let hardLimit: Int
     /// The backlog below which a lagging subscriber has caught up.
     let resumeBelow: Int
+    /// The most bytes a subscriber may have waiting before it lags.
+    let byteLimit: Int
+    /// The most bytes before it overflows.
+    let byteHardLimit: Int
+    /// The bytes below which a lagging subscriber has caught up.
+    let byteResumeBelow: Int
+    /// The most bytes any subscriber had waiting once it went above the byte limit.
+    private let bytePeak = Atomic<Int>(0)
     /// Subscribers lagging now.
     private let lagging = Atomic<Int>(0)
     /// Subscribers overflowing now.
@@ -29,10 +38,27 @@ final class FlowGauge: Sendable {
     /// - Parameters:
     ///   - limit: The most elements a subscriber may have waiting before it lags; at least 1.
     ///   - hardLimit: The most before it overflows; at least `limit`, twice it when `nil`.
-    init(limit: Int, hardLimit: Int? = nil) {
+    ///   - byteLimit: The most bytes a subscriber may have waiting before it lags; no bound
+    ///     when `nil`.
+    ///   - byteHardLimit: The most bytes before it overflows; at least `byteLimit`, twice it
+    ///     when `nil`.
+    init(limit: Int, hardLimit: Int? = nil, byteLimit: Int? = nil, byteHardLimit: Int? = nil) {
         self.limit = max(1, limit)
-        self.hardLimit = max(self.limit, hardLimit ?? self.limit * 2)
+        self.hardLimit = max(self.limit, hardLimit ?? (self.limit > Int.max / 2 ? .max : self.limit * 2))
         self.resumeBelow = max(1, self.limit / 2)
+        let bytes = max(1, byteLimit ?? .max)
+        self.byteLimit = bytes
+        self.byteHardLimit = max(bytes, byteHardLimit ?? (bytes > Int.max / 2 ? .max : bytes * 2))
+        self.byteResumeBelow = bytes == .max ? .max : max(1, bytes / 2)
+    }
+
+    /// A gauge of bytes only, for a feed whose subscribers drop elements by number: a
+    /// subscriber overflows above `bytes` and has caught up below half of it.
+    ///
+    /// - Parameter bytes: The most bytes a subscriber may have waiting.
+    /// - Returns: The gauge.
+    static func bytes(_ bytes: Int) -> FlowGauge {
+        FlowGauge(limit: .max, hardLimit: .max, byteLimit: bytes, byteHardLimit: bytes)
     }
 
     /// Sets what is called, on the consuming thread, when no subscriber lags any more.
@@ -49,6 +75,10 @@ final class FlowGauge: Sendable {
 
     /// The largest backlog any subscriber had once it went above the limit; 0 if none did.
     var peakBacklog: Int { peak.load(ordering: .relaxed) }
+
+    /// The most bytes any subscriber had waiting once it went above the byte limit; 0 if
+    /// none did.
+    var peakBytes: Int { bytePeak.load(ordering: .relaxed) }
 
     fileprivate func startedLagging(at backlog: Int) {
         lagging.wrappingAdd(1, ordering: .sequentiallyConsistent)
@@ -72,6 +102,10 @@ final class FlowGauge: Sendable {
     fileprivate func noteBacklog(_ backlog: Int) {
         peak.max(backlog, ordering: .relaxed)
     }
+
+    fileprivate func noteBytes(_ bytes: Int) {
+        bytePeak.max(bytes, ordering: .relaxed)
+    }
 }
 
 /// What one subscriber of a ``Broadcaster`` with a ``FlowGauge`` has waiting in its buffer.
@@ -83,6 +117,7 @@ final class FlowGauge: Sendable {
 final class Backlog: Sendable {
     private let gauge: FlowGauge
     private let pending = Atomic<Int>(0)
+    private let bytes = Atomic<Int>(0)
     private let lagging = Atomic<Bool>(false)
     private let overflowing = Atomic<Bool>(false)
 
@@ -93,33 +128,49 @@ final class Backlog: Sendable {
     /// Elements waiting now, for tests.
     var count: Int { pending.load(ordering: .relaxed) }
 
-    /// An element is about to go into the buffer.
-    func added() {
+    /// Bytes waiting now, for tests.
+    var byteCount: Int { bytes.load(ordering: .relaxed) }
+
+    /// Whether both the elements and the bytes waiting are below the marks at which a
+    /// lagging subscriber has caught up.
+    private var caughtUp: Bool {
+        pending.load(ordering: .sequentiallyConsistent) < gauge.resumeBelow
+            && bytes.load(ordering: .sequentiallyConsistent) < gauge.byteResumeBelow
+    }
+
+    /// An element of `size` bytes is about to go into the buffer.
+    func added(bytes size: Int = 0) {
         let backlog = pending.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
-        guard backlog > gauge.limit else { return }
-        if backlog > gauge.hardLimit, overflowing.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged {
+        let held = size == 0 ? bytes.load(ordering: .sequentiallyConsistent) : bytes.wrappingAdd(size, ordering: .sequentiallyConsistent).newValue
+        let overBytes = held > gauge.byteLimit
+        guard backlog > gauge.limit || overBytes else { return }
+        if overBytes { gauge.noteBytes(held) }
+        let over = backlog > gauge.hardLimit || held > gauge.byteHardLimit
+        if over, overflowing.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged {
             gauge.startedOverflowing()
         }
         guard lagging.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged else {
             gauge.noteBacklog(backlog)
-            if backlog > gauge.hardLimit, pending.load(ordering: .sequentiallyConsistent) < gauge.resumeBelow { release() }
+            if over, caughtUp { release() }
             return
         }
         gauge.startedLagging(at: backlog)
         // The subscriber may have caught up between the add and the flag, and seen no flag
         // to clear: then clear it here, or nothing would.
-        if pending.load(ordering: .sequentiallyConsistent) < gauge.resumeBelow { release() }
+        if caughtUp { release() }
     }
 
-    /// The element just counted did not go into the buffer (it ended).
-    func withdrawn() {
-        consumed()
+    /// The element of `size` bytes just counted did not go into the buffer (it ended), or
+    /// one of that size was dropped from it to make room.
+    func withdrawn(bytes size: Int = 0) {
+        consumed(bytes: size)
     }
 
-    /// The subscriber took an element out of its buffer.
-    func consumed() {
+    /// The subscriber took an element of `size` bytes out of its buffer.
+    func consumed(bytes size: Int = 0) {
         let backlog = pending.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
-        guard backlog < gauge.resumeBelow, lagging.load(ordering: .sequentiallyConsistent) else { return }
+        let held = size == 0 ? bytes.load(ordering: .sequentiallyConsistent) : bytes.wrappingSubtract(size, ordering: .sequentiallyConsistent).newValue
+        guard backlog < gauge.resumeBelow, held < gauge.byteResumeBelow, lagging.load(ordering: .sequentiallyConsistent) else { return }
         release()
     }
 

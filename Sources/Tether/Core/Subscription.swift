@@ -17,11 +17,14 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
     let backlog: Backlog?
     /// The elements this subscription lost, counted by the broadcaster as it drops them.
     let drops: DropCount
+    /// The bytes an element holds, for the backlog; `nil` when only elements are counted.
+    let weigh: (@Sendable (Element) -> Int)?
 
-    init(stream: AsyncStream<Element>, backlog: Backlog? = nil, drops: DropCount = DropCount()) {
+    init(stream: AsyncStream<Element>, backlog: Backlog? = nil, drops: DropCount = DropCount(), weigh: (@Sendable (Element) -> Int)? = nil) {
         self.stream = stream
         self.backlog = backlog
         self.drops = drops
+        self.weigh = weigh
     }
 
     /// How many elements this subscription has lost so far because its buffer was full.
@@ -58,6 +61,7 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
         var base: AsyncStream<Element>.Iterator
         let backlog: Backlog?
         let drops: DropCount
+        let weigh: (@Sendable (Element) -> Int)?
 
         /// How many elements the subscription has lost so far because its buffer was full:
         /// the same count as the subscription's ``Subscription/dropped``.
@@ -69,7 +73,7 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
         ///   `nil` once the source has closed and the buffer is empty.
         public mutating func next() async -> Element? {
             let element = await base.next()
-            if element != nil { backlog?.consumed() }
+            if let backlog, let element { backlog.consumed(bytes: weigh?(element) ?? 0) }
             return element
         }
 
@@ -81,7 +85,7 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
         ///   `nil` once the source has closed and the buffer is empty.
         public mutating func next(isolation actor: isolated (any Actor)?) async -> Element? {
             let element = await base.next(isolation: actor)
-            if element != nil { backlog?.consumed() }
+            if let backlog, let element { backlog.consumed(bytes: weigh?(element) ?? 0) }
             return element
         }
     }
@@ -91,7 +95,7 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
     /// - Returns: An iterator over the elements delivered since the subscription was made,
     ///   the oldest still buffered first.
     public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: stream.makeAsyncIterator(), backlog: backlog, drops: drops)
+        AsyncIterator(base: stream.makeAsyncIterator(), backlog: backlog, drops: drops, weigh: weigh)
     }
 }
 
@@ -128,17 +132,24 @@ final class Broadcaster<Element: Sendable>: Sendable {
         /// Yields `element`, counting it in the backlog first (the subscriber may take it
         /// before `yield` returns). When the buffer was full and the oldest element made room
         /// for this one, that is counted in `drops` and in the broadcaster's `total`.
-        func deliver(_ element: Element, total: inout Int) -> AsyncStream<Element>.Continuation.YieldResult {
+        func deliver(_ element: Element, total: inout Int, weigh: (@Sendable (Element) -> Int)?) -> AsyncStream<Element>.Continuation.YieldResult {
             guard let backlog else {
                 let result = continuation.yield(element)
                 if case .dropped = result { dropped(&total) }
                 return result
             }
-            backlog.added()
+            backlog.added(bytes: weigh?(element) ?? 0)
             let result = continuation.yield(element)
-            if case .enqueued = result { return result }
-            backlog.withdrawn()
-            if case .dropped = result { dropped(&total) }
+            switch result {
+            case .enqueued:
+                return result
+            case .dropped(let oldest):
+                // The oldest made room for this one.
+                backlog.withdrawn(bytes: weigh?(oldest) ?? 0)
+                dropped(&total)
+            default:
+                backlog.withdrawn(bytes: weigh?(element) ?? 0)
+            }
             return result
         }
 
@@ -164,6 +175,8 @@ final class Broadcaster<Element: Sendable>: Sendable {
         var replay: Element?
         /// Elements kept for subscribers to come, oldest first.
         var held: [Held] = []
+        /// The bytes of `held`, by ``Broadcaster/weigh``.
+        var heldBytes = 0
         /// Elements dropped from subscribers' full buffers: the sum of their ``DropCount``s,
         /// those that have ended included.
         var dropped = 0
@@ -189,6 +202,10 @@ final class Broadcaster<Element: Sendable>: Sendable {
     private let lossless: Bool
     /// The most elements held for subscribers to come.
     private let holdLimit: Int
+    /// The most bytes held for subscribers to come, by ``weigh``.
+    private let holdByteLimit: Int
+    /// The bytes an element holds, for the byte bounds; `nil` counts none.
+    let weigh: (@Sendable (Element) -> Int)?
     /// Told of every published element first; see ``init(bufferSize:keepsLatest:holdsUntilSubscribed:lossless:holdLimit:gauge:tap:)``.
     private let tap: (@Sendable (Element) -> Void)?
     /// Counts what each subscriber has waiting, when set: for a lossless feed whose
@@ -207,11 +224,16 @@ final class Broadcaster<Element: Sendable>: Sendable {
     ///     `bufferSize`.
     ///   - gauge: Counts what each subscriber has waiting and says when the slowest is too
     ///     far behind; `nil` counts nothing.
+    ///   - weigh: The bytes an element holds: counted by the gauge, and bounding what is
+    ///     held for subscribers to come by the gauge's ``FlowGauge/byteLimit``; `nil`
+    ///     counts elements only.
     ///   - tap: Told of every element of ``publish(_:)`` first, on the publishing thread,
     ///     whether anyone is subscribed or not: a ``TetherObserver``.
-    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false, holdLimit: Int? = nil, gauge: FlowGauge? = nil, tap: (@Sendable (Element) -> Void)? = nil) {
+    init(bufferSize: Int, keepsLatest: Bool = false, holdsUntilSubscribed: Bool = false, lossless: Bool = false, holdLimit: Int? = nil, gauge: FlowGauge? = nil, weigh: (@Sendable (Element) -> Int)? = nil, tap: (@Sendable (Element) -> Void)? = nil) {
         self.tap = tap
         self.gauge = gauge
+        self.weigh = weigh
+        self.holdByteLimit = weigh == nil ? .max : gauge?.byteLimit ?? .max
         self.bufferSize = lossless ? .max : max(1, bufferSize)
         self.keepsLatest = keepsLatest
         self.holdsUntilSubscribed = holdsUntilSubscribed
@@ -234,7 +256,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
         let (finished, onTaken) = state.withLock { state -> (Bool, (@Sendable ([Element]) -> Void)?) in
             removeEnded(&state)
             if let replay = state.replay, filter?(replay) ?? true {
-                _ = subscriber.deliver(replay, total: &state.dropped)
+                _ = subscriber.deliver(replay, total: &state.dropped, weigh: weigh)
             }
             if !state.held.isEmpty {
                 // The subscriber takes what was held and its filter accepts. What it refuses
@@ -243,7 +265,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
                 var kept: [Held] = []
                 for held in state.held {
                     if filter?(held.element) ?? true {
-                        _ = subscriber.deliver(held.element, total: &state.dropped)
+                        _ = subscriber.deliver(held.element, total: &state.dropped, weigh: weigh)
                         if held.untilTaken { taken.append(held.element) }
                     } else if held.untilTaken {
                         kept.append(held)
@@ -252,6 +274,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
                     }
                 }
                 state.held = kept
+                state.heldBytes = weigh.map { weigh in kept.reduce(0) { $0 + weigh($1.element) } } ?? 0
             }
             if state.finished { return (true, taken.isEmpty ? nil : state.onTaken) }
             let id = state.nextID
@@ -273,7 +296,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             continuation.finish()
         }
         onTaken?(taken)
-        return Subscription(stream: stream, backlog: backlog, drops: drops)
+        return Subscription(stream: stream, backlog: backlog, drops: drops, weigh: weigh)
     }
 
     /// Delivers `element` to every subscriber whose filter accepts it.
@@ -285,7 +308,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             removeEnded(&state)
             if keepsLatest { state.replay = element }
             if holdsUntilSubscribed && state.subscribers.isEmpty && !state.finished {
-                guard makeRoom(&state) else {
+                guard makeRoom(for: element, &state) else {
                     state.discarded += 1
                     return
                 }
@@ -293,7 +316,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
                 return
             }
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
-                _ = subscriber.deliver(element, total: &state.dropped)
+                _ = subscriber.deliver(element, total: &state.dropped, weigh: weigh)
             }
         }
     }
@@ -318,7 +341,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             removeEnded(&state)
             var taken = false
             for subscriber in state.subscribers.values where subscriber.filter?(element) ?? true {
-                switch subscriber.deliver(element, total: &state.dropped) {
+                switch subscriber.deliver(element, total: &state.dropped, weigh: weigh) {
                 case .enqueued:
                     taken = true
                 case .dropped:
@@ -331,25 +354,34 @@ final class Broadcaster<Element: Sendable>: Sendable {
                 }
             }
             if taken { return .taken }
-            guard !state.finished, makeRoom(&state) else { return .refused }
+            guard !state.finished, makeRoom(for: element, &state) else { return .refused }
             state.held.append(Held(element: element, untilTaken: true))
             return .held
         }
     }
 
-    /// Whether there is room for one more held element, making it by dropping the oldest
-    /// element held for the first subscriber only, if need be; `state` is held.
-    private func makeRoom(_ state: inout State) -> Bool {
-        if state.held.count < holdLimit { return true }
-        guard let oldest = state.held.firstIndex(where: { !$0.untilTaken }) else { return false }
-        state.held.remove(at: oldest)
-        state.discarded += 1
+    /// Whether there is room for `element` among the held elements, in number and in
+    /// bytes, making it by dropping the oldest elements held for the first subscriber only,
+    /// if need be; counts its bytes when there is. `state` is held.
+    private func makeRoom(for element: Element, _ state: inout State) -> Bool {
+        let size = weigh?(element) ?? 0
+        // One element alone always fits in bytes, as one frame always fits a buffer.
+        while state.held.count >= holdLimit || (state.heldBytes + size > holdByteLimit && !state.held.isEmpty) {
+            guard let oldest = state.held.firstIndex(where: { !$0.untilTaken }) else { return false }
+            let dropped = state.held.remove(at: oldest)
+            state.heldBytes -= weigh?(dropped.element) ?? 0
+            state.discarded += 1
+        }
+        state.heldBytes += size
         return true
     }
 
     /// Drops every element held for subscribers to come: they were for a session that ended.
     func dropHeld() {
-        state.withLock { $0.held.removeAll() }
+        state.withLock { state in
+            state.held.removeAll()
+            state.heldBytes = 0
+        }
     }
 
     /// Elements held for subscribers to come, for tests.
@@ -384,7 +416,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
             if let last {
                 if keepsLatest { state.replay = last }
                 for subscriber in state.subscribers.values where subscriber.filter?(last) ?? true {
-                    _ = subscriber.deliver(last, total: &state.dropped)
+                    _ = subscriber.deliver(last, total: &state.dropped, weigh: weigh)
                 }
             }
             state.finished = true
