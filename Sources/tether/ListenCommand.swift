@@ -83,7 +83,9 @@ struct ListenCommand: Command {
         N failed reconnect attempts in a row with --max-attempts. An attempt counts as
         failed until the server answers with a valid frame (a heartbeat ack, a push; with
         --client-id, the session's acceptance): a peer that accepts and then closes, or
-        answers with HTTP, spends the attempts like one that refuses.
+        answers with HTTP, spends the attempts like one that refuses. With --client-id it
+        also exits 1 when another listener with the same client id takes the session over:
+        it says so and stops, rather than take the session back from the newer one.
 
         arguments:
           HOST:PORT                      the server: 127.0.0.1:9000, [::1]:9000
@@ -348,6 +350,9 @@ struct ListenCommand: Command {
                     Console.err("tether: \(state)")
                 }
                 if verbose, state.phase == .connected { await VerboseOption.print(connection) }
+                if state.reason?.code == .sessionTakenOver, state.isFinal {
+                    Console.err("tether: displaced: a newer connection with the same client id took the session over; not reconnecting, so the two do not take it from each other")
+                }
             }
             // Cancelled, or the connection reached its final state, printed last.
             return Task.isCancelled ? .idle : .ended

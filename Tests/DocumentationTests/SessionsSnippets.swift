@@ -49,6 +49,19 @@ func sessionsClient(
     return saved
 }
 
+// MARK: - A client id on two devices
+
+func sessionsTakenOver(endpoint: Endpoint) async throws {
+    var configuration = ConnectionConfiguration()
+    configuration.session = SessionConfiguration(clientID: "device-7")
+    let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+    for await state in connection.states where state.isFinal {
+        if state.reason?.code == .sessionTakenOver {
+            print("signed in elsewhere:", state.reason?.message ?? "")
+        }
+    }
+}
+
 func sessionsServer(body: [UInt8]) async throws {
     // Server: mailboxes in a SQLite file, a check for each hello, a push to a client id.
     var configuration = ServerConfiguration(port: 9000)

@@ -69,7 +69,7 @@ struct ClusterNodeTests {
                 })
                 let notifications = moved.notifications
                 let final = try await finalState(of: first)
-                #expect(final.reason?.code == .peerClosed)
+                #expect(final.reason?.code == .sessionTakenOver)
                 _ = try await firstEvent(n1Events, "the stale peer to end on n1") { $0.kind == .peerDisconnected }
                 #expect(servers[0].peer(forClient: "bea") == nil)
                 #expect(cluster.holder(of: "bea") == "n2")
@@ -133,10 +133,11 @@ struct ClusterNodeTests {
                 try await servers[2].push(indexed(1), toClient: "dee")
                 #expect(try await collect(1, from: notifications, "the push").map(index(of:)) == [1])
                 #expect(servers[0].peer(forClient: "dee") != nil)
-                // A newer claim does close it.
+                // A newer claim does close it, and the client is told: it does not come back.
                 let ended = StateWatcher(connection)
                 node.takenOver(clientID: "dee", generation: generation + 1, by: "n2")
-                try await ended.next(.reconnecting)
+                let closed = try await ended.next(.closed)
+                #expect(closed.reason?.code == .sessionTakenOver, "\(closed)")
                 await connection.close()
             }
         }

@@ -132,7 +132,8 @@ struct DrainTests {
         #expect(response.errorMessage == "the server shut down before answering request 0x404: it was still being handled at the 300 ms drain deadline")
         try await bounded("run() to return") { try await running.value }
         let gone = try await firstEvent(events, "the peer to end") { $0.kind == .peerDisconnected }
-        #expect(gone.reason?.message == "the server drained and closed the connection with \(gone.address)")
+        #expect(gone.reason?.message == "the server drained and closed the connection with \(gone.address) at its 300 ms drain deadline")
+        #expect(gone.reason?.code == .serverDraining)
         #expect(try await finalState(of: connection).phase == .closed)
     }
 
@@ -149,7 +150,7 @@ struct DrainTests {
         try await bounded("drain() to return") { await server.drain() }
         try await bounded("run() to return") { try await running.value }
         let final = try await finalState(of: connection)
-        #expect(final == .closed(TetherError(code: .connectionLost, message: "\(address) is draining: the server is shutting down: finish, then reconnect")))
+        #expect(final == .closed(TetherError(code: .serverDraining, message: "\(address) is draining: the server is shutting down: finish, then reconnect")))
     }
 
     @Test("the WebSocket port stops accepting too: a ws:// client is refused during the drain")

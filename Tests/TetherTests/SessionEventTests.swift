@@ -78,8 +78,8 @@ struct SessionEventTests {
             ])
             let gone = seen.filter { $0.peer?.rawValue == 1 }
             #expect(gone.map(Self.line) == [
-                "sessionTakenOver peer#1 bob - \(TetherError.Code.connectionClosed)",
-                "peerDisconnected peer#1 bob - \(TetherError.Code.connectionClosed)",
+                "sessionTakenOver peer#1 bob - \(TetherError.Code.sessionTakenOver)",
+                "peerDisconnected peer#1 bob - \(TetherError.Code.sessionTakenOver)",
             ])
             #expect(gone.first?.reason?.message == "client bob connected again from \(newerAddress); closed its older connection from \(olderAddress)")
             #expect(gone.first?.description == "peer#1 lost client bob to a newer connection: client bob connected again from \(newerAddress); closed its older connection from \(olderAddress)")

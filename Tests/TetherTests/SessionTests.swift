@@ -308,7 +308,7 @@ struct SessionTests {
             let serverEvents = server.events
             let fresh = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("hana"))
             let final = try await finalState(of: old)
-            #expect(final.reason?.code == .peerClosed)
+            #expect(final.reason?.code == .sessionTakenOver)
             let notifications = fresh.notifications
             try await server.push(indexed(1), toClient: "hana")
             #expect(try await collect(1, from: notifications, "the push").map(index(of:)) == [1])

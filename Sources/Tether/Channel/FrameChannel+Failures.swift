@@ -27,6 +27,33 @@ extension FrameChannel {
         return (reason, true)
     }
 
+    /// Whether the inbound bytes belong to another protocol (HTTP, TLS): their sender would
+    /// not read a Tether frame.
+    var holdsForeignBytes: Bool { ForeignProtocol.recognize(buffers.inbound.readableBytesView) != nil }
+
+    /// Whether a ``CloseNotice`` can go out on this channel: `profile` carries it, the TLS
+    /// handshake (if any) is done, and a main port shared with WebSocket knows which of the
+    /// two it serves.
+    ///
+    /// - Parameter profile: The server's profile; `nil` for a channel with a codec of its own.
+    /// - Returns: Whether the client can be told why the server closes.
+    func canWriteCloseNotice(in profile: Profile?) -> Bool {
+        guard isOpen, let profile, CloseNotice.carried(by: profile) else { return false }
+        if let security = transport.security, !security.isEstablished { return false }
+        return !(transport is ProtocolSniffer)
+    }
+
+    /// On a server, for bytes of the peer that do not decode: writes the ``CloseNotice``
+    /// that tells a Tether client why it is closed, when the channel can carry one and the
+    /// bytes are not another protocol's.
+    ///
+    /// - Parameter reason: The decode failure.
+    /// - Returns: Whether the notice waits to be flushed.
+    func writeCloseNotice(for reason: TetherError) -> Bool {
+        guard role == .server, canWriteCloseNotice(in: settings.profile), !holdsForeignBytes else { return false }
+        return (try? write(CloseNotice(reason).frame)) != nil
+    }
+
     /// `error` as a protocol failure of the peer: its message ends with the peer's address.
     ///
     /// - Parameter error: What the peer did wrong.

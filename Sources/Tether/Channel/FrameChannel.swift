@@ -191,7 +191,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
             }
         } catch {
             let (reason, answered) = undecodable(error)
-            end(owner, reason, graceful: answered)
+            end(owner, reason, graceful: answered || writeCloseNotice(for: reason))
             return
         }
         guard isOpen else { return }

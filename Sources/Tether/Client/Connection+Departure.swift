@@ -4,7 +4,7 @@ extension Connection {
     func departureAnnounced(_ notice: DrainNotice) {
         let server = channel?.remoteAddress.description ?? currentEndpoint.description
         let words = notice.message.isEmpty ? "" : ": \(notice.message)"
-        let reason = TetherError(code: .connectionLost, message: "\(server) is draining\(words)")
+        let reason = TetherError(code: .serverDraining, message: "\(server) is draining\(words)")
         // The server asks; the policy's longest delay bounds what it may ask for.
         let delay = min(notice.reconnectAfter, configuration.reconnect.maximumDelay)
         handle(.departureAnnounced(reconnectAfter: delay, reason))
@@ -25,6 +25,17 @@ extension Connection {
             }
         }
         departIfIdle()
+    }
+
+    /// The error for a response of a draining server that did not run its request
+    /// (``Peer/drainingResponse(to:)``): `{"error": …, "code": "serverDraining"}`; `nil` for
+    /// any other response.
+    func drainingRefusal(_ frame: Frame) -> TetherError? {
+        guard frame.payload.first == UInt8(ascii: "{"), let json = try? JSONValue(parsing: frame.payload),
+              json["code"]?.stringValue == TetherError.Code.serverDraining.description,
+              let message = json["error"]?.stringValue else { return nil }
+        let server = channel?.remoteAddress.description ?? currentEndpoint.description
+        return TetherError(code: .serverDraining, message: "request \(hex(frame.type)) serial \(frame.serial) was not run: \(server) said \(message)")
     }
 
     /// Leaves the draining server once no request is in flight on its connection.

@@ -11,9 +11,10 @@ extension Connection: FrameChannelOwner {
     }
 
     func channel(_ channel: Channel, received frame: Frame) {
-        if !lifecycle.isHealthy, let refusal = ConnectionRefusal(frame) {
-            // The server will not serve this connection (at its connection limit).
-            connectionLost(refusal.error(from: channel.remoteAddress.description))
+        if frame.type == CloseNotice.frameType, let notice = CloseNotice(frame) {
+            // The server closes this connection, or will not serve it, and says why.
+            let reason = notice.error(from: channel.remoteAddress.description)
+            handle(reason.code == .sessionTakenOver ? .takenOver(reason) : .lost(reason))
             return
         }
         dispatch(frame)

@@ -380,6 +380,9 @@ extension Connection {
             if reason.code == .connectionClosed {
                 return TetherError(code: .connectionClosed, message: "the connection to \(endpoint) was closed by close()")
             }
+            if reason.code == .serverDraining {
+                return TetherError(code: .serverDraining, message: "not sent: the connection to \(endpoint) left it as it drains: \(reason.message)", underlying: reason)
+            }
             return TetherError(code: .notConnected, message: "the connection to \(endpoint) has closed: \(reason.message)", underlying: reason)
         }
         return TetherError(code: .notConnected, message: "not connected to \(endpoint)")
@@ -448,8 +451,14 @@ extension Connection {
         }
         if let timer = entry.timer { loop.cancel(timer) }
         dropEndedDeadlines()
-        counters.requestsCompleted += 1
-        entry.waiter.resume(returning: Response(frame: frame))
+        if lifecycle.isDeparting, let refusal = drainingRefusal(frame) {
+            // The draining server did not run it: an error, not an answer of the app's.
+            counters.requestsFailed += 1
+            entry.waiter.resume(throwing: refusal)
+        } else {
+            counters.requestsCompleted += 1
+            entry.waiter.resume(returning: Response(frame: frame))
+        }
         if table.queuedCount > 0 { pump() }
         requestEnded()
     }

@@ -180,6 +180,7 @@ public actor Connection {
                 secured: configuration.tls != nil,
                 greets: configuration.session != nil,
                 asksIdentity: configuration.session?.identityProvider != nil,
+                reconnectsWhenTakenOver: configuration.session?.reconnectsWhenTakenOver ?? false,
                 fallback: configuration.fallback,
                 prepares: configuration.prepare != nil
             ),
@@ -649,7 +650,9 @@ public actor Connection {
             if closedByUser {
                 error = TetherError(code: .connectionClosed, message: "request \(hex(entry.type)) serial \(serial) failed: \(reason.message)", underlying: reason)
             } else if entry.isQueued {
-                error = TetherError(code: .notConnected, message: "request \(hex(entry.type)) serial \(serial) was never sent: \(reason.message)", underlying: reason)
+                // Never sent: safe to send again, which a drain's reason says by its code.
+                let code: TetherError.Code = reason.code == .serverDraining ? .serverDraining : .notConnected
+                error = TetherError(code: code, message: "request \(hex(entry.type)) serial \(serial) was never sent: \(reason.message)", underlying: reason)
             } else {
                 error = Self.lost(type: entry.type, serial: serial, reason: reason)
             }

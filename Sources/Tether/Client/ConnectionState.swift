@@ -38,8 +38,10 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
         /// Every attempt the ``ReconnectPolicy`` allows has failed; final.
         /// ``ConnectionState/reason`` holds the last failure.
         public static let failed = Phase(value: .failed)
-        /// Closed for good, by ``Connection/close()`` or, with reconnecting switched off, by
-        /// what ended the connection; ``ConnectionState/reason`` says which. Final.
+        /// Closed for good, by ``Connection/close()``, by a newer connection with the same
+        /// session client id (``TetherError/Code/sessionTakenOver``, see
+        /// ``SessionConfiguration/reconnectsWhenTakenOver``) or, with reconnecting switched
+        /// off, by what ended the connection; ``ConnectionState/reason`` says which. Final.
         public static let closed = Phase(value: .closed)
 
         /// A short textual form, for logs and messages.

@@ -31,6 +31,7 @@
 /// | helloTimedOut(t) | · | · | ✗ | · | failed attempt | · | · | · | · | · |
 /// | provedHealthy | ✗ | ✗ | ✗ | · | · | healthy | ✗ | ✗ | ✗ | ✗ |
 /// | lost | · | · | ✗ | failed attempt | failed attempt | backingOff / waitingForNetwork⁴ / ended / dialing¹⁰ | · | · | · | · |
+/// | takenOver | · | · | ✗ | ended¹² | ended¹² | ended¹² | · | · | · | · |
 /// | backoffElapsed(t) | · | · | ✗ | · | · | · | dialing / waitingForNetwork⁴ | · | · | · |
 /// | pathUpdated | ·⁵ | dialing⁶ | ✗ | dialing⁶ | dialing⁶ | verify⁶ | dialing⁶ | dialing⁷ | ·⁵ | ·⁵ |
 /// | suspend | · | suspended | ✗ | suspended | suspended | suspended | suspended | suspended | · | · |
@@ -56,7 +57,9 @@
 /// once, as the same attempt; a second rejection in a row ends (failed). ⁹ The new identity
 /// is taken for the first connect, and the switcher answered at once. ¹⁰ The fallback, at
 /// once, for a connection over the main endpoint that never proved healthy.
-/// ¹¹ A planned reconnect; see *the server's drain* below.
+/// ¹¹ A planned reconnect; see *the server's drain* below. ¹² Closed, with the takeover as
+/// the reason, failing what is in flight; with ``Settings/reconnectsWhenTakenOver`` it is
+/// `lost` instead (in preparing too, where it ends likewise).
 ///
 /// **The app's preparation** (``Settings/prepares``): where the table says connected after
 /// `attached`, `tlsEstablished` or `helloAccepted`, the machine goes to preparing instead and
@@ -139,6 +142,9 @@ struct ConnectionStateMachine: Sendable {
         /// Whether the hello's identity is asked of a provider, which may answer a rejection
         /// with a fresh one.
         var asksIdentity = false
+        /// Whether a connection whose session a newer connection took over reconnects by the
+        /// policy (``SessionConfiguration/reconnectsWhenTakenOver``) rather than ending.
+        var reconnectsWhenTakenOver = false
         /// The endpoint dialed at once when the attempt's endpoint cannot connect, and how
         /// long a connection over it lasts before the main endpoint is tried again.
         var fallback: FallbackPolicy?
@@ -215,6 +221,9 @@ struct ConnectionStateMachine: Sendable {
         /// The channel broke: closed by the peer, a socket error, a protocol error, missed
         /// heartbeats, a refusal frame, a write that failed.
         case lost(TetherError)
+        /// The server closed the channel because a newer connection with the same client id
+        /// took the session over (its ``CloseNotice`` said so).
+        case takenOver(TetherError)
         /// The backoff of the token is over.
         case backoffElapsed(Token)
         /// The path monitor reported a path that differs from the last one: whether it is
@@ -551,6 +560,12 @@ struct ConnectionStateMachine: Sendable {
             default:
                 return []
             }
+        case .takenOver(let reason):
+            guard isAttached else { return [] }
+            // Reconnecting would take the session back from the newer connection, which
+            // would do the same: the two would displace each other for as long as both run.
+            if settings.reconnectsWhenTakenOver { return transition(.lost(reason)) }
+            return [.detach(graceful: false), .failInFlight(reason)] + end(reason, failed: false)
         case .backoffElapsed(let token):
             guard case .backingOff(token, let state) = phase else { return [] }
             // The timer fired: nothing to cancel.

@@ -18,7 +18,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
     /// A struct rather than an enum, so new codes can be added without breaking
     /// exhaustive `switch` statements in your code.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
-        enum Value: Hashable, Sendable {
+        enum Value: Hashable, Sendable, CaseIterable {
             case connectFailed
             case connectionRefused
             case connectTimedOut
@@ -52,9 +52,22 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case tlsFailed
             case certificateRejected
             case httpFailed
+            case sessionTakenOver
+            case serverDraining
         }
 
         let value: Value
+
+        init(value: Value) {
+            self.value = value
+        }
+
+        /// The code whose ``description`` is `name`, as a server's ``CloseNotice`` names it;
+        /// `nil` for a name this version does not know.
+        init?(named name: String) {
+            guard let value = Value.allCases.first(where: { String(describing: $0) == name }) else { return nil }
+            self.value = value
+        }
 
         /// Connecting failed for a reason other than a refusal or a timeout.
         public static let connectFailed = Code(value: .connectFailed)
@@ -148,6 +161,17 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// reached, or its response was too large. ``TetherError/underlying`` is an
         /// ``HTTPForwardingError`` with the reason.
         public static let httpFailed = Code(value: .httpFailed)
+        /// A newer connection with the same session client id took the session over, and
+        /// the server closed this one: another device or process runs as the same client.
+        /// The connection does not reconnect (it would take the session back, and the two
+        /// would displace each other for as long as both run) unless
+        /// ``SessionConfiguration/reconnectsWhenTakenOver`` is set.
+        public static let sessionTakenOver = Code(value: .sessionTakenOver)
+        /// The server is draining (``Server/drain(deadline:reconnectAfter:)``): it did not
+        /// run the request, which arrived after it told the client to leave, or the request
+        /// was never sent because the connection left the draining server. Safe to send
+        /// again, to another server or after the reconnect.
+        public static let serverDraining = Code(value: .serverDraining)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }

@@ -17,6 +17,15 @@ enum PeerDrainPhase: Sendable {
         return false
     }
 
+    /// Whether requests that arrive now are answered with ``Peer/drainingResponse(to:)``
+    /// and not run: once the client has been told to leave, or past the deadline.
+    var refusesRequests: Bool {
+        switch self {
+        case .serving, .draining(quiet: true): false
+        case .draining(quiet: false), .expired: true
+        }
+    }
+
     /// Whether the server closes the connection once no handler runs.
     var closesWhenIdle: Bool {
         if case .draining(quiet: true) = self { return true }
@@ -87,8 +96,27 @@ extension Peer {
         return .error(message)
     }
 
-    /// The drain is over for this peer: flush and close.
+    /// The answer to a request that arrived after the client was told to leave (or after
+    /// the deadline): not run, so safe to send again elsewhere. `{"error": …, "code":
+    /// "serverDraining"}`, which a ``Connection`` that read the notice reports as a
+    /// ``TetherError/Code/serverDraining`` error. A session hello gets a refusal the client
+    /// may retry elsewhere.
+    func drainingResponse(to frame: Frame) -> Response {
+        let message = "the server is draining and did not run request \(hex(frame.type)) serial \(frame.serial), which arrived after it told the client to leave: send it again elsewhere"
+        if let hub, frame.type == hub.configuration.wireTypes.hello {
+            return Response(payload: SessionWire.encode(SessionWire.Refusal(error: message, rejected: false)))
+        }
+        return Response(json: ["error": .string(message), "code": .string(TetherError.Code.serverDraining.description)])
+    }
+
+    /// The drain is over for this peer: flush and close. At the deadline the client is told
+    /// why (``CloseNotice``), where its profile carries that.
     func drainEnded() {
-        end(TetherError(code: .connectionClosed, message: "the server drained and closed the connection with \(remoteAddress)"), graceful: true)
+        guard drainPhase.hasExpired else {
+            end(TetherError(code: .connectionClosed, message: "the server drained and closed the connection with \(remoteAddress)"), graceful: true)
+            return
+        }
+        let deadline = server?.drainDeadline.map(describe) ?? "its"
+        close(for: TetherError(code: .serverDraining, message: "the server drained and closed the connection with \(remoteAddress) at its \(deadline) drain deadline"))
     }
 }

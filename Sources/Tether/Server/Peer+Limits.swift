@@ -124,9 +124,9 @@ extension Peer {
             frameTimer = loop.schedule(at: deadline, target: self, tag: Self.frameTag, detail: 0)
             return
         }
-        end(TetherError(
+        close(for: TetherError(
             code: .frameTimeout,
             message: "peer \(channel.remoteAddress) did not finish a frame within \(describe(timeout)) of its first byte (\(channel.bufferedInboundBytes) bytes of it received)"
-        ), graceful: false)
+        ))
     }
 }

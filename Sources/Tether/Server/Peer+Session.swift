@@ -51,7 +51,7 @@ extension Peer {
                 let reason = TetherError.reason(of: error)
                 // The reason alone: the client's error names the server and the client id.
                 refuse(frame, reason, rejected: true, reason: reason)
-                close()
+                close(for: TetherError(code: .sessionRejected, message: "the server rejected the session of client \(hello.clientID): \(reason)"))
                 return
             }
         }
@@ -235,7 +235,7 @@ extension Peer {
     func replaced(clientID: String, by address: SocketAddress) {
         guard session?.clientID == clientID || claimedClientID == clientID else { return }
         takenOver(TetherError(
-            code: .connectionClosed,
+            code: .sessionTakenOver,
             message: "client \(clientID) connected again from \(address); closed its older connection from \(remoteAddress)"
         ))
     }
@@ -244,19 +244,20 @@ extension Peer {
     func replaced(clientID: String, byNode node: String) {
         guard session?.clientID == clientID || claimedClientID == clientID else { return }
         takenOver(TetherError(
-            code: .connectionClosed,
+            code: .sessionTakenOver,
             message: "client \(clientID) connected again on node \(node); closed its older connection from \(remoteAddress)"
         ))
     }
 
-    /// A newer connection took this peer's client over: say so, then close.
+    /// A newer connection took this peer's client over: say so (an event, and the notice
+    /// that tells the client not to come back), then close.
     private func takenOver(_ reason: TetherError) {
         if var current = session, closeReason == nil {
             current.takenOver = true
             session = current
             server?.publish(ServerEvent(kind: .sessionTakenOver, address: remoteAddress, peer: id, reason: reason, clientID: current.clientID))
         }
-        end(reason, graceful: true)
+        close(for: reason)
     }
 
     /// The peer is ending: stop the replay and take the client off the hub.

@@ -508,9 +508,11 @@ extension Peer: FrameChannelOwner {
         trackPartialFrame(in: channel, afterDecoding: decoded, readAt: readAt)
     }
 
-    /// Ends the peer for a frame it must not send, named for what its bytes are.
+    /// Ends the peer for a frame it must not send, named for what its bytes are: a Tether
+    /// client is told why (``CloseNotice``), an HTTP client gets its answer.
     private func fail(_ error: TetherError, on channel: Channel) {
         let (reason, answered) = channel.undecodable(error)
+        if !answered, !channel.holdsForeignBytes { return close(for: reason) }
         end(reason, graceful: answered)
     }
 
@@ -530,6 +532,11 @@ extension Peer: FrameChannelOwner {
             if let key = configuration.profile.correlation.key(for: frame.type) {
                 // Numbered as they come, so the responses go out in the same order.
                 frame.serial = sequencer.assign(key: key)
+            }
+            if kind == .message, drainPhase.refusesRequests, frame.type != hub?.configuration.wireTypes.acknowledgement {
+                // Sent before the client read the drain notice: not run, and said so.
+                respond(drainingResponse(to: frame), to: frame)
+                return
             }
             if let hub, frame.type == hub.configuration.wireTypes.acknowledgement {
                 acknowledged(frame, hub: hub)
@@ -612,10 +619,10 @@ extension Peer: TimerTarget {
             return
         }
         let timeout = configuration.idleTimeout.map(describe) ?? "its idle timeout"
-        end(TetherError(
+        close(for: TetherError(
             code: .idleTimeout,
             message: "peer \(channel.remoteAddress) sent nothing for \(timeout)"
-        ), graceful: false)
+        ))
     }
 
     /// A peer that keeps sending (pings, heartbeats, requests) but takes none of what waits
@@ -658,9 +665,9 @@ extension Peer: TimerTarget {
             ), graceful: false)
             return
         }
-        end(TetherError(
+        close(for: TetherError(
             code: .handshakeTimeout,
             message: "peer \(channel.remoteAddress) sent no complete frame within \(timeout) of connecting"
-        ), graceful: false)
+        ))
     }
 }

@@ -494,10 +494,10 @@ public final class Server: Sendable {
     }
 
     /// Tells a connection the server will not serve why, when the wire allows it (no TLS, a
-    /// profile with serials: ``ConnectionRefusal``), then closes it. One small write into an
+    /// profile with serials: ``CloseNotice``), then closes it. One small write into an
     /// empty socket buffer: it never blocks, and if it does not fit it is dropped.
     private func refuse(_ base: ChannelBase, reason: TetherError, on loop: EventLoop) {
-        let bytes = configuration.tls == nil ? ConnectionRefusal(tooManyConnections: reason.message).bytes(in: configuration.profile) : nil
+        let bytes = configuration.tls == nil ? CloseNotice(tooManyConnections: reason.message).bytes(in: configuration.profile) : nil
         switch base {
         case .socket(let box), .sniffed(let box, _):
             let socket = box.take()

@@ -109,6 +109,16 @@ public struct SessionConfiguration: Sendable, Hashable {
     /// stops reading its socket until the subscription is down to half the bound; then
     /// responses and heartbeat acks wait too (a heartbeat missed meanwhile does not count).
     public var maximumPendingPushes: Int = 4_096
+    /// Whether the connection reconnects, by its ``ReconnectPolicy``, after the server
+    /// closed it because a newer connection with the same client id took the session over.
+    /// Default `false`: it closes for good, with ``TetherError/Code/sessionTakenOver`` as the
+    /// reason of its ``ConnectionState/Phase/closed`` state.
+    ///
+    /// Two processes that run as the same client would otherwise take the session from each
+    /// other for as long as both run, each seeing pushes the other saw too. Set it for a
+    /// client that must win (the newest process is not the one to keep), or make a new
+    /// ``Connection`` when the app decides to take the session back.
+    public var reconnectsWhenTakenOver = false
 
     /// A session for `clientID`.
     ///
