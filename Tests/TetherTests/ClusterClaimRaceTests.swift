@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 @testable import TetherPostgres
 import TetherTesting
@@ -85,7 +88,8 @@ struct ClusterClaimRaceTests {
         arguments: [2, 4]
     )
     func backToBackHellos(hellos: Int) async throws {
-        try await withPostgresNodes(2) { nodes, url in
+        // The claim check off: the claims must settle by themselves.
+        try await withPostgresNodes(2, { $0.claimCheckInterval = nil }) { nodes, url in
             let publisher = try await PostgresPublisher(url: url)
             var rounds: [Round] = []
             for round in 0..<8 {
@@ -97,5 +101,63 @@ struct ClusterClaimRaceTests {
             #expect(failed.isEmpty, "\(failed.count) of 8 rounds lost pushes:\n\(failed.map(\.description).joined(separator: "\n"))")
             #expect(rounds.allSatisfy { $0.holder == "n1" })
         }
+    }
+}
+
+@Suite("A tether serve --postgres node frozen and thawed", .serialized, .timeLimit(.minutes(5)))
+struct FrozenNodeTests {
+    @Test("a node stopped (SIGSTOP) while its client reconnects, then continued: the reconnects queued meanwhile settle on the newest, which gets every push of a publisher, in order, in each of 8 rounds")
+    func frozenAndThawed() async throws {
+        let url = try await PostgresFixture.freshDatabase()
+        let (node, endpoint, _) = try await clusterServe(url, ["--node", "n1"])
+        defer {
+            _ = kill(node.pid, SIGCONT)
+            node.kill()
+        }
+        let publisher = try await PostgresPublisher(url: url)
+        var failed: [String] = []
+        for round in 0..<8 {
+            let clientID = "frozen-\(round)"
+            let client = try await clusterClient(clientID, endpoint) {
+                $0.heartbeat = .every(.milliseconds(100), timeout: .milliseconds(150), maximumMissed: 1)
+                $0.connectTimeout = .milliseconds(300)
+                $0.prepareTimeout = .milliseconds(300)
+            }
+            let watcher = StateWatcher(client)
+            let notifications = client.notifications
+            #expect(try await publisher.push(indexed(0), toClient: clientID) == 1)
+            #expect(try await TetherTesting.collect(1, from: notifications, within: .seconds(30)).map(\.serial) == [1])
+            kill(node.pid, SIGSTOP)
+            // The client gives the frozen node up and tries again, twice: each attempt
+            // leaves a connection with its hello in the node's backlog.
+            try await watcher.next("the third attempt", within: .seconds(30)) { $0.phase == .reconnecting && ($0.attempt ?? 0) >= 3 }
+            kill(node.pid, SIGCONT)
+            try await watcher.next(.connected, within: .seconds(30))
+            // One push at a time, each awaited: the claims of the queued connections
+            // settle while they go.
+            var serials: [UInt32] = [1]
+            do {
+                for number in 1..<20 {
+                    _ = try await publisher.push(indexed(number), toClient: clientID)
+                    serials += try await TetherTesting.collect(1, from: notifications, within: .seconds(10)).map(\.serial)
+                }
+            } catch {
+                failed.append("round \(round): \(serials.count) of 20 pushes, holder \(try await holder(of: clientID, in: url) ?? "NULL")")
+            }
+            if serials.count == 20 { #expect(serials == Array(1...20), "round \(round)") }
+            await client.close()
+        }
+        await publisher.close()
+        Attachment.record(failed.joined(separator: "\n"), named: "frozen.txt")
+        #expect(failed.isEmpty, "\(failed.count) of 8 rounds stalled:\n\(failed.joined(separator: "\n"))")
+    }
+}
+
+/// The holder the mailbox row of `clientID` names, read straight from the database.
+private func holder(of clientID: String, in url: String) async throws -> String? {
+    let database = PostgresDatabase(configuration: PostgresConfiguration(url: url))
+    defer { Task { await database.close() } }
+    return try await database.transaction { session in
+        try session.execute("SELECT holder FROM tether_mailboxes WHERE client_id = $1", [.text(clientID)]).text(0, 0)
     }
 }
