@@ -474,10 +474,10 @@ final class MailboxHub: Sendable {
             }
             let current = state.peers[clientID].flatMap { $0 === peer ? nil : $0 }
             if let current, peer.hasEnded || (state.tickets[clientID] ?? 0) > request.ticket {
-                // A newer connection of the client is here (this one ended, or its hello
-                // came first): the claim just made names this node, so the connection
-                // that is here holds it. Giving it back would leave that connection with
-                // no claim.
+                // Another connection of the client is here, and it is the client's
+                // connection now (this one ended, or the other's hello was read later):
+                // the claim just made names this node, so the connection that is here
+                // holds it. Giving it back would leave that connection with no claim.
                 if let generation { state.generations[clientID] = max(state.generations[clientID] ?? 0, generation) }
                 return peer.hasEnded ? .dropped : .stale(newer: current.remoteAddress)
             }
