@@ -26,6 +26,15 @@ public struct PostgresClusterConfiguration: Sendable {
     /// How long a broadcast too large for a notice stays in `tether_broadcasts` for the
     /// nodes to read. Default 60 s.
     public var broadcastRetention: Duration = .seconds(60)
+    /// How often a node compares the claim each connected client holds with the client's
+    /// mailbox row, and repairs what differs: a row that names no holder, or another claim
+    /// of this node, is claimed again for the connection here; a row that names another
+    /// node closes the connection here, so the client comes back where its pushes go. A
+    /// session whose row was cleared behind its back therefore hears of pushes made on
+    /// other nodes again within about this long; each check also has the connections write
+    /// what a lost notice held back. `nil` checks only when `LISTEN` comes back after a
+    /// loss. Default 10 s.
+    public var claimCheckInterval: Duration? = .seconds(10)
 
     /// A node named `node` of the cluster on the database at `url`.
     ///
@@ -84,6 +93,10 @@ public final class PostgresCluster: SessionCluster {
         /// Claims whose release failed, to release once the database is back.
         var pendingReleases: [String: UInt64] = [:]
         var resyncs = 0
+        /// The task that checks the claims every ``PostgresClusterConfiguration/claimCheckInterval``.
+        var claimCheck: Task<Void, Never>?
+        /// What the checks found and repaired so far.
+        var repairs = ClaimCheck()
     }
 
     /// How this node joins.
@@ -93,6 +106,9 @@ public final class PostgresCluster: SessionCluster {
 
     /// The name this node has in the cluster.
     public var nodeName: String { configuration.node }
+
+    /// What the claim checks found and repaired since the node joined.
+    var repairs: ClaimCheck { state.withLock { $0.repairs } }
 
     /// The mailbox store the nodes share, whose appends wake the nodes that hold their
     /// clients.
@@ -217,6 +233,7 @@ public final class PostgresCluster: SessionCluster {
             throw error
         }
         startHeartbeat()
+        startClaimCheck()
     }
 
     /// Starts `listener` and waits until it listens, for at most `bound`.
@@ -253,18 +270,20 @@ public final class PostgresCluster: SessionCluster {
 
     /// Leaves: stops listening and beating, and releases every client this node holds.
     public func leave() async {
-        let (listener, heartbeat, partition) = state.withLock { state in
+        let (listener, heartbeat, partition, claimCheck) = state.withLock { state in
             defer {
                 state.listener = nil
                 state.heartbeat = nil
                 state.partition = nil
+                state.claimCheck = nil
                 state.node = nil
                 state.listening = false
             }
-            return (state.listener, state.heartbeat, state.partition)
+            return (state.listener, state.heartbeat, state.partition, state.claimCheck)
         }
         heartbeat?.cancel()
         partition?.cancel()
+        claimCheck?.cancel()
         guard let listener else { return }
         await listener.stop()
         let name = nodeName
@@ -400,8 +419,9 @@ public final class PostgresCluster: SessionCluster {
         }
     }
 
-    /// After `LISTEN` is back: releases what could not be released, then, for every client
-    /// held here, closes it if another node claimed it meanwhile, or writes what it missed.
+    /// After `LISTEN` is back: releases what could not be released, then checks every
+    /// client held here (``checkClaims()``): closes it if another node claimed it meanwhile,
+    /// claims it again if its row was released, and writes what it missed.
     func resync() async {
         for _ in 0..<5 {
             do throws(TetherError) {
@@ -426,11 +446,22 @@ public final class PostgresCluster: SessionCluster {
                 }
             }
         }
-        guard let node = state.withLock({ $0.node }) else { return }
+        try await checkClaims()
+    }
+
+    /// Compares the claim of every client connected here with its mailbox row, and
+    /// repairs what differs (``ClaimRepair``): once after `LISTEN` comes back, and every
+    /// ``PostgresClusterConfiguration/claimCheckInterval``.
+    ///
+    /// - Returns: What it found and repaired.
+    @discardableResult
+    func checkClaims() async throws(TetherError) -> ClaimCheck {
+        guard let node = state.withLock({ $0.node }) else { return ClaimCheck() }
         let sessions = node.sessions
-        guard !sessions.isEmpty else { return }
+        guard !sessions.isEmpty else { return ClaimCheck() }
         let clients = sessions.map(\.clientID)
-        let rows = try await routed.transaction("reading the clients of node \(nodeName)") { session -> [HeldRow] in
+        let name = nodeName
+        let rows = try await routed.transaction("reading the clients of node \(name)") { session -> [HeldRow] in
             let rows = try session.execute(
                 "SELECT client_id, holder, generation, last_sequence FROM tether_mailboxes WHERE client_id = ANY($1::text[])",
                 parameters: [.textArray(clients)]
@@ -445,14 +476,54 @@ public final class PostgresCluster: SessionCluster {
             }
         }
         let byClient = Dictionary(rows.map { ($0.clientID, $0) }, uniquingKeysWith: { first, _ in first })
+        var check = ClaimCheck()
         for held in sessions {
-            guard let row = byClient[held.clientID], row.holder == nodeName, row.generation == held.generation else {
-                let row = byClient[held.clientID]
-                node.takenOver(clientID: held.clientID, generation: max(row?.generation ?? 0, held.generation + 1), by: row?.holder ?? "none")
-                continue
+            check.checked += 1
+            switch ClaimRepair(held: held, row: byClient[held.clientID], node: name) {
+            case .intact(let sequence):
+                node.wake(clientID: held.clientID, through: sequence)
+            case .adopt(let generation, let sequence):
+                check.adopted += 1
+                if !node.reclaimed(clientID: held.clientID, generation: generation, through: sequence) {
+                    await release(held.clientID, generation: generation)
+                }
+            case .reclaim(let seen):
+                guard let claim = try await reclaim(held.clientID, seen: seen) else { continue }
+                check.reclaimed += 1
+                if !node.reclaimed(clientID: held.clientID, generation: claim.generation, through: claim.lastSequence) {
+                    await release(held.clientID, generation: claim.generation)
+                }
+            case .close(let generation, let holder):
+                check.closed += 1
+                node.takenOver(clientID: held.clientID, generation: generation, by: holder)
             }
-            node.wake(clientID: held.clientID, through: row.lastSequence)
         }
+        let found = check
+        state.withLock { $0.repairs.add(found) }
+        return check
+    }
+
+    /// Claims `clientID` for this node again if its row still stands as a check saw it: no
+    /// holder or this node, with generation `seen`. Sends no notice: no other node held it.
+    ///
+    /// - Returns: The new generation and the client's last sequence, or `nil` when the row
+    ///   changed meanwhile (the next check looks again).
+    private func reclaim(_ clientID: String, seen: UInt64) async throws(TetherError) -> Reclaimed? {
+        let name = nodeName
+        return try await routed.transaction("claiming client \"\(clientID)\" again for node \(name)") { session in
+            let rows = try session.execute("""
+                UPDATE tether_mailboxes SET holder = $2, generation = generation + 1
+                WHERE client_id = $1 AND generation = $3 AND (holder IS NULL OR holder = $2)
+                RETURNING generation, last_sequence
+                """, [.text(clientID), .text(name), .int(Int64(clamping: seen))])
+            guard let generation = rows.int(0, 0) else { return nil }
+            return Reclaimed(generation: UInt64(generation), lastSequence: UInt64(rows.int(0, 1) ?? 0))
+        }
+    }
+
+    struct Reclaimed: Sendable {
+        var generation: UInt64
+        var lastSequence: UInt64
     }
 
     struct HeldRow: Sendable {
@@ -460,6 +531,19 @@ public final class PostgresCluster: SessionCluster {
         var holder: String?
         var generation: UInt64
         var lastSequence: UInt64
+    }
+
+    private func startClaimCheck() {
+        guard let interval = configuration.claimCheckInterval, interval > .zero else { return }
+        let task = Task { [weak self] in
+            while (try? await Task.sleep(for: interval)) != nil {
+                guard let self else { return }
+                // A failed check (the database away) leaves the work to the next one, or to
+                // the resync once `LISTEN` is back.
+                _ = try? await self.checkClaims()
+            }
+        }
+        state.withLock { $0.claimCheck = task }
     }
 
     private func startHeartbeat() {

@@ -8,7 +8,7 @@ import TetherTesting
 /// line, which names the node and the database.
 ///
 /// - Returns: The server process (the caller kills it), its endpoint, and the line.
-private func clusterServe(_ url: String, _ options: [String] = []) async throws -> (process: ChildProcess, endpoint: Endpoint, line: String) {
+func clusterServe(_ url: String, _ options: [String] = []) async throws -> (process: ChildProcess, endpoint: Endpoint, line: String) {
     let server = try tether(["serve", "--port", "0", "--postgres", url] + options)
     do {
         let port = try await server.waitForOutput("the listening line", within: eventBound) { (output: [UInt8]) -> Int? in

@@ -31,6 +31,10 @@ final class MailboxHub: Sendable {
         var helloSerial: UInt32
         /// The epoch of the history `lastSequence` belongs to, when the client knows it.
         var epoch: String? = nil
+        /// The hello's place in the order this server read hellos in
+        /// (``helloTicket()``): of two connections of one client, the later hello is the
+        /// newer connection, whichever claim finishes first.
+        var ticket: UInt64 = 0
     }
 
     enum Operation {
@@ -55,8 +59,14 @@ final class MailboxHub: Sendable {
         var stopped = false
         /// The peer each connected client is on.
         var peers: [String: Peer] = [:]
-        /// In a cluster, the generation of the claim each connected client's peer holds.
+        /// In a cluster, the generation of the claim each connected client's peer holds:
+        /// the newest this node made for the client, whichever of its connections here
+        /// the claim was made for.
         var generations: [String: UInt64] = [:]
+        /// The hello ticket of the peer each connected client is on.
+        var tickets: [String: UInt64] = [:]
+        /// The last hello ticket handed out.
+        var lastTicket: UInt64 = 0
         /// In a cluster, the clients whose claims are under way here, and the newest claim
         /// by another node heard of meanwhile: a notice can come before its claim is
         /// registered here, and then closes the peer as it registers.
@@ -158,11 +168,21 @@ final class MailboxHub: Sendable {
         enqueue(.acknowledge(clientID: clientID, through: sequence))
     }
 
+    /// The next place in the order of hellos: a peer takes one as it reads its hello,
+    /// before anything awaits.
+    func helloTicket() -> UInt64 {
+        state.withLock { state in
+            state.lastTicket += 1
+            return state.lastTicket
+        }
+    }
+
     /// `peer` ended: pushes for its client go to the mailbox only from now on.
     func detach(_ clientID: String, peer: Peer) {
         let released = state.withLock { state -> UInt64? in
             guard state.peers[clientID] === peer else { return nil }
             state.peers.removeValue(forKey: clientID)
+            state.tickets.removeValue(forKey: clientID)
             return state.generations.removeValue(forKey: clientID)
         }
         if let released, cluster != nil {
@@ -444,42 +464,81 @@ final class MailboxHub: Sendable {
             // Only frees space: a failure leaves those messages to be acknowledged later.
             try? await callStore { try await $0.acknowledge(clientID, through: acknowledged) }
         }
-        let (replaced, attached, supersededBy) = state.withLock { state -> (Peer?, Bool, String?) in
-            if let generation, let newer = state.claiming.removeValue(forKey: clientID) ?? nil, newer.generation > generation {
+        let outcome = state.withLock { state -> Registration in
+            let newer = state.claiming.removeValue(forKey: clientID) ?? nil
+            if let generation, let newer, newer.generation > generation {
                 // Another node claimed the client after this claim, and said so before it
-                // was registered: this peer is already stale.
-                return (nil, false, newer.node)
+                // was registered: this peer is already stale (and so is any peer here
+                // before it, which the notice closed).
+                return .superseded(byNode: newer.node)
+            }
+            let current = state.peers[clientID].flatMap { $0 === peer ? nil : $0 }
+            if let current, peer.hasEnded || (state.tickets[clientID] ?? 0) > request.ticket {
+                // Another connection of the client is here, and it is the client's
+                // connection now (this one ended, or the other's hello was read later):
+                // the claim just made names this node, so the connection that is here
+                // holds it. Giving it back would leave that connection with no claim.
+                if let generation { state.generations[clientID] = max(state.generations[clientID] ?? 0, generation) }
+                return peer.hasEnded ? .dropped : .stale(newer: current.remoteAddress)
             }
             // A peer that ended before this point has already detached: do not attach it.
-            guard !peer.hasEnded else { return (nil, false, nil) }
+            guard !peer.hasEnded else { return .unclaimed }
             state.metrics.resumed += 1
-            defer {
-                state.peers[clientID] = peer
-                state.generations[clientID] = generation
-            }
-            return (state.peers[clientID], true, nil)
+            state.peers[clientID] = peer
+            state.tickets[clientID] = request.ticket
+            if let generation { state.generations[clientID] = max(state.generations[clientID] ?? 0, generation) }
+            return .attached(replacing: current)
         }
-        if let supersededBy {
+        switch outcome {
+        case .superseded(let node):
             peer.loop.execute {
-                peer.assumeIsolated { $0.replaced(clientID: clientID, byNode: supersededBy) }
+                peer.assumeIsolated { $0.replaced(clientID: clientID, byNode: node) }
             }
             continuation.resume()
             return
-        }
-        if !attached, let generation, let cluster {
-            // Its claim was recorded: give it back, unless a later one replaced it.
-            await cluster.release(clientID, generation: generation)
-        }
-        if let replaced, replaced !== peer {
-            let address = peer.remoteAddress
-            replaced.loop.execute {
-                replaced.assumeIsolated { $0.replaced(clientID: clientID, by: address) }
+        case .stale(let address):
+            peer.loop.execute {
+                peer.assumeIsolated { $0.replaced(clientID: clientID, by: address) }
+            }
+            continuation.resume()
+            return
+        case .dropped:
+            continuation.resume()
+            return
+        case .unclaimed:
+            if let generation, let cluster {
+                // Its claim was recorded and no connection of the client is here: give it
+                // back, unless a later one replaced it.
+                await cluster.release(clientID, generation: generation)
+            }
+            continuation.resume()
+            return
+        case .attached(let replaced):
+            if let replaced {
+                let address = peer.remoteAddress
+                replaced.loop.execute {
+                    replaced.assumeIsolated { $0.replaced(clientID: clientID, by: address) }
+                }
             }
         }
         peer.loop.execute {
             peer.assumeIsolated { $0.beginSession(clientID: clientID, plan: plan, helloSerial: helloSerial, resuming: request.lastSequence > 0) }
         }
         continuation.resume()
+    }
+
+    /// What registering a claimed hello came to.
+    private enum Registration {
+        /// Another node claimed the client after this hello's claim.
+        case superseded(byNode: String)
+        /// A newer connection of the client is here, from `newer`; this one is closed.
+        case stale(newer: SocketAddress)
+        /// This peer ended; a newer connection of the client is here and holds the claim.
+        case dropped
+        /// This peer ended and no connection of the client is here.
+        case unclaimed
+        /// This peer is the client's connection here now, in place of `replacing`.
+        case attached(replacing: Peer?)
     }
 
     func rejected() {
@@ -532,11 +591,31 @@ extension MailboxHub {
         state.withLock { $0.localBroadcast = write }
     }
 
-    /// The clients held here, with their claims' generations.
+    /// The clients held here, with their claims' generations; not those with a claim under
+    /// way, which settles their claim as it registers.
     func heldSessions() -> [ClusterSession] {
         state.withLock { state in
-            state.generations.map { ClusterSession(clientID: $0.key, generation: $0.value) }
+            state.generations.compactMap { clientID, generation in
+                state.claiming[clientID] == nil ? ClusterSession(clientID: clientID, generation: generation) : nil
+            }
         }
+    }
+
+    /// The engine claimed `clientID` for this node again, as `generation`, because its
+    /// record named no holder or a claim this node's connection does not hold: the
+    /// connection here, if any, holds that claim from now on and writes what it missed
+    /// through `sequence`. Returns whether there is such a connection.
+    func reclaimed(_ clientID: String, generation: UInt64, through sequence: UInt64) -> Bool {
+        let peer = state.withLock { state -> Peer? in
+            guard let peer = state.peers[clientID], let held = state.generations[clientID] else { return nil }
+            state.generations[clientID] = max(held, generation)
+            return peer
+        }
+        guard let peer else { return false }
+        peer.loop.execute {
+            peer.assumeIsolated { $0.catchUp(through: sequence, for: clientID) }
+        }
+        return true
     }
 
     /// A push stored elsewhere for `clientID`: to its peer here, if it has one.
@@ -559,14 +638,15 @@ extension MailboxHub {
     /// Another node claimed `clientID`: the peer here goes if its claim is older.
     func takenOver(_ clientID: String, generation: UInt64, by node: String) {
         let stale = state.withLock { state -> Peer? in
-            if state.generations[clientID] == nil, let pending = state.claiming[clientID] {
-                // A claim of this node is under way: it is closed as it registers, if older.
-                if (pending?.generation ?? 0) < generation { state.claiming[clientID] = (generation, node) }
-                return nil
+            if let pending = state.claiming[clientID], (pending?.generation ?? 0) < generation {
+                // A claim of this node is under way: its peer is closed as it registers, if
+                // its claim is older.
+                state.claiming[clientID] = (generation, node)
             }
             guard let held = state.generations[clientID], held < generation, let peer = state.peers[clientID] else { return nil }
             state.peers.removeValue(forKey: clientID)
             state.generations.removeValue(forKey: clientID)
+            state.tickets.removeValue(forKey: clientID)
             return peer
         }
         guard let stale else { return }

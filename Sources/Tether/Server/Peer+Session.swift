@@ -35,6 +35,9 @@ extension Peer {
             return
         }
         claimedClientID = hello.clientID
+        // Taken before anything awaits: which of two connections of one client is the newer
+        // is the order their hellos were read in, not the order their claims finish.
+        let ticket = hub.helloTicket()
         helloHoldsPushes = hello.hold == true && !configuration.ignoresPushHolds
         if let authenticate = hub.authenticator {
             let check = ClientHello(clientID: hello.clientID, token: hello.token, lastSequence: hello.lastSequence, peer: id, address: remoteAddress)
@@ -63,7 +66,8 @@ extension Peer {
                 lastSequence: hello.lastSequence,
                 acknowledged: hello.acknowledged ?? hello.lastSequence,
                 helloSerial: frame.serial,
-                epoch: hello.epoch
+                epoch: hello.epoch,
+                ticket: ticket
             ))
         } catch {
             claimedClientID = nil

@@ -125,8 +125,29 @@ public final class ClusterNode: Sendable {
     /// The server's name in the cluster.
     public var name: String { hub.cluster?.nodeName ?? "" }
 
-    /// The clients this node holds now.
+    /// The clients this node holds now: those connected here, with the generation of this
+    /// node's newest claim of each. A client whose claim is under way is left out until it
+    /// registers.
     public var sessions: [ClusterSession] { hub.heldSessions() }
+
+    /// The engine claimed `clientID` for this node again, with `generation`, because the
+    /// cluster's record named no holder, or a claim of this node other than the one in
+    /// ``sessions``, while the client is connected here: the connection here holds that
+    /// claim from now on, and writes what it missed through `sequence`, reading it from the
+    /// store.
+    ///
+    /// An engine calls it when it finds a live session whose record another step cleared
+    /// (a release that lost a race, a repair by hand); the record must name this node.
+    ///
+    /// - Parameters:
+    ///   - clientID: The client.
+    ///   - generation: The generation of the claim that names this node now.
+    ///   - sequence: The highest sequence stored for the client.
+    /// - Returns: Whether the client is still connected here. When it is not, the engine
+    ///   releases the claim (``SessionCluster/release(_:generation:)``).
+    public func reclaimed(clientID: String, generation: UInt64, through sequence: UInt64) -> Bool {
+        hub.reclaimed(clientID, generation: generation, through: sequence)
+    }
 
     /// A push stored for `push.clientID`, with its content: written if the client is
     /// connected here and it is the next of its sequence; otherwise what comes before it is
