@@ -54,6 +54,7 @@ func follow(_ connection: Connection) async {
 private func subscriberBufferExample() {
     var configuration = ConnectionConfiguration()
     configuration.limits.subscriberBufferSize = 256     // per subscriber; the oldest go first
+    configuration.limits.maximumSubscriberBytes = 16 << 20  // payload bytes per subscriber
     _ = configuration
 }
 

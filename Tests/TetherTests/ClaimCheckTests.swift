@@ -102,16 +102,19 @@ struct ClaimCheckTests {
         }
     }
 
-    @Test("a row that names another node: the check closes the connection here, and the client comes back, claims again and gets its pushes")
+    @Test("a row that names another node: the check closes the connection here as taken over; a client that takes its session back comes back, claims again and gets its pushes")
     func anotherHolder() async throws {
         try await withPostgresNodes(2, { $0.claimCheckInterval = nil }) { nodes, url in
-            let client = try await clusterClient("otto", nodes[0].endpoint)
+            // A newer connection elsewhere holds the session: by default the client stops
+            // (sessionTakenOver); this one is set to take it back.
+            let client = try await clusterClient("otto", nodes[0].endpoint) { $0.session?.reconnectsWhenTakenOver = true }
             let watcher = StateWatcher(client)
             let notifications = client.notifications
             try await execute("UPDATE tether_mailboxes SET holder = 'gone', generation = generation + 1 WHERE client_id = $1", [.text("otto")], in: url)
             try await nodes[1].server.push(indexed(0), toClient: "otto")
             #expect(try await nodes[0].cluster.checkClaims() == ClaimCheck(checked: 1, adopted: 0, reclaimed: 0, closed: 1))
-            try await watcher.next(.reconnecting, within: .seconds(30))
+            let reconnecting = try await watcher.next(.reconnecting, within: .seconds(30))
+            #expect(reconnecting.reason?.code == .sessionTakenOver, "\(String(describing: reconnecting.reason))")
             try await watcher.next(.connected, within: .seconds(30))
             #expect(try await nodes[0].cluster.holder(ofClient: "otto") == "n1")
             try await nodes[1].server.push(indexed(1), toClient: "otto")
