@@ -44,6 +44,7 @@ struct SubscriberBytesTests {
         let feed = await connection.notificationFeed
         let gauge = try #require(feed.gauge)
         let bound = ConnectionConfiguration().limits.maximumSubscriberBytes
+        print("16 MiB pushes at line rate: the subscriber held at most \(gauge.peakBytes >> 20) MiB (bound \(bound >> 20) MiB)")
         #expect(gauge.peakBytes <= bound + size, "the subscriber held \(gauge.peakBytes) bytes")
         #expect(gauge.peakBytes > bound)
         let metrics = await connection.metrics
@@ -80,6 +81,7 @@ struct SubscriberBytesTests {
             try await bounded("a request to hold pushes") { await connection.pushesHeldForTesting() }
             let feed = await connection.notificationFeed
             let gauge = try #require(feed.gauge)
+            print("1 MiB session pushes, bound 4 MiB: the subscriber held at most \(gauge.peakBytes >> 10) KiB before the hold took")
             #expect(gauge.peakBytes <= 2 * bound + size, "the subscriber held \(gauge.peakBytes) bytes")
             let response = try await connection.request(Request(type: 0x402, json: ["while": "held"]))
             #expect(response.json == ["echo": ["while": "held"]])
