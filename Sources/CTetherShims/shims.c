@@ -36,3 +36,25 @@ int ctether_netlink_open(unsigned int groups) {
 int ctether_errno(void) {
     return errno;
 }
+
+#if defined(__linux__)
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
+int ctether_unacknowledged_bytes(int fd) {
+    int count = 0;
+    if (ioctl(fd, SIOCOUTQ, &count) != 0) return -1;
+    return count;
+}
+#elif defined(__APPLE__)
+int ctether_unacknowledged_bytes(int fd) {
+    int count = 0;
+    socklen_t length = sizeof count;
+    if (getsockopt(fd, SOL_SOCKET, SO_NWRITE, &count, &length) != 0) return -1;
+    return count;
+}
+#else
+int ctether_unacknowledged_bytes(int fd) {
+    (void)fd;
+    return 0;
+}
+#endif

@@ -26,6 +26,9 @@ extension FaultProxy {
         var flushing = false
         /// The source sent its FIN.
         var sourceEnded = false
+        /// Bytes the bandwidth limit lets through now, and when that was reckoned.
+        private var tokens = 0.0
+        private var tokensAt: ContinuousClock.Instant?
         /// The FIN was passed on to the destination.
         var finished = false
 
@@ -97,11 +100,46 @@ extension FaultProxy {
             return arrivals[last].end - forwarded
         }
 
+        /// The bucket's size at `rate`: a twentieth of a second's worth, at least 1 byte.
+        private static func capacity(_ rate: Int) -> Double { max(1, Double(rate) / 20) }
+
+        /// How many bytes the bandwidth limit of `mode` lets through at `now`; `Int.max`
+        /// without one.
+        func allowance(_ mode: Mode, now: ContinuousClock.Instant) -> Int {
+            guard let rate = mode.bytesPerSecond(direction) else { return .max }
+            guard let tokensAt else { return Int(Self.capacity(rate)) }
+            let elapsed = Double((now - tokensAt).components.attoseconds) / 1e18 + Double((now - tokensAt).components.seconds)
+            return Int(min(Self.capacity(rate), tokens + elapsed * Double(rate)))
+        }
+
+        /// Takes `count` forwarded bytes from the bandwidth limit's bucket.
+        mutating func spend(_ count: Int, _ mode: Mode, now: ContinuousClock.Instant) {
+            guard let rate = mode.bytesPerSecond(direction) else { return }
+            let available: Double
+            if let tokensAt {
+                let elapsed = Double((now - tokensAt).components.attoseconds) / 1e18 + Double((now - tokensAt).components.seconds)
+                available = min(Self.capacity(rate), tokens + elapsed * Double(rate))
+            } else {
+                available = Self.capacity(rate)
+            }
+            tokens = available - Double(count)
+            tokensAt = now
+        }
+
+        /// The fewest bytes worth a write under the bandwidth limit: a hundredth of a
+        /// second's worth, or what is ready if less, so a slow lane is not written a byte
+        /// at a time.
+        private func worthwhile(_ mode: Mode, ready: Int) -> Int {
+            guard let rate = mode.bytesPerSecond(direction) else { return 1 }
+            return max(1, min(ready, rate / 100))
+        }
+
         /// Whether forwarded bytes may be written now under `mode`.
         func mayForward(_ mode: Mode, now: ContinuousClock.Instant) -> Bool {
             guard !mode.stalled else { return false }
             let ready = ready(mode, now: now)
             guard ready > 0 else { return false }
+            guard allowance(mode, now: now) >= worthwhile(mode, ready: ready) else { return false }
             guard case .coalesce(let minimum, let flushAfter) = mode.shaping(direction) else { return true }
             return flushing || sourceEnded || ready >= minimum || (oldest.map { now >= $0 + mode.delay + flushAfter } ?? false)
         }
@@ -117,6 +155,14 @@ extension FaultProxy {
             if case .coalesce(_, let flushAfter) = mode.shaping(direction), let oldest {
                 let flush = oldest + mode.delay + flushAfter
                 due = due.map { min($0, flush) } ?? flush
+            }
+            if let rate = mode.bytesPerSecond(direction) {
+                let ready = ready(mode, now: now)
+                let missing = worthwhile(mode, ready: max(ready, 1)) - allowance(mode, now: now)
+                if ready > 0, missing > 0 {
+                    let refill = now + .nanoseconds(Int64((Double(missing) / Double(rate) * 1e9).rounded(.up)))
+                    due = due.map { min($0, refill) } ?? refill
+                }
             }
             return due
         }

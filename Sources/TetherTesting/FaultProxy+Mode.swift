@@ -96,6 +96,17 @@ extension FaultProxy {
         /// How long every byte is held, in both directions, after the proxy read it and
         /// before it may be forwarded: a latency. The order of bytes is kept. Default `.zero`.
         public var delay: Duration = .zero
+        /// The most bytes a second forwarded from the client to the server, a bandwidth
+        /// limit; `nil` for none. Default `nil`.
+        ///
+        /// A token bucket of a twentieth of a second's worth (at least 1 byte): idle time
+        /// earns no more than that, so the rate holds over any span longer than 50 ms. With
+        /// TCP's flow control behind the proxy's 64 KiB per direction, the sender is slowed
+        /// to the rate as on a slow link.
+        public var upstreamBytesPerSecond: Int?
+        /// The most bytes a second forwarded from the server to the client; `nil` for none.
+        /// Default `nil`. See ``upstreamBytesPerSecond``.
+        public var downstreamBytesPerSecond: Int?
 
         /// Makes a mode.
         ///
@@ -155,6 +166,18 @@ extension FaultProxy {
             Mode(cut: Cut(after: bytes, counting: counting, reset: reset))
         }
 
+        /// A bandwidth limit of `bytesPerSecond` in each direction, with no other fault.
+        ///
+        /// - Parameter bytesPerSecond: The most bytes a second each way; must be 1 or more.
+        /// - Returns: The mode.
+        public static func limited(bytesPerSecond: Int) -> Mode {
+            precondition(bytesPerSecond > 0, "a bandwidth limit needs 1 byte a second or more")
+            var mode = Mode()
+            mode.upstreamBytesPerSecond = bytesPerSecond
+            mode.downstreamBytesPerSecond = bytesPerSecond
+            return mode
+        }
+
         /// Every byte held for `delay` in both directions, with no other fault.
         ///
         /// - Parameter delay: How long each byte is held.
@@ -165,6 +188,10 @@ extension FaultProxy {
 
         func shaping(_ direction: Direction) -> Shaping {
             direction == .upstream ? upstream : downstream
+        }
+
+        func bytesPerSecond(_ direction: Direction) -> Int? {
+            direction == .upstream ? upstreamBytesPerSecond : downstreamBytesPerSecond
         }
     }
 

@@ -54,6 +54,7 @@ extension FaultProxy {
             guard let fd = try? Syscall.makeSocket(family: AF_INET, type: SocketOptions.streamType) else { return false }
             server = fd
             setNoDelay(fd)
+            limitReceiveBuffer(fd)
             guard let connected = try? Syscall.startConnect(fd, SocketAddress(ipAddress: "127.0.0.1", port: port)!) else { return false }
             if connected { return true }
             let deadline = ContinuousClock.now + .seconds(5)
@@ -157,6 +158,7 @@ extension FaultProxy {
             while lane.mayForward(mode, now: ContinuousClock.now) {
                 var size = lane.ready(mode, now: ContinuousClock.now)
                 if case .pieces(let maximum) = mode.shaping(lane.direction) { size = min(size, maximum) }
+                size = min(size, lane.allowance(mode, now: ContinuousClock.now))
                 let (allowance, epoch) = link.control.withLock { control -> (Int?, Int) in
                     guard let cut = control.mode.cut, cut.counts(lane.direction) else { return (nil, control.cutEpoch) }
                     return (control.cutRemaining, control.cutEpoch)
@@ -171,6 +173,7 @@ extension FaultProxy {
                     return .breakOff(.reset)
                 case .done(let count):
                     if case .coalesce = mode.shaping(lane.direction) { lane.flushing = true }
+                    lane.spend(count, mode, now: ContinuousClock.now)
                     lane.consume(count)
                     let direction = lane.direction
                     proxy.count { counters in

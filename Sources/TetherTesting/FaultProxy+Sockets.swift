@@ -17,6 +17,15 @@ func resetAndClose(_ fd: Int32) {
     Syscall.closeDescriptor(fd)
 }
 
+/// Sets a receive buffer of 64 KiB (`SO_RCVBUF`), so the kernel acknowledges little more
+/// than the proxy has room for, and segments of at most 1,460 bytes (`TCP_MAXSEG`), as on
+/// Ethernet rather than loopback's 64 KiB, so the window opens a little at a time and a
+/// sender sees its bytes acknowledged smoothly: a listener's accepted sockets inherit both.
+func limitReceiveBuffer(_ fd: Int32) {
+    try? Syscall.setOption(fd, level: SocketOptions.socketLevel, name: SocketOptions.receiveBuffer, value: 1 << 16)
+    try? Syscall.setOption(fd, level: SocketOptions.tcpLevel, name: SocketOptions.maximumSegment, value: 1_460)
+}
+
 /// Sets `TCP_NODELAY`, so each write leaves as a segment of its own.
 func setNoDelay(_ fd: Int32) {
     try? Syscall.setOption(fd, level: SocketOptions.tcpLevel, name: SocketOptions.noDelay, value: 1)

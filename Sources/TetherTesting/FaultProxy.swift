@@ -37,7 +37,10 @@ public import Tether
 /// (``waitUntil(_:within:_:)``) suspends on a continuation that a proxy thread resumes, and
 /// ``stop()`` suspends until every proxy thread has exited. Each direction of a connection
 /// holds at most 64 KiB read and not yet forwarded; beyond that the proxy stops reading and
-/// TCP flow control pushes back on the sender.
+/// TCP flow control pushes back on the sender. Every socket of the proxy has a receive
+/// buffer of 64 KiB too, so the kernel holds little more than the proxy: a sender sees its
+/// bytes acknowledged at the pace the proxy forwards them, as over a slow link, rather than
+/// all at once into a deep buffer.
 ///
 /// Call ``stop()`` when done (or use ``withFaultProxy(to:mode:isolation:_:)``): the threads run until
 /// then.
@@ -87,6 +90,8 @@ public final class FaultProxy: Sendable {
             listener = try Syscall.makeSocket(family: AF_INET, type: SocketOptions.streamType)
             do {
                 try Syscall.setOption(listener, level: SocketOptions.socketLevel, name: SocketOptions.reuseAddress, value: 1)
+                // Inherited by every accepted socket, before its window is offered.
+                limitReceiveBuffer(listener)
                 try Syscall.bindAddress(listener, SocketAddress(ipAddress: "127.0.0.1", port: 0)!)
                 try Syscall.startListening(listener, backlog: 64)
                 port = try Syscall.localAddress(listener).port

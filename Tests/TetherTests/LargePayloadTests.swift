@@ -183,6 +183,8 @@ struct LargePayloadTests {
             try await withServer(configure: {
                 $0.eventLoopGroup = group
                 $0.frameCompletionTimeout = .milliseconds(200)
+                // A hard limit here: what arrives before the stall does not buy more time.
+                $0.minimumFrameRate = nil
                 $0.handshakeTimeout = nil
                 $0.idleTimeout = nil
             }, handlers: echoHandlers) { server, endpoint in
@@ -210,6 +212,42 @@ struct LargePayloadTests {
                 let metrics = await server.metrics()
                 #expect(metrics.frameTimeouts == 1)
                 #expect(metrics.framesIn == 1)
+            }
+        }
+    }
+
+    @Test("with the default minimum rate, a large body that arrives fast and then stalls gets one more timeout, and is closed at the end of it, saying it came too slowly")
+    func stalledLargeBodyAfterProgress() async throws {
+        let frame = seedBytes(type: 0x402, serial: 2, payload: payload(1 << 20, index: 2))
+        try await withManualLoop { clock, group in
+            try await withServer(configure: {
+                $0.eventLoopGroup = group
+                $0.frameCompletionTimeout = .milliseconds(200)
+                $0.handshakeTimeout = nil
+                $0.idleTimeout = nil
+            }, handlers: echoHandlers) { server, endpoint in
+                let events = server.events
+                let socket = try RawSocket.connect(to: endpoint)
+                defer { socket.close() }
+                let local = try Syscall.localAddress(socket.fd).port
+                try socket.write(seedBytes(type: 0x402, serial: 1))
+                #expect(try await socket.readFrame()?.serial == 1)
+                let start = clock.now
+                // 300,000 bytes in the first 200 ms: far above 1 KiB/s.
+                try await offThread { try socket.write(Array(frame[..<(12 + 200_000)])) }
+                await clock.advance(by: .milliseconds(100))
+                try await offThread { try socket.write(Array(frame[(12 + 200_000)..<(12 + 300_000)])) }
+                await clock.advance(by: .milliseconds(100))
+                #expect(server.peerCount == 1, "a frame arriving at 1.5 MB/s was cut at its timeout")
+                // Then nothing for a whole timeout.
+                await clock.advance(by: .milliseconds(200) - .nanoseconds(1))
+                #expect(server.peerCount == 1)
+                await clock.advance(by: .nanoseconds(1))
+                #expect(clock.now == start + 400_000_000)
+                let gone = try await collect(1, from: events.filter { $0.kind == .peerDisconnected }, "the peer to be closed")
+                let reason = try #require(gone.first?.reason)
+                #expect(reason.code == .frameTimeout)
+                #expect(reason.message == "peer 127.0.0.1:\(local) sent less than 1024 bytes a second of an unfinished frame for 200 ms (300012 bytes of it received)")
             }
         }
     }

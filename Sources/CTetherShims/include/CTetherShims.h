@@ -24,4 +24,8 @@ int ctether_netlink_open(unsigned int groups);
 /// The calling thread's `errno`, read through a function so Swift never caches it.
 int ctether_errno(void);
 
+/// The bytes in a socket's send queue that the peer has not acknowledged yet: `TIOCOUTQ`
+/// on Linux, `SO_NWRITE` on Darwin; -1 with `errno` set on failure.
+int ctether_unacknowledged_bytes(int fd);
+
 #endif

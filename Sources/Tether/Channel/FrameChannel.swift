@@ -402,6 +402,8 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     var bytesRead: Int { transport.bytesRead }
     /// See ``bytesRead``.
     var bytesWritten: Int { transport.bytesWritten }
+    /// Of ``bytesWritten``, those the peer has acknowledged (``ByteTransport/bytesDelivered``).
+    var bytesDelivered: Int { transport.bytesDelivered }
 
     // MARK: Closing
 

@@ -84,10 +84,36 @@ extension Connection {
     }
 
     /// Whether a heartbeat sent at `sentAt` that got no ack in time is excused: reading was
-    /// stopped for a slow subscriber at some point since, so its ack may be waiting unread.
+    /// stopped for a slow subscriber at some point since, so its ack may be waiting unread;
+    /// or a frame was under way, in either direction, when the heartbeat went out or is now,
+    /// and bytes moved since, so the heartbeat waits behind ours or its ack behind the
+    /// server's. A peer
+    /// whose bytes stopped moving is not excused: it is found within the heartbeat's bound.
     func heartbeatMissExcused(sentAt: UInt64) -> Bool {
         guard let channel else { return false }
-        return channel.isReadingPaused || readingResumedAt > sentAt
+        if channel.isReadingPaused || readingResumedAt > sentAt { return true }
+        let mark = heartbeatProgressMark
+        // Ours: a large frame's bytes handed over before the heartbeat, still undelivered
+        // when it went out, that moved since. The heartbeat's own bytes do not count, nor
+        // small frames (an earlier heartbeat whose acknowledgement the kernel delays).
+        let delivered = min(channel.bytesDelivered, mark.ahead)
+        if mark.ahead - mark.delivered >= LargePayloads.threshold, delivered > mark.delivered { return true }
+        // Theirs: a frame arriving, when the heartbeat went out or now, that moved since.
+        guard mark.receiving || channel.holdsPartialInput else { return false }
+        return channel.bytesRead != mark.read
+    }
+
+    /// Notes, before a heartbeat is written, what has moved so far: the bytes read, the
+    /// bytes handed to the transport before it (written, or waiting to be) and how many of
+    /// them the peer has acknowledged, and whether part of a frame has been received. See
+    /// ``heartbeatMissExcused(sentAt:)``.
+    func markHeartbeatProgress(on channel: Channel) {
+        heartbeatProgressMark = (
+            read: channel.bytesRead,
+            ahead: channel.bytesWritten + channel.pendingOutboundBytes,
+            delivered: channel.bytesDelivered,
+            receiving: channel.holdsPartialInput
+        )
     }
 }
 

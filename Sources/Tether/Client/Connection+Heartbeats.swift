@@ -34,7 +34,8 @@ extension Connection {
         let now = loop.now
         if let outstanding = machine.outstanding, now >= outstanding.sentAt &+ machine.timeout,
            heartbeatMissExcused(sentAt: outstanding.sentAt) {
-            // Not the server's silence: we stopped reading for a slow subscriber.
+            // Not the server's silence: we stopped reading for a slow subscriber, or the
+            // heartbeat or its ack waits behind a large frame that is still moving.
             machine.excuseOutstanding()
             adaptiveHeartbeatMissed(nil)
         }
@@ -45,6 +46,7 @@ extension Connection {
             case .send(let serial):
                 adaptiveHeartbeatSending(serial, interval: machine.interval)
                 do {
+                    markHeartbeatProgress(on: channel)
                     try write(Frame(type: configuration.profile.heartbeatType ?? 0, serial: serial), on: channel)
                     heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .sent))
                 } catch {
@@ -91,6 +93,7 @@ extension Connection {
         adaptiveHeartbeatVerifying()
         for case .send(let serial) in actions {
             do {
+                markHeartbeatProgress(on: channel)
                 try write(Frame(type: configuration.profile.heartbeatType ?? 0, serial: serial), on: channel)
                 heartbeatFeed.publish(Heartbeat(serial: serial, outcome: .sent))
             } catch {

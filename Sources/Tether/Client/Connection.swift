@@ -82,6 +82,9 @@ public actor Connection {
     /// When reading last started again after a slow subscriber caught up: a heartbeat sent
     /// before then may have had its ack wait unread.
     var readingResumedAt: UInt64 = 0
+    /// What had moved when the outstanding heartbeat went out (see
+    /// ``markHeartbeatProgress(on:)``): bytes of a frame moving since excuse its missing ack.
+    var heartbeatProgressMark = (read: 0, ahead: 0, delivered: 0, receiving: false)
     /// The app's preparation of the current connection, while it runs, and its timer.
     var preparationTask: Task<Void, Never>?
     var preparationTimer: LoopTimer?

@@ -173,6 +173,13 @@ package enum Syscall {
         _ = try retrying { setsockopt(fd, level, name, &value, socklen_t(MemoryLayout<Int32>.size)) }
     }
 
+    /// The bytes of a socket's send queue the peer has not acknowledged yet
+    /// (`ioctl(2)` `SIOCOUTQ` on Linux, `getsockopt(2)` `SO_NWRITE` on Darwin); 0 when the
+    /// kernel cannot say.
+    package static func unacknowledgedBytes(_ fd: Int32) -> Int {
+        Int(max(0, ctether_unacknowledged_bytes(fd)))
+    }
+
     /// `getsockopt(2)` for an `Int32` option.
     package static func getOption(_ fd: Int32, level: Int32, name: Int32) throws(Errno) -> Int32 {
         var value: Int32 = 0
@@ -266,6 +273,8 @@ package enum SocketOptions {
     package static let socketLevel = SOL_SOCKET
     package static let error = SO_ERROR
     package static let reuseAddress = SO_REUSEADDR
+    package static let receiveBuffer = SO_RCVBUF
+    package static let maximumSegment = Int32(TCP_MAXSEG)
 }
 
 extension SocketOptions {

@@ -104,6 +104,7 @@ extension Peer {
         }
         if decoded || partialFrameSince == nil {
             partialFrameSince = readAt
+            partialFrameBytes = channel.bytesRead
         }
         if frameTimer == nil, let since = partialFrameSince {
             frameTimer = loop.schedule(at: since &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.frameTag, detail: 0)
@@ -111,9 +112,12 @@ extension Peer {
     }
 
     /// The frame completion check fired: closes the peer when the frame it started is still
-    /// unfinished at its deadline; otherwise checks again at the deadline of the frame now
-    /// under way, if any.
-    func frameExpired() {
+    /// unfinished at its deadline and arrived slower than ``ServerConfiguration/minimumFrameRate``;
+    /// gives one still arriving at that pace another timeout; otherwise checks again at the
+    /// deadline of the frame now under way, if any.
+    ///
+    /// - Parameter extended: Whether the frame was given another timeout before.
+    func frameExpired(extended: Bool) {
         frameTimer = nil
         guard let channel, let timeout = configuration.frameCompletionTimeout else { return }
         // Bytes that arrived after this turn's readiness check may finish the frame.
@@ -124,9 +128,35 @@ extension Peer {
             frameTimer = loop.schedule(at: deadline, target: self, tag: Self.frameTag, detail: 0)
             return
         }
+        if progressing(channel, since: since, from: partialFrameBytes) {
+            // A large frame on a slow link: it gets another timeout from now, measured again then.
+            partialFrameSince = loop.now
+            partialFrameBytes = channel.bytesRead
+            frameTimer = loop.schedule(at: loop.now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.frameTag, detail: 1)
+            return
+        }
+        if extended, let rate = configuration.minimumFrameRate {
+            close(for: TetherError(
+                code: .frameTimeout,
+                message: "peer \(channel.remoteAddress) sent less than \(rate) bytes a second of an unfinished frame for \(describe(timeout)) (\(channel.bufferedInboundBytes) bytes of it received)"
+            ))
+            return
+        }
         close(for: TetherError(
             code: .frameTimeout,
             message: "peer \(channel.remoteAddress) did not finish a frame within \(describe(timeout)) of its first byte (\(channel.bufferedInboundBytes) bytes of it received)"
         ))
+    }
+
+    /// Whether the bytes that arrived since `since`, when the socket had read `bytes`, came
+    /// at ``ServerConfiguration/minimumFrameRate`` or faster: a frame that is still arriving.
+    func progressing(_ channel: Channel, since: UInt64, from bytes: Int) -> Bool {
+        guard let rate = configuration.minimumFrameRate, rate > 0 else { return false }
+        let elapsed = loop.now &- since
+        let arrived = UInt64(max(channel.bytesRead - bytes, 0))
+        // arrived / seconds >= rate, in integers: arrived × 10⁹ >= rate × nanoseconds.
+        let needed = UInt64(rate).multipliedFullWidth(by: elapsed)
+        let got = arrived.multipliedFullWidth(by: 1_000_000_000)
+        return got.high > needed.high || (got.high == needed.high && got.low >= needed.low)
     }
 }

@@ -63,6 +63,9 @@ public actor Peer {
     /// When the first bytes of the frame being received arrived (monotonic nanoseconds);
     /// `nil` between frames and while the socket is not read.
     var partialFrameSince: UInt64?
+    /// The socket's bytes read when ``partialFrameSince`` was set: what arrived since is the
+    /// frame's progress (``ServerConfiguration/minimumFrameRate``).
+    var partialFrameBytes = 0
     /// Set while the frame completion check is scheduled.
     var frameTimer: LoopTimer?
     /// Whether the server drains, and how far: see ``drain(_:)``.
@@ -568,9 +571,9 @@ extension Peer: TimerTarget {
             if tag == Self.idleTag {
                 peer.idleCheck()
             } else if tag == Self.frameTag {
-                peer.frameExpired()
+                peer.frameExpired(extended: detail != 0)
             } else {
-                peer.handshakeExpired()
+                peer.handshakeExpired(windowStartBytes: Int(detail))
             }
         }
     }
@@ -650,12 +653,22 @@ extension Peer: TimerTarget {
         )
     }
 
-    private func handshakeExpired() {
+    /// The handshake timeout fired: closes a peer that has sent no complete frame, unless
+    /// its first frame is under way and arrived at ``ServerConfiguration/minimumFrameRate``
+    /// or faster since `windowStartBytes` (the socket's bytes read when this timeout's
+    /// window began): a large first request on a slow link gets another timeout.
+    private func handshakeExpired(windowStartBytes: Int) {
         handshakeTimer = nil
         guard let channel, counts.framesIn == 0 else { return }
         // Bytes that arrived after this turn's readiness check may complete the first frame.
         channel.readPending()
         guard self.channel === channel, counts.framesIn == 0 else { return }
+        if let timeout = configuration.handshakeTimeout, channel.holdsPartialInput, !(channel.transport is ProtocolSniffer),
+           progressing(channel, since: loop.now &- MonotonicTime.nanoseconds(of: timeout), from: windowStartBytes) {
+            let bytes = UInt32(clamping: channel.bytesRead)
+            handshakeTimer = loop.schedule(at: loop.now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.handshakeTag, detail: bytes)
+            return
+        }
         let timeout = configuration.handshakeTimeout.map(describe) ?? "its handshake timeout"
         if let sniffer = channel.transport as? ProtocolSniffer {
             // On a main port shared with WebSocket, still waiting for the first four bytes.

@@ -40,6 +40,12 @@ public struct ServerConfiguration: Sendable {
     /// do not complete a frame do not count, so a client that trickles a header byte by
     /// byte cannot hold a connection open with it. Default 10 s.
     ///
+    /// A first frame still under way at this timeout (a large first request on a slow
+    /// link) is left to the ``frameCompletionTimeout`` and ``minimumFrameRate`` from then
+    /// on: it is closed unless it keeps arriving at that pace, and the handshake ends when
+    /// it completes. Without a frame completion timeout or a minimum rate, this timeout is
+    /// a hard limit.
+    ///
     /// A client that sends nothing until its first heartbeat must have a heartbeat interval
     /// well below this timeout.
     public var handshakeTimeout: Duration? = .seconds(10)
@@ -90,13 +96,24 @@ public struct ServerConfiguration: Sendable {
     /// reading too. A value below 1 counts as 1. Default 10,000.
     public var maximumHandlers: Int = 10_000
     /// How long a peer may take to send the rest of a frame once its first byte has arrived
-    /// before the server closes it with ``TetherError/Code/frameTimeout``; `nil` waits
-    /// forever. Bytes that trickle in do not move the deadline, so a client that sends a
-    /// frame one byte at a time cannot hold a connection open past it, whatever the
-    /// ``idleTimeout``; with ``tls``, part of a record counts as part of a frame. Time during
-    /// which the server itself does not read the peer (at ``maximumRequestsPerPeer``) does
-    /// not count. Default 30 s.
+    /// before the server closes it with ``TetherError/Code/frameTimeout``, unless the frame
+    /// keeps arriving at ``minimumFrameRate``; `nil` waits forever.
+    ///
+    /// The rule follows progress, not the clock alone: at each timeout the server looks at
+    /// what arrived since the frame started, or since the last look. A frame still arriving
+    /// at ``minimumFrameRate`` or faster (a large frame on a slow link) gets another
+    /// timeout, for as long as it keeps that pace; one that arrived slower than that (a
+    /// byte at a time) is closed there. Bytes that trickle in do not move the deadline, so a
+    /// client that sends a frame one byte at a time cannot hold a connection open past it,
+    /// whatever the ``idleTimeout``; with ``tls``, part of a record counts as part of a
+    /// frame. Time during which the server itself does not read the peer (at
+    /// ``maximumRequestsPerPeer``) does not count. Default 30 s.
     public var frameCompletionTimeout: Duration? = .seconds(30)
+    /// The pace, in bytes a second, at which a frame still arriving at its
+    /// ``frameCompletionTimeout`` (or the first frame at the ``handshakeTimeout``) counts as
+    /// progressing, and is given more time: 16 MiB take 4.5 hours at this pace. `nil` makes
+    /// both timeouts hard limits, whatever arrives. Default 1,024 (1 KiB/s).
+    public var minimumFrameRate: Int? = 1_024
 
     /// The defaults.
     public init() {}

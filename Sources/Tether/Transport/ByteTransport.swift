@@ -28,6 +28,10 @@ package protocol ByteTransport: AnyObject {
     var bytesRead: Int { get }
     /// See ``bytesRead``.
     var bytesWritten: Int { get }
+    /// Of ``bytesWritten``, those the peer has acknowledged: what left this machine's
+    /// socket send queue, rather than what the kernel took. Asks the kernel (one `ioctl`),
+    /// so it is for rare checks, not per frame.
+    var bytesDelivered: Int { get }
     /// When set, the handler hears ``ByteTransportHandler/transportWritable()`` once the
     /// bytes waiting to be written (``TransportBuffers/pendingOutboundBytes``) fall to this
     /// many or fewer; it is cleared first.
@@ -74,12 +78,16 @@ extension TransportLayer {
     var localAddress: SocketAddress? { base.localAddress }
     var bytesRead: Int { base.bytesRead }
     var bytesWritten: Int { base.bytesWritten }
+    var bytesDelivered: Int { base.bytesDelivered }
     func readPending() { base.readPending() }
     func pauseReading() { base.pauseReading() }
     func resumeReading() { base.resumeReading() }
 }
 
 extension ByteTransport {
+    /// A transport with no kernel queue below it (in memory): what it wrote is delivered.
+    package var bytesDelivered: Int { bytesWritten }
+
     /// For a layer over `base` (TLS, WebSocket), when `base` has drained to the threshold
     /// the layer set on it: tells the handler once this layer's own pending bytes are at
     /// ``writableThreshold`` too, or asks `base` for the rest.

@@ -23,6 +23,11 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
     let descriptor: Int32
     @exclusivity(unchecked) private(set) var bytesRead = 0
     @exclusivity(unchecked) private(set) var bytesWritten = 0
+
+    var bytesDelivered: Int {
+        guard isOpen else { return bytesWritten }
+        return bytesWritten - Syscall.unacknowledgedBytes(descriptor)
+    }
     @exclusivity(unchecked) var writableThreshold: Int?
     @exclusivity(unchecked) private var wantsWrite = false
     private(set) var isReadingPaused = false
