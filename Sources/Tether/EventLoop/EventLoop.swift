@@ -175,6 +175,17 @@ package final class EventLoop: @unchecked Sendable {
         enqueue(.closure(body))
     }
 
+    /// Runs `body` on the loop thread in a later turn than the one running now, after the
+    /// loop has looked at its descriptors and timers again: for work cut into parts, so
+    /// that the I/O of every other connection on the loop (a heartbeat to ack) waits for
+    /// one part at most, not for all of it. From another thread, the same as ``execute(_:)``.
+    func executeNextTurn(_ body: @escaping @Sendable () -> Void) {
+        guard inLoop else { return execute(body) }
+        // The remote queue is taken once per turn, after the wait for I/O; a loop with
+        // remote jobs does not block in that wait, so no wake-up is needed.
+        remote.withLock { $0.jobs.append(.closure(body)) }
+    }
+
     // MARK: Timers
 
     /// Schedules `callback` to run on the loop at `deadline` (monotonic nanoseconds). Loop thread only.

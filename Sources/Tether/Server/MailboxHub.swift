@@ -73,6 +73,8 @@ final class MailboxHub: Sendable {
         var claiming: [String: (generation: UInt64, node: String)?] = [:]
         /// Writes a broadcast from another node to the server's peers.
         var localBroadcast: (@Sendable (Frame) -> Void)?
+        /// The live pushes on their way to each event loop's peers.
+        var outboxes: [ObjectIdentifier: LiveOutbox] = [:]
         var authenticator: Authenticator?
         var offlineCallback: OfflineCallback?
         var metrics = Counts()
@@ -404,8 +406,9 @@ final class MailboxHub: Sendable {
             return (drafts.map { state.peers[$0.clientID] }, state.offlineCallback)
         }
         var offline = 0
-        // One job per event loop delivers, in order, every push for the peers on it.
-        var deliveries: [ObjectIdentifier: LiveDeliveries] = [:]
+        // Each event loop's outbox writes, in order, every push for the peers on it, a part
+        // of them a turn.
+        var deliveries: [ObjectIdentifier: [LiveOutbox.Push]] = [:]
         var loops: [EventLoop] = []
         for (position, draft) in drafts.enumerated() {
             let sequence = sequences[position]
@@ -413,7 +416,7 @@ final class MailboxHub: Sendable {
             if let peer = peers[position] {
                 let key = ObjectIdentifier(peer.loop)
                 if deliveries[key] == nil { loops.append(peer.loop) }
-                deliveries[key, default: LiveDeliveries()].pushes.append((peer, frame, sequence, draft.clientID))
+                deliveries[key, default: []].append((peer, frame, sequence, draft.clientID))
             } else {
                 offline += 1
                 if let callback, case .dropped = offlineSink.yield((callback, OfflinePush(clientID: draft.clientID, sequence: sequence, frame: frame))) {
@@ -422,8 +425,7 @@ final class MailboxHub: Sendable {
             }
         }
         for loop in loops {
-            let batch = deliveries[ObjectIdentifier(loop)]!
-            loop.execute { batch.deliver(on: loop) }
+            outbox(for: loop).post(deliveries[ObjectIdentifier(loop)]!)
         }
         if offline > 0 { state.withLock { $0.metrics.offline += offline } }
         var start = 0
@@ -539,6 +541,16 @@ final class MailboxHub: Sendable {
         case unclaimed
         /// This peer is the client's connection here now, in place of `replacing`.
         case attached(replacing: Peer?)
+    }
+
+    /// The outbox of `loop`'s peers, made on first use.
+    func outbox(for loop: EventLoop) -> LiveOutbox {
+        state.withLock { state in
+            if let outbox = state.outboxes[ObjectIdentifier(loop)] { return outbox }
+            let outbox = LiveOutbox(loop: loop)
+            state.outboxes[ObjectIdentifier(loop)] = outbox
+            return outbox
+        }
     }
 
     func rejected() {
@@ -671,17 +683,82 @@ extension MailboxHub {
     }
 }
 
-/// Stored pushes for connected clients on one event loop, delivered by one job in the order
-/// they were stored.
-struct LiveDeliveries: Sendable {
-    var pushes: [(peer: Peer, frame: Frame, sequence: UInt64, clientID: String)] = []
+/// The live pushes on their way to the peers of one event loop: written in the order they
+/// were stored, at most ``pushesPerTurn`` in one turn of the loop.
+///
+/// One store call can hold every push queued while the one before it ran (``MailboxHub``
+/// stores consecutive appends together), so a batch for one loop has no bound of its own:
+/// the store was slow or full for a second at 20,000 pushes a second, and the next batch
+/// holds 20,000. Written in one job, they would keep the loop from every other connection
+/// on it, heartbeats included, for as long as writing them all takes. Cut into parts with
+/// a look at the loop's descriptors and timers between them, a heartbeat waits for one
+/// part at most.
+final class LiveOutbox: Sendable {
+    typealias Push = (peer: Peer, frame: Frame, sequence: UInt64, clientID: String)
 
-    /// Hands each push to its peer; on `loop`'s thread, in a job of its own.
-    func deliver(on loop: EventLoop) {
-        for push in pushes {
-            onLoop(loop, push.peer, push) { (peer: isolated Peer, push: (peer: Peer, frame: Frame, sequence: UInt64, clientID: String)) in
+    /// The most pushes one turn of the loop writes: 256.
+    static let pushesPerTurn = 256
+
+    private struct Queue {
+        var pending: [Push] = []
+        var head = 0
+        /// A job to write the pending pushes is queued on the loop.
+        var scheduled = false
+        /// The most pushes one turn wrote so far, for tests.
+        var largestTurn = 0
+        /// How many turns wrote pushes, for tests.
+        var turns = 0
+    }
+
+    let loop: EventLoop
+    private let queue = Lock(Queue())
+
+    init(loop: EventLoop) {
+        self.loop = loop
+    }
+
+    /// Queues pushes behind those waiting, and has the loop write them.
+    func post(_ pushes: [Push]) {
+        guard !pushes.isEmpty else { return }
+        let schedule = queue.withLock { queue -> Bool in
+            queue.pending += pushes
+            defer { queue.scheduled = true }
+            return !queue.scheduled
+        }
+        if schedule { loop.execute { [self] in writeTurn() } }
+    }
+
+    /// Hands the next part of the pending pushes to their peers; on the loop's thread, in a
+    /// job of its own. What is left waits for the next turn.
+    private func writeTurn() {
+        let (part, more) = queue.withLock { queue -> (ArraySlice<Push>, Bool) in
+            let end = min(queue.pending.count, queue.head + Self.pushesPerTurn)
+            let part = queue.pending[queue.head..<end]
+            queue.head = end
+            queue.turns += 1
+            queue.largestTurn = max(queue.largestTurn, part.count)
+            if queue.head == queue.pending.count {
+                queue.pending.removeAll(keepingCapacity: queue.pending.count <= 4 * Self.pushesPerTurn)
+                queue.head = 0
+                queue.scheduled = false
+                return (part, false)
+            }
+            if queue.head >= 4 * Self.pushesPerTurn, queue.head * 2 >= queue.pending.count {
+                queue.pending.removeFirst(queue.head)
+                queue.head = 0
+            }
+            return (part, true)
+        }
+        for push in part {
+            onLoop(loop, push.peer, push) { (peer: isolated Peer, push: Push) in
                 peer.deliverSequenced(push.frame, sequence: push.sequence, for: push.clientID)
             }
         }
+        if more { loop.executeNextTurn { [self] in writeTurn() } }
+    }
+
+    /// The most pushes one turn has written, and in how many turns, for tests.
+    var turnsForTesting: (largest: Int, turns: Int) {
+        queue.withLock { ($0.largestTurn, $0.turns) }
     }
 }
