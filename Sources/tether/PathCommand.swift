@@ -13,12 +13,17 @@ struct PathCommand: Command {
     static let summary = "print the network path and each change of it"
     static let synopsis = "tether path [--count N]"
     static let help = """
-        Prints the network path that connections follow (the system's default routes, from
-        rtnetlink on Linux or NWPathMonitor on Apple platforms), one line now and one line
-        per change, until interrupted (Ctrl-C) or COUNT lines were printed:
+        Prints the network path that connections follow (the system's default routes and the
+        addresses of their interfaces, from rtnetlink on Linux, or NWPathMonitor on Apple
+        platforms), one line now and one line per change, until interrupted (Ctrl-C) or
+        COUNT lines were printed:
 
           no usable path
-          usable: IPv4 via 192.0.2.1 on wlan0 (index 3); IPv6 via fe80::1 on wlan0 (index 3)
+          usable: IPv4 via 192.0.2.1 on wlan0 (index 3) from 192.0.2.10/24; IPv6 via fe80::1 on wlan0 (index 3) from 2001:db8:1:2::/64
+
+        Each IPv4 address is the interface's primary address with its prefix length; each
+        IPv6 entry is the prefix of a global address, so a new temporary address is no change.
+        A new address on the same interface and gateway is a new network.
 
         A connection verifies itself with a heartbeat when its path changes, and waits for
         a usable path instead of spending reconnect attempts while there is none.
@@ -40,6 +45,8 @@ struct PathCommand: Command {
 
     func run() async throws -> ExitStatus {
         let monitor = SystemPathMonitor.shared
+        // The first line is the system's path, not the one assumed until it is read.
+        await monitor.waitForFirstReading()
         if let failure = monitor.failure {
             Console.fail(failure.message)
             return .failure

@@ -59,6 +59,33 @@ struct PathChangeTests {
         }
     }
 
+    @Test("a new address on the same interface and gateway is a change: the connection verifies itself at once")
+    func newAddressVerifiesAtOnce() async throws {
+        func wifi(_ address: String) -> NetworkPath {
+            NetworkPath(isUsable: true, routes: [.init(family: .ipv4, interfaceName: "wlan0", interfaceIndex: 3, gateway: "192.168.1.1", localAddresses: [address])])
+        }
+        try await withTestNetwork { network in
+            network.pathMonitor.update(wifi("192.168.1.20/24"))
+            try await withNetworkServer(on: network, configure: { $0.profile = heartbeatsAsRequests }, handlers: { server in
+                server.handle(type: 0x1) { _, _ in Response() }
+            }) { _, endpoint in
+                let connection = Connection(to: endpoint, configuration: testConfiguration {
+                    $0.use(network)
+                    $0.heartbeat = HeartbeatConfiguration()
+                })
+                let log = HeartbeatLog(connection)
+                try await connection.connect()
+                #expect(try await log.take(2) == [Heartbeat(serial: 1, outcome: .sent), Heartbeat(serial: 1, outcome: .acked, roundTripTime: .zero)])
+
+                await network.advance(by: .seconds(3))
+                network.pathMonitor.update(wifi("192.168.1.57/24"))
+                #expect(try await log.take(2) == [Heartbeat(serial: 2, outcome: .sent), Heartbeat(serial: 2, outcome: .acked, roundTripTime: .zero)])
+                #expect(await connection.networkPath == wifi("192.168.1.57/24"))
+                await connection.close()
+            }
+        }
+    }
+
     @Test("a dead connection is found within the heartbeat timeout of a change of path: 5 s, where the heartbeat schedule alone takes 35 s")
     func deadConnectionFoundWithinTimeout() async throws {
         for pathChanges in [true, false] {

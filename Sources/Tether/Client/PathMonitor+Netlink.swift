@@ -3,110 +3,215 @@
 import CTetherShims
 
 extension SystemPathMonitor {
-    /// Starts the process's rtnetlink watcher on a loop of ``EventLoopGroup/shared``, after
-    /// publishing the path it reads first.
-    static func startWatching(_ publish: @escaping @Sendable (NetworkPath) -> Void) throws(TetherError) -> any Sendable {
-        try NetlinkPathWatcher.start(on: EventLoopGroup.shared.next(), publish: publish)
+    /// Starts the process's rtnetlink watcher on a thread of its own; its first path is
+    /// published from there, or `failed` is told why it could not be read.
+    static func startWatching(
+        _ publish: @escaping @Sendable (NetworkPath) -> Void,
+        failed: @escaping @Sendable (TetherError) -> Void
+    ) throws(TetherError) -> any Sendable {
+        try NetlinkPathWatcher.start(source: NetlinkSockets(), publish: publish, failed: failed)
     }
 }
 
-/// Watches the kernel's routing tables for the default path.
+/// What ``NetlinkPathWatcher`` reads the kernel through: the netlink sockets, or in tests a
+/// source that plays the kernel. Only the watcher's thread calls it, except ``wake()``.
+protocol NetlinkPathSource: AnyObject, Sendable {
+    /// Blocks until the kernel says that something changed, until `deadline` (monotonic
+    /// nanoseconds; `nil`: none) passes, or until ``wake()`` was called.
+    ///
+    /// - Parameter deadline: When to give up waiting.
+    /// - Returns: What ended the wait.
+    /// - Throws: ``TetherError/Code/systemCall`` when the source is broken.
+    func waitForChange(until deadline: UInt64?) throws(TetherError) -> NetlinkWait
+
+    /// The path the kernel's links, addresses and default routes make now.
+    ///
+    /// - Returns: The path.
+    /// - Throws: ``TetherError/Code/systemCall`` when the tables cannot be read.
+    func readPath() throws(TetherError) -> NetworkPath
+
+    /// Makes the wait under way, and every later one, return ``NetlinkWait/stopped``; any thread.
+    func wake()
+
+    /// Releases what the source holds; called once, by the watcher's thread, as it ends.
+    func close()
+}
+
+/// What ended a ``NetlinkPathSource/waitForChange(until:)``.
+enum NetlinkWait: Equatable {
+    /// The kernel sent something (its content does not matter, nor a lost burst).
+    case changed
+    /// The deadline passed.
+    case timedOut
+    /// The watcher is stopping.
+    case stopped
+}
+
+/// Watches the kernel's routing tables for the default path, on a thread of its own: never
+/// on an event loop, so a slow kernel answer holds up no connection.
 ///
-/// One socket joins the multicast groups of links, addresses and routes (IPv4 and IPv6);
-/// it is nonblocking and registered with an event loop. Whatever arrives on it (its
-/// content does not matter, nor a lost burst: `ENOBUFS`) only says that something changed:
-/// the watcher drains it and, ``settleDelay`` after the first message of a burst, dumps the
-/// links and the IPv4 and IPv6 routes on a second socket, computes the path (``Netlink/path(routes:links:)``) and publishes it, which
-/// reaches the observers only when it differs from the last one. Each dump is bounded by
-/// ``dumpTimeout``; a dump that fails keeps the last path, and the next message tries again.
-final class NetlinkPathWatcher: IOHandler, @unchecked Sendable {
-    // @unchecked Sendable: after `start`, every field is touched only on `loop`'s thread
-    // (the first dump runs on the starting thread before the loop knows the watcher).
-
-    /// How long one dump (links, or one family's routes) may take. The kernel answers at
-    /// once; the bound is against a kernel that does not, never expected to pass.
-    static let dumpTimeout: Duration = .seconds(1)
-
-    private let loop: EventLoop
-    private let events: Int32
-    private let queries: Int32
-    private let publish: @Sendable (NetworkPath) -> Void
-    private var sequence: UInt32 = 0
-    private var buffer = [UInt8](repeating: 0, count: 64 << 10)
-    private var stopped = false
-    /// The timer of the dump that follows a burst of messages, while one is due.
-    private var pendingDump: LoopTimer?
-
+/// The thread reads the path once and publishes it, then waits for the kernel's messages of
+/// links, addresses and routes. ``settleDelay`` after the first message of a burst it reads
+/// the tables again (``NetlinkPathSource/readPath()``) and publishes what it finds, which
+/// reaches the observers only when it differs from the last path. A read that fails keeps
+/// the last path, and the next message tries again; a first read that fails ends the watcher.
+final class NetlinkPathWatcher: Sendable {
     /// How long after the first message of a burst the tables are read: a change (an
     /// interface going away takes its addresses and routes with it) comes as several
-    /// messages, and one dump after them all is enough.
+    /// messages, and one read after them all is enough.
     static let settleDelay: Duration = .milliseconds(20)
 
-    private init(loop: EventLoop, events: Int32, queries: Int32, publish: @escaping @Sendable (NetworkPath) -> Void) {
-        self.loop = loop
-        self.events = events
-        self.queries = queries
-        self.publish = publish
+    private let source: any NetlinkPathSource
+    private let finished = Semaphore()
+
+    private init(source: any NetlinkPathSource) {
+        self.source = source
     }
 
-    /// Opens the sockets, publishes the path they show now, and registers with `loop`.
+    /// Starts the watcher's thread on `source`.
     ///
-    /// - Throws: ``TetherError/Code/systemCall`` when a netlink socket cannot be opened or
-    ///   the first dump fails.
-    static func start(on loop: EventLoop, publish: @escaping @Sendable (NetworkPath) -> Void) throws(TetherError) -> NetlinkPathWatcher {
-        // Subscribed first, so that a change during the first dump is not missed.
-        let events = ctether_netlink_open(Netlink.watchedGroups)
+    /// - Parameters:
+    ///   - source: Where the thread reads the kernel; the watcher owns it from now on.
+    ///   - settleDelay: How long after the first message of a burst the tables are read.
+    ///   - publish: Told each path read, on the watcher's thread.
+    ///   - failed: Told why, when the first read fails; the watcher has ended then.
+    /// - Returns: The watcher.
+    static func start(
+        source: any NetlinkPathSource,
+        settleDelay: Duration = settleDelay,
+        publish: @escaping @Sendable (NetworkPath) -> Void,
+        failed: @escaping @Sendable (TetherError) -> Void = { _ in }
+    ) -> NetlinkPathWatcher {
+        let watcher = NetlinkPathWatcher(source: source)
+        BlockingThread.run {
+            watcher.run(settleDelay: settleDelay, publish: publish, failed: failed)
+            watcher.finished.signal()
+        }
+        return watcher
+    }
+
+    /// Stops the thread and waits until it has ended and closed the source; the path stays
+    /// what it last was. Blocks for as long as a read under way takes to give up: never call
+    /// it on an event loop. Once only.
+    func stop() {
+        source.wake()
+        finished.wait()
+    }
+
+    private func run(settleDelay: Duration, publish: (NetworkPath) -> Void, failed: (TetherError) -> Void) {
+        defer { source.close() }
+        do throws(TetherError) {
+            publish(try source.readPath())
+        } catch {
+            failed(error)
+            return
+        }
+        let settle = MonotonicTime.nanoseconds(of: settleDelay)
+        while true {
+            // A broken source ends the watcher: the path stays what it last was.
+            guard (try? source.waitForChange(until: nil)) == .changed else { return }
+            let deadline = MonotonicTime.now() &+ settle
+            settling: while true {
+                switch try? source.waitForChange(until: deadline) {
+                case .changed: continue
+                case .timedOut: break settling
+                case .stopped, nil: return
+                }
+            }
+            if let path = try? source.readPath() { publish(path) }
+        }
+    }
+}
+
+/// The watcher's netlink sockets: one joined to the multicast groups of links, addresses
+/// and routes (IPv4 and IPv6), one for dumps, and an `eventfd(2)` that wakes the thread to
+/// stop. All nonblocking; the thread waits in `poll(2)`.
+///
+/// Each dump (links, addresses, one family's routes) is bounded by ``dumpTimeout``. Only
+/// default routes are kept as a dump goes by, so a router's full table costs time, not memory.
+final class NetlinkSockets: NetlinkPathSource, @unchecked Sendable {
+    // @unchecked Sendable: `sequence` and `buffer` are touched only by the watcher's thread;
+    // `wake()` only writes to the eventfd, which any thread may.
+
+    /// How long one dump may take. The kernel answers at once; the bound is against a
+    /// kernel that does not, never expected to pass.
+    static let dumpTimeout: Duration = .seconds(1)
+
+    private let events: Int32
+    private let queries: Int32
+    private let wakeup: Int32
+    private var sequence: UInt32 = 0
+    private var buffer = [UInt8](repeating: 0, count: 64 << 10)
+
+    /// Opens the sockets; the events socket is subscribed before any dump, so that a change
+    /// during the first one is not missed.
+    ///
+    /// - Throws: ``TetherError/Code/systemCall`` when a socket cannot be opened.
+    init() throws(TetherError) {
+        events = ctether_netlink_open(Netlink.watchedGroups)
         guard events >= 0 else {
             throw TetherError(code: .systemCall, message: "cannot watch the network path: opening a netlink route socket failed: \(Errno.current)")
         }
-        let queries = ctether_netlink_open(0)
+        queries = ctether_netlink_open(0)
         guard queries >= 0 else {
             let error = Errno.current
             Syscall.closeDescriptor(events)
             throw TetherError(code: .systemCall, message: "cannot watch the network path: opening a netlink route socket failed: \(error)")
         }
-        let watcher = NetlinkPathWatcher(loop: loop, events: events, queries: queries, publish: publish)
-        do throws(TetherError) {
-            publish(try watcher.readPath())
-        } catch {
-            watcher.closeSockets()
-            throw error
-        }
-        loop.execute { watcher.register() }
-        return watcher
-    }
-
-    private func register() {
-        guard !stopped else { return }
-        do throws(Errno) {
-            try loop.register(events, interest: .read, handler: self)
-        } catch {
-            stopped = true
-            closeSockets()
+        wakeup = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        guard wakeup >= 0 else {
+            let error = Errno.current
+            Syscall.closeDescriptor(events)
+            Syscall.closeDescriptor(queries)
+            throw TetherError(code: .systemCall, message: "cannot watch the network path: eventfd failed: \(error)")
         }
     }
 
-    /// Stops watching and closes the sockets; the path stays what it last was. Idempotent.
-    func stop() {
-        loop.execute { [self] in
-            guard !stopped else { return }
-            stopped = true
-            if let pendingDump { loop.cancel(pendingDump) }
-            pendingDump = nil
-            loop.deregister(events)
-            closeSockets()
-        }
+    func wake() {
+        var one: UInt64 = 1
+        _ = withUnsafeBytes(of: &one) { write(wakeup, $0.baseAddress, $0.count) }
     }
 
-    private func closeSockets() {
+    func close() {
         Syscall.closeDescriptor(events)
         Syscall.closeDescriptor(queries)
+        Syscall.closeDescriptor(wakeup)
     }
 
-    func handleReadiness(_ event: ReadinessEvent) {
-        guard !stopped else { return }
+    /// Waits in `poll(2)` for `descriptor` or the eventfd, until `deadline`.
+    ///
+    /// - Returns: Whether `descriptor` is readable; `nil` when woken to stop.
+    private func poll(_ descriptor: Int32, until deadline: UInt64?) throws(TetherError) -> Bool? {
+        while true {
+            var descriptors = [
+                pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wakeup, events: Int16(POLLIN), revents: 0),
+            ]
+            var timeout: Int32 = -1
+            if let deadline {
+                let now = MonotonicTime.now()
+                guard now < deadline else { return false }
+                timeout = Int32(clamping: (deadline - now + 999_999) / 1_000_000)
+            }
+            let ready = Glibc.poll(&descriptors, 2, timeout)
+            if ready < 0 {
+                let error = Errno.current
+                if error == .interrupted { continue }
+                throw TetherError(code: .systemCall, message: "cannot watch the network path: poll failed: \(error)")
+            }
+            if descriptors[1].revents != 0 { return nil }
+            if descriptors[0].revents != 0 { return true }
+        }
+    }
+
+    func waitForChange(until deadline: UInt64?) throws(TetherError) -> NetlinkWait {
+        switch try poll(events, until: deadline) {
+        case nil: return .stopped
+        case false?: return .timedOut
+        case true?: break
+        }
         // Drain what arrived: any message, or a lost burst, means "look again".
-        drain: while true {
+        while true {
             let count = buffer.withUnsafeMutableBytes { recv(events, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
             if count >= 0 { continue }
             let error = Errno.current
@@ -114,31 +219,21 @@ final class NetlinkPathWatcher: IOHandler, @unchecked Sendable {
             case .interrupted, Errno(rawValue: ENOBUFS):
                 continue
             case _ where error.isWouldBlock:
-                break drain
+                return .changed
             default:
-                // The socket is broken: stop, rather than wake the loop for it forever.
-                stopped = true
-                loop.deregister(events)
-                closeSockets()
-                return
+                throw TetherError(code: .systemCall, message: "cannot watch the network path: reading a netlink message failed: \(error)")
             }
-        }
-        guard pendingDump == nil else { return }
-        pendingDump = loop.schedule(after: Self.settleDelay) { [self] in
-            pendingDump = nil
-            guard !stopped else { return }
-            if let path = try? readPath() { publish(path) }
         }
     }
 
-    // MARK: Dumps
-
-    /// The path the kernel's links and default routes make now. Only default routes are
-    /// kept as the dump goes by, so a router's full table costs time, not memory.
-    private func readPath() throws(TetherError) -> NetworkPath {
+    func readPath() throws(TetherError) -> NetworkPath {
         var links: [Netlink.Link] = []
         try dump(Netlink.getLink, family: 0) { message in
             if message.type == Netlink.newLink, let link = Netlink.link(in: message.payload) { links.append(link) }
+        }
+        var addresses: [Netlink.Address] = []
+        try dump(Netlink.getAddress, family: 0) { message in
+            if message.type == Netlink.newAddress, let address = Netlink.address(in: message.payload) { addresses.append(address) }
         }
         var routes: [Netlink.Route] = []
         for family in [Netlink.familyIPv4, Netlink.familyIPv6] {
@@ -148,7 +243,7 @@ final class NetlinkPathWatcher: IOHandler, @unchecked Sendable {
                 }
             }
         }
-        return Netlink.path(routes: routes, links: links)
+        return Netlink.path(routes: routes, links: links, addresses: addresses)
     }
 
     /// Sends one dump request and hands each message of its answer to `visit`, up to
@@ -171,13 +266,14 @@ final class NetlinkPathWatcher: IOHandler, @unchecked Sendable {
                 guard error.isWouldBlock else {
                     throw TetherError(code: .systemCall, message: "cannot read the network path: reading a netlink dump failed: \(error)")
                 }
-                let now = MonotonicTime.now()
-                guard now < deadline else {
+                switch try poll(queries, until: deadline) {
+                case true?:
+                    continue
+                case false?:
                     throw TetherError(code: .systemCall, message: "cannot read the network path: the kernel did not answer a netlink dump within \(describe(Self.dumpTimeout))")
+                case nil:
+                    throw TetherError(code: .systemCall, message: "cannot read the network path: the watcher stopped during a netlink dump")
                 }
-                var descriptor = pollfd(fd: queries, events: Int16(POLLIN), revents: 0)
-                _ = poll(&descriptor, 1, Int32(clamping: (deadline - now + 999_999) / 1_000_000))
-                continue
             }
             for message in Netlink.messages(in: buffer[..<count]) where message.sequence == sequence {
                 switch message.type {

@@ -6,7 +6,10 @@ extension SystemPathMonitor {
     /// Starts the process's `NWPathMonitor` on a queue of its own. Its first path comes
     /// shortly after the start: until then the path is ``NetworkPath/assumedUsable``, and
     /// the first real one is no change to a connection (``NetworkPath/differs(from:)``).
-    static func startWatching(_ publish: @escaping @Sendable (NetworkPath) -> Void) throws(TetherError) -> any Sendable {
+    static func startWatching(
+        _ publish: @escaping @Sendable (NetworkPath) -> Void,
+        failed: @escaping @Sendable (TetherError) -> Void
+    ) throws(TetherError) -> any Sendable {
         let monitor = NWPathMonitor()
         monitor.pathUpdateHandler = { path in
             publish(NetworkPath(path))

@@ -135,20 +135,30 @@ package final class PathObservers: Sendable {
 /// Network.framework's `NWPathMonitor`.
 ///
 /// The watcher starts the first time a connection (or your code) asks for the path, and
-/// runs until the process ends; every observer shares it. When it cannot start (a sandbox
-/// without netlink, say), the monitor reports ``NetworkPath/assumedUsable`` forever, so
-/// connections behave as they would without one, and ``failure`` says why.
+/// runs until the process ends, on a thread (or queue) of its own, never on an event loop;
+/// every observer shares it. Until it has read the system's path once, shortly after the
+/// start, the path is ``NetworkPath/assumedUsable``, and the first real path is no change
+/// to a connection (``NetworkPath/differs(from:)``). When it cannot start (a sandbox without
+/// netlink, say), the monitor reports ``NetworkPath/assumedUsable`` forever, so connections
+/// behave as they would without one, and ``failure`` says why.
 public final class SystemPathMonitor: PathMonitor {
     /// The monitor of the process.
     public static let shared = SystemPathMonitor()
 
     private let observers = PathObservers(.assumedUsable)
     private let watcher = Lock<Watcher>(.notStarted)
+    /// Whether the watcher has read the system's path once (or failed to), and who waits for it.
+    private let firstReading = Lock<FirstReading>(FirstReading())
 
     private enum Watcher {
         case notStarted
         case running(any Sendable)
         case failed(TetherError)
+    }
+
+    private struct FirstReading {
+        var done = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
     }
 
     private init() {}
@@ -179,16 +189,49 @@ public final class SystemPathMonitor: PathMonitor {
         return observers.add(handler)
     }
 
+    /// Starts watching the system on first use, and returns once the watcher has read the
+    /// system's path (``currentPath`` is then the system's) or failed to (``failure`` says
+    /// why). The watcher bounds its reads, so this returns soon: for `tether path`, whose
+    /// first line is the system's path.
+    package func waitForFirstReading() async {
+        startIfNeeded()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = firstReading.withLock { reading in
+                if !reading.done { reading.waiters.append(continuation) }
+                return reading.done
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    private func finishFirstReading() {
+        let waiters = firstReading.withLock { reading -> [CheckedContinuation<Void, Never>] in
+            guard !reading.done else { return [] }
+            reading.done = true
+            defer { reading.waiters = [] }
+            return reading.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
     private func startIfNeeded() {
-        watcher.withLock { watcher in
-            guard case .notStarted = watcher else { return }
+        let failedToStart = watcher.withLock { watcher -> Bool in
+            guard case .notStarted = watcher else { return false }
             let observers = observers
             do throws(TetherError) {
-                // The platform's watcher publishes the path it finds first before it returns.
-                watcher = .running(try Self.startWatching { observers.publish($0) })
+                watcher = .running(try Self.startWatching({ [self] path in
+                    observers.publish(path)
+                    finishFirstReading()
+                }, failed: { [self] error in
+                    self.watcher.withLock { $0 = .failed(error) }
+                    finishFirstReading()
+                }))
+                return false
             } catch {
                 watcher = .failed(error)
+                return true
             }
         }
+        if failedToStart { finishFirstReading() }
     }
 }

@@ -1,15 +1,18 @@
 /// The way out of this device to the network, as a ``PathMonitor`` sees it: whether one is
-/// usable, and through which interface and gateway it goes.
+/// usable, through which interface and gateway it goes, and from which of the interface's
+/// addresses.
 ///
 /// A connection compares each path with the one before: a path that is no longer usable, or
-/// that goes out another way (Wi-Fi to cellular, a new gateway), is a change, and a
-/// connection verifies itself on it (see <doc:Resilience>). ``identity`` names the network,
-/// so an app can key what it learns about one network (its latency, whether it blocks a
-/// port) and find it again when the device comes back to it.
+/// that goes out another way (Wi-Fi to cellular, a new gateway, a new address on the same
+/// interface and gateway), is a change, and a connection verifies itself on it (see
+/// <doc:Resilience>). ``identity`` names the network, so an app can key what it learns about
+/// one network (its latency, whether it blocks a port) and find it again when the device
+/// comes back to it: two Wi-Fi networks whose routers are both `192.168.1.1` still differ by
+/// the address each gives the device.
 ///
 /// ```swift
 /// for await path in SystemPathMonitor.shared.paths {
-///     print(path)     // usable: IPv4 via 192.0.2.1 on wlan0 (index 3)
+///     print(path)     // usable: IPv4 via 192.0.2.1 on wlan0 (index 3) from 192.0.2.10/24
 /// }
 /// ```
 public struct NetworkPath: Sendable, Hashable, CustomStringConvertible {
@@ -34,7 +37,8 @@ public struct NetworkPath: Sendable, Hashable, CustomStringConvertible {
         public var description: String { "IPv\(value)" }
     }
 
-    /// One default route: the way out for one address family.
+    /// One default route: the way out for one address family, and the interface's addresses
+    /// of that family that name the network.
     public struct Route: Sendable, Hashable, CustomStringConvertible {
         /// The address family the route is for.
         public var family: Family
@@ -45,6 +49,17 @@ public struct NetworkPath: Sendable, Hashable, CustomStringConvertible {
         /// The gateway, as text (`192.0.2.1`, `fe80::1`); `nil` for a point-to-point link
         /// or when the system does not say.
         public var gateway: String?
+        /// The interface's own addresses of the route's family, as far as they name the
+        /// network, in order: for IPv4 each primary address with its prefix length
+        /// (`192.0.2.10/24`); for IPv6 the prefix of each global address, at most 64 bits
+        /// long (`2001:db8:1:2::/64`), since the addresses in it rotate (temporary, privacy
+        /// addresses) while the network stays the same. Empty when the monitor does not say
+        /// (`NWPathMonitor` names no addresses).
+        ///
+        /// Secondary IPv4 addresses (aliases) and link-local IPv6 addresses are left out:
+        /// connections do not go out from the former, and the latter are the same on every
+        /// network.
+        public var localAddresses: [String]
 
         /// Creates a route.
         ///
@@ -53,17 +68,22 @@ public struct NetworkPath: Sendable, Hashable, CustomStringConvertible {
         ///   - interfaceName: The interface's name.
         ///   - interfaceIndex: The interface's index.
         ///   - gateway: The gateway's address as text, if there is one.
-        public init(family: Family, interfaceName: String, interfaceIndex: Int, gateway: String? = nil) {
+        ///   - localAddresses: The interface's addresses that name the network
+        ///     (see ``localAddresses``); none by default.
+        public init(family: Family, interfaceName: String, interfaceIndex: Int, gateway: String? = nil, localAddresses: [String] = []) {
             self.family = family
             self.interfaceName = interfaceName
             self.interfaceIndex = interfaceIndex
             self.gateway = gateway
+            self.localAddresses = localAddresses
         }
 
-        /// `IPv4 via 192.0.2.1 on wlan0 (index 3)`, or `IPv6 on ppp0 (index 7)` without a gateway.
+        /// `IPv4 via 192.0.2.1 on wlan0 (index 3) from 192.0.2.10/24`, `IPv6 on ppp0 (index 7)`
+        /// without a gateway or known addresses.
         public var description: String {
             let via = gateway.map { " via \($0)" } ?? ""
-            return "\(family)\(via) on \(interfaceName) (index \(interfaceIndex))"
+            let from = localAddresses.isEmpty ? "" : " from " + localAddresses.joined(separator: ", ")
+            return "\(family)\(via) on \(interfaceName) (index \(interfaceIndex))\(from)"
         }
     }
 
@@ -92,16 +112,24 @@ public struct NetworkPath: Sendable, Hashable, CustomStringConvertible {
     public static let assumedUsable = NetworkPath(isUsable: true)
 
     /// A name for the network the path goes out on, stable while it stays the same: the
-    /// families, interfaces and gateways of its routes, such as
-    /// `IPv4 wlan0#3 via 192.0.2.1, IPv6 wlan0#3 via fe80::1`. Empty when no route is known.
+    /// families, interfaces, gateways and local addresses (``Route/localAddresses``) of its
+    /// routes, such as
+    /// `IPv4 wlan0#3 via 192.0.2.1 from 192.0.2.10/24, IPv6 wlan0#3 via fe80::1 from 2001:db8:1:2::/64`.
+    /// Empty when no route is known.
+    ///
+    /// A new address on the same interface and gateway (a lease from another router at the
+    /// same address, a new subnet) is a new identity; a new temporary IPv6 address in the
+    /// same prefix is not.
     public var identity: String {
         routes.map { route in
-            "\(route.family) \(route.interfaceName)#\(route.interfaceIndex)" + (route.gateway.map { " via \($0)" } ?? "")
+            "\(route.family) \(route.interfaceName)#\(route.interfaceIndex)"
+                + (route.gateway.map { " via \($0)" } ?? "")
+                + (route.localAddresses.isEmpty ? "" : " from " + route.localAddresses.joined(separator: " "))
         }.joined(separator: ", ")
     }
 
-    /// `usable: IPv4 via 192.0.2.1 on wlan0 (index 3)`, `usable (no route details)`, or
-    /// `no usable path`.
+    /// `usable: IPv4 via 192.0.2.1 on wlan0 (index 3) from 192.0.2.10/24`,
+    /// `usable (no route details)`, or `no usable path`.
     public var description: String {
         guard isUsable else { return "no usable path" }
         guard !routes.isEmpty else { return "usable (no route details)" }
@@ -109,7 +137,7 @@ public struct NetworkPath: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Whether `other` goes out another way than this path: usable where this one is not
-    /// (or the reverse), or with other routes. Between usable paths of which one has no
+    /// (or the reverse), or with other routes or local addresses (another ``identity``). Between usable paths of which one has no
     /// known routes (``assumedUsable``) there is no change: nothing is known to have changed.
     ///
     /// - Parameter other: The newer path.

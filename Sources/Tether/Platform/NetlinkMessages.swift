@@ -18,6 +18,9 @@ enum Netlink {
     static let newLink: UInt16 = 16
     static let deleteLink: UInt16 = 17
     static let getLink: UInt16 = 18
+    static let newAddress: UInt16 = 20
+    static let deleteAddress: UInt16 = 21
+    static let getAddress: UInt16 = 22
     static let newRoute: UInt16 = 24
     static let deleteRoute: UInt16 = 25
     static let getRoute: UInt16 = 26
@@ -36,15 +39,29 @@ enum Netlink {
     static let familyIPv4: UInt8 = 2
     static let familyIPv6: UInt8 = 10
 
-    /// `rtmsg` is 12 bytes; `ifinfomsg` 16.
+    /// `rtmsg` is 12 bytes; `ifinfomsg` 16; `ifaddrmsg` 8.
     static let routeHeaderSize = 12
     static let linkHeaderSize = 16
+    static let addressHeaderSize = 8
 
     static let routeAttributeOutputInterface: UInt16 = 4
     static let routeAttributeGateway: UInt16 = 5
     static let routeAttributePriority: UInt16 = 6
     static let routeAttributeTable: UInt16 = 15
     static let linkAttributeName: UInt16 = 3
+    static let addressAttributeAddress: UInt16 = 1
+    static let addressAttributeLocal: UInt16 = 2
+    /// `IFA_FLAGS`: the address's flags in 32 bits, where the header has only 8.
+    static let addressAttributeFlags: UInt16 = 8
+
+    /// `IFA_F_SECONDARY` (IPv4; the same bit is `IFA_F_TEMPORARY` for IPv6).
+    static let addressFlagSecondary: UInt32 = 0x01
+    /// `RT_SCOPE_LINK` and `RT_SCOPE_HOST`.
+    static let scopeLink: UInt8 = 253
+    static let scopeHost: UInt8 = 254
+    /// The longest IPv6 prefix that names a network: a /64 subnet's addresses (SLAAC, their
+    /// temporary siblings, a DHCPv6 /128 in it) all name it alike.
+    static let networkPrefixLength: UInt8 = 64
 
     static let routeTypeUnicast: UInt8 = 1
     static let tableMain: UInt32 = 254
@@ -175,9 +192,91 @@ enum Netlink {
         return link
     }
 
-    /// The path that `routes` and `links` make: per family, the default route of the lowest
-    /// metric (the main table's first) whose interface is usable; usable when there is one.
-    static func path(routes: [Route], links: [Link]) -> NetworkPath {
+    /// What an address message says of one of an interface's addresses.
+    struct Address: Equatable {
+        var family: UInt8
+        var prefixLength: UInt8
+        var flags: UInt32
+        var scope: UInt8
+        var interface: Int
+        /// `IFA_LOCAL` when there is one (the local end of a point-to-point link), else
+        /// `IFA_ADDRESS`.
+        var bytes: [UInt8]?
+
+        /// What the address contributes to the network's identity, or `nil` when nothing:
+        /// an IPv4 primary address with its prefix length (`192.0.2.10/24`); the prefix of a
+        /// global IPv6 address, cut to ``networkPrefixLength`` (`2001:db8:1:2::/64`), which
+        /// every address of a subnet shares, so that a new temporary address is the same
+        /// network. Secondary IPv4 addresses, link-local IPv6 ones (the same on every
+        /// network) and host-scoped ones name no network.
+        var networkKey: (bytes: [UInt8], prefixLength: UInt8)? {
+            guard scope != scopeHost, let bytes else { return nil }
+            switch (family, bytes.count) {
+            case (familyIPv4, 4):
+                guard flags & addressFlagSecondary == 0 else { return nil }
+                return (bytes, min(prefixLength, 32))
+            case (familyIPv6, 16):
+                guard scope != scopeLink, !(bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80) else { return nil }
+                let length = min(prefixLength, networkPrefixLength)
+                return (masked(bytes, to: Int(length)), length)
+            default:
+                return nil
+            }
+        }
+    }
+
+    /// The address in the payload of an `RTM_NEWADDR`, or `nil` when it is too short.
+    static func address(in payload: ArraySlice<UInt8>) -> Address? {
+        let start = payload.startIndex
+        guard payload.count >= addressHeaderSize, let index = readUInt32(payload, at: start + 4) else { return nil }
+        var address = Address(
+            family: payload[start], prefixLength: payload[start + 1], flags: UInt32(payload[start + 2]),
+            scope: payload[start + 3], interface: Int(Int32(bitPattern: index)), bytes: nil
+        )
+        var local: [UInt8]?
+        var remote: [UInt8]?
+        for (type, value) in attributes(in: payload.dropFirst(addressHeaderSize)) {
+            switch type {
+            case addressAttributeLocal:
+                if value.count == 4 || value.count == 16 { local = Array(value) }
+            case addressAttributeAddress:
+                if value.count == 4 || value.count == 16 { remote = Array(value) }
+            case addressAttributeFlags:
+                if value.count == 4, let flags = readUInt32(value, at: value.startIndex) { address.flags = flags }
+            default:
+                break
+            }
+        }
+        address.bytes = local ?? remote
+        return address
+    }
+
+    /// `bytes` with every bit after the first `length` cleared.
+    static func masked(_ bytes: [UInt8], to length: Int) -> [UInt8] {
+        bytes.enumerated().map { offset, byte in
+            let kept = length - offset * 8
+            if kept >= 8 { return byte }
+            if kept <= 0 { return 0 }
+            return byte & ~(UInt8.max >> kept)
+        }
+    }
+
+    /// The network keys of `addresses` on interface `index` of `family`, as text, each once,
+    /// in numeric order: what ``NetworkPath/Route/localAddresses`` holds.
+    static func localAddresses(_ addresses: [Address], interface index: Int, family: UInt8) -> [String] {
+        var keys: [(bytes: [UInt8], prefixLength: UInt8)] = []
+        for address in addresses where address.interface == index && address.family == family {
+            guard let key = address.networkKey, !keys.contains(where: { $0 == key }) else { continue }
+            keys.append(key)
+        }
+        keys.sort { $0.bytes.lexicographicallyPrecedes($1.bytes) || ($0.bytes == $1.bytes && $0.prefixLength < $1.prefixLength) }
+        return keys.compactMap { key in addressText(key.bytes).map { "\($0)/\(key.prefixLength)" } }
+    }
+
+    /// The path that `routes`, `links` and `addresses` make: per family, the default route of
+    /// the lowest metric (the main table's first) whose interface is usable, with the
+    /// interface's addresses of that family that name the network; usable when there is one.
+    static func path(routes: [Route], links: [Link], addresses: [Address] = []) -> NetworkPath {
         var byIndex: [Int: Link] = [:]
         for link in links { byIndex[link.index] = link }
         var chosen: [UInt8: Route] = [:]
@@ -196,15 +295,21 @@ enum Netlink {
                 family: route.family == familyIPv4 ? .ipv4 : .ipv6,
                 interfaceName: byIndex[index]?.name ?? "if\(index)",
                 interfaceIndex: index,
-                gateway: route.gateway.flatMap(gatewayText)
+                gateway: route.gateway.flatMap(addressText),
+                localAddresses: localAddresses(addresses, interface: index, family: route.family)
             )
         }
         return NetworkPath(isUsable: !found.isEmpty, routes: found)
     }
 
-    /// A dump request: `RTM_GETROUTE` of one family, or `RTM_GETLINK`, with sequence `sequence`.
+    /// A dump request: `RTM_GETROUTE` or `RTM_GETADDR` of one family (0: every family), or
+    /// `RTM_GETLINK`, with sequence `sequence`.
     static func dumpRequest(_ type: UInt16, family: UInt8, sequence: UInt32) -> [UInt8] {
-        let body = type == getLink ? linkHeaderSize : routeHeaderSize
+        let body = switch type {
+        case getLink: linkHeaderSize
+        case getAddress: addressHeaderSize
+        default: routeHeaderSize
+        }
         var bytes = [UInt8](repeating: 0, count: headerSize + body)
         store(UInt32(bytes.count), into: &bytes, at: 0)
         store(type, into: &bytes, at: 4)
@@ -243,7 +348,8 @@ enum Netlink {
         }
     }
 
-    private static func gatewayText(_ bytes: [UInt8]) -> String? {
+    /// An address that arrived as 4 or 16 bytes, as text.
+    static func addressText(_ bytes: [UInt8]) -> String? {
         switch bytes.count {
         case 4: return SocketAddress(raw: .v4(host: bytes, port: 0)).ipAddress
         case 16: return SocketAddress(raw: .v6(host: bytes, port: 0, scope: 0)).ipAddress
