@@ -3,6 +3,14 @@ extension FaultProxy {
     /// At the limit the proxy stops reading that direction's source.
     static let laneLimit = 1 << 16
 
+    /// What one direction holds at most under `mode`: ``laneLimit``, or a tenth of a
+    /// second's worth under a bandwidth limit (at least 4 KiB), so that what a slow link
+    /// holds in flight is about what a real one would.
+    static func laneLimit(_ mode: Mode, _ direction: Direction) -> Int {
+        guard let rate = mode.bytesPerSecond(direction) else { return laneLimit }
+        return min(laneLimit, max(4 << 10, rate / 10))
+    }
+
     /// The bytes travelling in one direction of one connection, owned by its thread.
     ///
     /// Positions count bytes since the connection opened: `received` were read from the
@@ -90,7 +98,7 @@ extension FaultProxy {
 
         /// Whether the source is still worth reading from.
         func wantsInput(_ mode: Mode) -> Bool {
-            !mode.stalled && !sourceEnded && queued < FaultProxy.laneLimit
+            !mode.stalled && !sourceEnded && queued < FaultProxy.laneLimit(mode, direction)
         }
 
         /// How many of the waiting bytes have been held for the mode's delay at `now`.

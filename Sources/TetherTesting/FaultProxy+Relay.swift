@@ -108,10 +108,10 @@ extension FaultProxy {
                 if !pollDescriptors(&descriptors, milliseconds: timeout) { return .reset }
 
                 if descriptors[1].revents != 0, descriptors[1].events & Int16(POLLIN) != 0 {
-                    if case .breakOff(let kind) = read(from: client, into: &up) { return kind }
+                    if case .breakOff(let kind) = read(from: client, into: &up, mode: mode) { return kind }
                 }
                 if descriptors[2].revents != 0, descriptors[2].events & Int16(POLLIN) != 0 {
-                    if case .breakOff(let kind) = read(from: server, into: &down) { return kind }
+                    if case .breakOff(let kind) = read(from: server, into: &down, mode: mode) { return kind }
                 }
             }
         }
@@ -125,8 +125,8 @@ extension FaultProxy {
         }
 
         /// Reads what the socket has into the lane, as much as the lane has room for.
-        private func read(from fd: Int32, into lane: inout Lane) -> Outcome {
-            let room = FaultProxy.laneLimit - lane.queued
+        private func read(from fd: Int32, into lane: inout Lane, mode: Mode) -> Outcome {
+            let room = max(0, FaultProxy.laneLimit(mode, lane.direction) - lane.queued)
             let result = readBuffer.withUnsafeMutableBytes { receive(fd, into: $0, count: room) }
             switch result {
             case .wouldBlock:

@@ -41,8 +41,13 @@ struct SlowLinkTests {
                 let response = try await connection.request(Request(type: 0x402, payload: payload))
                 #expect(response.payload == payload)
                 #expect(await connection.state == .connected)
+                // The one connection carried it all: no heartbeat loss, no reconnect. (A
+                // heartbeat sent while the request's last bytes are still in the relay and
+                // the answer has not begun sees nothing move, and may count one miss of the
+                // two allowed: that silence is real.)
                 let metrics = await connection.metrics
-                #expect(metrics.heartbeatsMissed == 0)
+                #expect(metrics.connects == 1)
+                #expect(metrics.heartbeatsMissed < 2, "\(metrics)")
                 #expect(server.peerCount == 1)
                 // Heartbeats went on being acked once the link was free.
                 let acked = try await bounded("a heartbeat acked after the transfer") {
