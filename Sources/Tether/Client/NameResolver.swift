@@ -1,22 +1,3 @@
-/// An IP address family, and so a DNS question: AAAA records for IPv6, A records for IPv4.
-package enum AddressFamily: Sendable, Hashable, CaseIterable, CustomStringConvertible {
-    case ipv6
-    case ipv4
-
-    /// The family of `address`.
-    init(of address: SocketAddress) {
-        self = address.isIPv6 ? .ipv6 : .ipv4
-    }
-
-    /// `IPv6` or `IPv4`.
-    package var description: String {
-        switch self {
-        case .ipv6: "IPv6"
-        case .ipv4: "IPv4"
-        }
-    }
-}
-
 /// Where a connection looks up the addresses of a host name: one address family at a time,
 /// so that connecting can start on the first answer (RFC 8305, section 3).
 ///
