@@ -34,7 +34,7 @@ struct AddressRaceTests {
             let port = endpoint.port
             var configuration = testConfiguration()
             configuration.connectTimeout = .seconds(10)
-            configuration.resolver = { _ in
+            configuration.resolver = .list { _ in
                 [SocketAddress(ipAddress: "::1", port: port)!, SocketAddress(ipAddress: "127.0.0.1", port: port)!]
             }
             let started = ContinuousClock.now
@@ -71,7 +71,7 @@ struct AddressRaceTests {
             var configuration = testConfiguration()
             // Far longer than the test's bound: a next attempt that waited for it would fail it.
             configuration.connectionAttemptDelay = .seconds(120)
-            configuration.resolver = { _ in [refused, answering] }
+            configuration.resolver = .list { _ in [refused, answering] }
             let connection = try await Connection.connect(to: Endpoint(host: "half-closed.test", port: 1), configuration: configuration)
             let report = try #require(await connection.connectReport)
             #expect(report.address == answering)
@@ -95,7 +95,7 @@ struct AddressRaceTests {
         let (second, secondEndpoint) = try RawSocket.listen()
         second.close()
         var configuration = testConfiguration()
-        configuration.resolver = { _ in
+        configuration.resolver = .list { _ in
             [SocketAddress(ipAddress: "127.0.0.1", port: firstEndpoint.port)!, SocketAddress(ipAddress: "127.0.0.1", port: secondEndpoint.port)!]
         }
         let error = await #expect(throws: TetherError.self) {

@@ -110,7 +110,7 @@ struct FallbackTests {
                 let connection = try await Connection.connect(to: primary, configuration: testConfiguration {
                     $0.eventLoopGroup = group
                     $0.fallback = FallbackPolicy(endpoint: webSocket, primaryRetryInterval: .seconds(60))
-                    $0.resolver = { endpoint throws(TetherError) in
+                    $0.resolver = .list { endpoint throws(TetherError) in
                         if endpoint == primary { return [target.withLock { $0 }] }
                         return [SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!]
                     }
@@ -148,7 +148,7 @@ struct FallbackTests {
                     $0.eventLoopGroup = group
                     $0.requestTimeout = nil
                     $0.fallback = FallbackPolicy(endpoint: webSocket, primaryRetryInterval: .seconds(60))
-                    $0.resolver = { endpoint throws(TetherError) in
+                    $0.resolver = .list { endpoint throws(TetherError) in
                         if endpoint == primary { return [target.withLock { $0 }] }
                         return [SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!]
                     }

@@ -6,8 +6,15 @@ enum AddressRace {
     /// with the family of the first; once one family runs out, the rest of the other.
     static func interleaved(_ addresses: [SocketAddress]) -> [SocketAddress] {
         guard let first = addresses.first else { return [] }
-        let primary = addresses.filter { $0.isIPv6 == first.isIPv6 }
-        let secondary = addresses.filter { $0.isIPv6 != first.isIPv6 }
+        return interleaved(addresses, preferring: AddressFamily(of: first))
+    }
+
+    /// `addresses` with IPv6 and IPv4 alternating, each family in its own order, starting
+    /// with `family` when there is an address of it; once one family runs out, the rest of
+    /// the other.
+    static func interleaved(_ addresses: [SocketAddress], preferring family: AddressFamily) -> [SocketAddress] {
+        let primary = addresses.filter { AddressFamily(of: $0) == family }
+        let secondary = addresses.filter { AddressFamily(of: $0) != family }
         var ordered: [SocketAddress] = []
         ordered.reserveCapacity(addresses.count)
         for index in 0..<max(primary.count, secondary.count) {

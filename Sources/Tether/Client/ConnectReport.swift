@@ -27,7 +27,7 @@ public struct ConnectReport: Sendable, Hashable, CustomStringConvertible {
 
         /// The address tried.
         public var address: SocketAddress
-        /// When it started, after the host was resolved.
+        /// When it started, after connecting began (``ConnectReport/resolutionTime``).
         public var startedAfter: Duration
         /// How it ended.
         public var outcome: Outcome
@@ -49,7 +49,10 @@ public struct ConnectReport: Sendable, Hashable, CustomStringConvertible {
     public var endpoint: Endpoint
     /// The address that connected.
     public var address: SocketAddress
-    /// How long resolving the host took.
+    /// How long resolving the host took: from the start of the attempt until connecting
+    /// began, on the first answer of the AAAA and A lookups (or, when the A answer came
+    /// first, when the AAAA answer came within the 50 ms resolution delay, or the delay
+    /// ended). Zero for a numeric address and `localhost`, which need no lookup.
     public var resolutionTime: Duration
     /// From the start of the attempt (resolution included) until the TCP connection was
     /// up; TLS and the session hello come after it.

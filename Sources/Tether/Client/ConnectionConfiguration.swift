@@ -188,8 +188,16 @@ public struct HeartbeatConfiguration: Sendable, Hashable {
 public struct ConnectionConfiguration: Sendable {
     /// The wire protocol. Default ``Profile/seed``.
     public var profile: Profile = .seed
-    /// How long connecting may take, across every address the host resolves to: the whole
-    /// race of attempts (``connectionAttemptDelay``). Default 10 s.
+    /// How long connecting may take, resolving the host name included: the AAAA and A
+    /// lookups and the whole race of attempts to every address they return
+    /// (``connectionAttemptDelay``). Default 10 s.
+    ///
+    /// A host whose lookup has not answered by then (a DNS server that never answers) fails
+    /// with ``TetherError/Code/connectTimedOut`` and the message `resolving HOST did not
+    /// finish within …`; so does cancelling the task, at once, with
+    /// ``TetherError/Code/connectFailed``. The lookup itself cannot be interrupted: it goes on
+    /// on its own thread, one per host and address family at most, and its answer is dropped
+    /// (or goes to the next attempt that asks the same question).
     public var connectTimeout: Duration = .seconds(10)
     /// How long an attempt to connect to one address has before the next address is tried
     /// beside it (Happy Eyeballs, RFC 8305). The addresses a host resolves to are tried in
@@ -198,6 +206,10 @@ public struct ConnectionConfiguration: Sendable {
     /// this delay, or that fails, starts the next, and the first to connect wins while the
     /// others are closed. So a black-holed address costs this delay, not the connect timeout.
     /// Default 250 ms, as the RFC recommends.
+    ///
+    /// The two address families are looked up separately and at once, and the race starts
+    /// on the first answer, except that an IPv4 answer first waits up to 50 ms (the RFC's
+    /// resolution delay) for the IPv6 one; addresses that come later join the race.
     public var connectionAttemptDelay: Duration = .milliseconds(250)
     /// Runs on every new connection once it is up (after TLS and the session hello), before
     /// anything that waits is written, before ``ConnectionState/Phase/connected`` is
@@ -294,9 +306,10 @@ public struct ConnectionConfiguration: Sendable {
     /// The in-memory network to dial (or listen on) instead of the system's sockets; set
     /// by `TetherTesting`, together with ``eventLoopGroup``. `nil`: real sockets.
     package var memoryNetwork: MemoryNetwork?
-    /// Resolves endpoints instead of the system's resolver, when set: for tests of the
-    /// connection race with addresses of their choosing.
-    package var resolver: (@Sendable (Endpoint) async throws(TetherError) -> [SocketAddress])?
+    /// Resolves endpoints instead of the system's resolver (``SystemResolver/shared``), when
+    /// set: for tests of the connection race with addresses and answers of their choosing.
+    /// It is asked for every endpoint, numeric addresses and `localhost` included.
+    package var resolver: (any NameResolver)?
 
     /// The defaults.
     public init() {}
