@@ -37,13 +37,11 @@ struct AddressRaceTests {
             configuration.resolver = .list { _ in
                 [SocketAddress(ipAddress: "::1", port: port)!, SocketAddress(ipAddress: "127.0.0.1", port: port)!]
             }
-            let started = ContinuousClock.now
             let connection = try await Connection.connect(to: Endpoint(host: "dual-stack.test", port: port), configuration: configuration)
-            let elapsed = ContinuousClock.now - started
-            // The ::1 attempt never completes: connecting at all means the IPv4 attempt ran
-            // beside it, and well before the connect timeout (10 s) it would otherwise have
-            // spent on ::1. How much earlier depends on the machine's load, not on the race.
-            #expect(elapsed < .seconds(5), "connected after \(elapsed)")
+            // The ::1 attempt never completes: connecting at all, within the connect timeout,
+            // means the IPv4 attempt ran beside it rather than after it. The report below
+            // says so without a stopwatch: ::1 abandoned, still pending, when IPv4 won.
+            // How long it took depends on the machine's load, not on the race.
             #expect(await connection.remoteAddress == SocketAddress(ipAddress: "127.0.0.1", port: port))
             // The report says so: ::1 first, still pending when IPv4 won after the attempt
             // delay.
