@@ -466,6 +466,15 @@ final class MailboxHub: Sendable {
             // Only frees space: a failure leaves those messages to be acknowledged later.
             try? await callStore { try await $0.acknowledge(clientID, through: acknowledged) }
         }
+        // A connection of the client here whose hello was read after this one's is the
+        // newer, unless its client has already closed it and the server has not read the
+        // end yet (two hellos back to back on two loops can be read in either order):
+        // reading what waits on its socket first ends it then, and this one is kept.
+        let rival = state.withLock { state -> Peer? in
+            guard let current = state.peers[clientID], current !== peer, (state.tickets[clientID] ?? 0) > request.ticket else { return nil }
+            return current
+        }
+        if let rival, !rival.hasEnded { await rival.readWhatWaits() }
         let outcome = state.withLock { state -> Registration in
             let newer = state.claiming.removeValue(forKey: clientID) ?? nil
             if let generation, let newer, newer.generation > generation {

@@ -279,4 +279,11 @@ extension Peer {
             hub.detach(clientID, peer: self)
         }
     }
+
+    /// Reads what waits on the socket now, outside the loop's readiness events: a
+    /// connection whose client has already closed it ends here. For the hub, before it
+    /// decides which of two connections of one client is the newer.
+    func readWhatWaits() {
+        channel?.readPending()
+    }
 }
