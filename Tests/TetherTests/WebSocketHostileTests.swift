@@ -32,7 +32,7 @@ private func shrinkReceiveBuffer(_ socket: RawSocket) {
 }
 
 /// The pings of the floods: more than the kernel's buffers on loopback hold as pongs.
-private let floodPings = 120_000
+private let floodPings = 60_000
 
 @Suite("WebSocket peers that flood control frames or trickle fragments", .timeLimit(.minutes(2)))
 struct WebSocketHostileTests {

@@ -115,10 +115,17 @@ extension Server {
     }
 
     /// Starts a drain: stops accepting, tells every attached peer, arms the deadline.
+    ///
+    /// The peers are told from a job on the accepting loop queued after the one that closes
+    /// the listeners, so a client that reads the notice and connects again is refused, not
+    /// taken into a backlog that is then reset.
     private func begin(_ order: PeerDrainOrder, stop: (@Sendable () -> Void)?, loop: EventLoop?, peers: [Peer]) {
         stop?()
-        for peer in peers { Self.tell(peer, order) }
-        guard let loop else { return }
+        guard let loop else {
+            for peer in peers { Self.tell(peer, order) }
+            return
+        }
+        loop.execute { for peer in peers { Self.tell(peer, order) } }
         armDeadline(order.deadline, on: loop)
     }
 
