@@ -138,7 +138,7 @@ package final class PathObservers: Sendable {
 /// runs until the process ends, on a thread (or queue) of its own, never on an event loop;
 /// every observer shares it. Until it has read the system's path once, shortly after the
 /// start, the path is ``NetworkPath/assumedUsable``, and the first real path is no change
-/// to a connection (``NetworkPath/differs(from:)``). When it cannot start (a sandbox without
+/// to a connection (it differs from the assumed one in nothing a connection acts on). When it cannot start (a sandbox without
 /// netlink, say), the monitor reports ``NetworkPath/assumedUsable`` forever, so connections
 /// behave as they would without one, and ``failure`` says why.
 public final class SystemPathMonitor: PathMonitor {
