@@ -111,26 +111,26 @@ extension FaultProxy {
         /// The bucket's size at `rate`: a twentieth of a second's worth, at least 1 byte.
         private static func capacity(_ rate: Int) -> Double { max(1, Double(rate) / 20) }
 
+        /// The bytes in the bandwidth limit's bucket at `now`, refilled at `rate` since it
+        /// was last reckoned, up to its capacity.
+        private func level(_ rate: Int, now: ContinuousClock.Instant) -> Double {
+            guard let tokensAt else { return Self.capacity(rate) }
+            let (seconds, attoseconds) = (now - tokensAt).components
+            let elapsed = Double(seconds) + Double(attoseconds) / 1e18
+            return min(Self.capacity(rate), tokens + elapsed * Double(rate))
+        }
+
         /// How many bytes the bandwidth limit of `mode` lets through at `now`; `Int.max`
         /// without one.
         func allowance(_ mode: Mode, now: ContinuousClock.Instant) -> Int {
             guard let rate = mode.bytesPerSecond(direction) else { return .max }
-            guard let tokensAt else { return Int(Self.capacity(rate)) }
-            let elapsed = Double((now - tokensAt).components.attoseconds) / 1e18 + Double((now - tokensAt).components.seconds)
-            return Int(min(Self.capacity(rate), tokens + elapsed * Double(rate)))
+            return Int(level(rate, now: now))
         }
 
         /// Takes `count` forwarded bytes from the bandwidth limit's bucket.
         mutating func spend(_ count: Int, _ mode: Mode, now: ContinuousClock.Instant) {
             guard let rate = mode.bytesPerSecond(direction) else { return }
-            let available: Double
-            if let tokensAt {
-                let elapsed = Double((now - tokensAt).components.attoseconds) / 1e18 + Double((now - tokensAt).components.seconds)
-                available = min(Self.capacity(rate), tokens + elapsed * Double(rate))
-            } else {
-                available = Self.capacity(rate)
-            }
-            tokens = available - Double(count)
+            tokens = level(rate, now: now) - Double(count)
             tokensAt = now
         }
 

@@ -87,8 +87,8 @@ extension Connection {
     /// stopped for a slow subscriber at some point since, so its ack may be waiting unread;
     /// or a frame was under way, in either direction, when the heartbeat went out or is now,
     /// and bytes moved since, so the heartbeat waits behind ours or its ack behind the
-    /// server's. A peer
-    /// whose bytes stopped moving is not excused: it is found within the heartbeat's bound.
+    /// server's. A peer whose bytes stopped moving is not excused: it is found within the
+    /// heartbeat's bound.
     func heartbeatMissExcused(sentAt: UInt64) -> Bool {
         guard let channel else { return false }
         if channel.isReadingPaused || readingResumedAt > sentAt { return true }

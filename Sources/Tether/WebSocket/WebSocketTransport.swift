@@ -352,6 +352,7 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
     func transportWritable() {
         writeHeldPong()
         relayWritable(from: base)
+        // The relay may have set a threshold of its own below: keep the lower one.
         if heldPong != nil, isOpen { base.writableThreshold = min(base.writableThreshold ?? .max, Self.maximumPendingControlBytes) }
     }
 
