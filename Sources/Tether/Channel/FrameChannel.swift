@@ -79,6 +79,11 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     /// What waits on the writes and follows large frames; made by the first that does, so
     /// that a connection that never does keeps one reference.
     @exclusivity(unchecked) var tracking: ChannelTracking?
+    /// Set once the peer said it understands chunks: large frames wait here and go out a
+    /// chunk at a time (FrameChannel+Chunks.swift).
+    @exclusivity(unchecked) var chunkSender: ChunkSender?
+    /// Set once this end said it understands chunks: puts the peer's chunked frames together.
+    @exclusivity(unchecked) var chunkAssembler: ChunkAssembler?
 
     /// A channel over `transport`; ``start(owner:tlsHandshakeTimeout:)`` begins it.
     ///
@@ -172,7 +177,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         var decoded = false
         do {
             while isOpen, owner.channelAcceptsFrames(self) {
-                let frame: Frame
+                var frame: Frame
                 let size: Int
                 if let large = buffers.large, let body = large.incoming {
                     // A body in its own storage comes before anything read after it.
@@ -185,8 +190,14 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
                     frame = next
                     size = buffers.inbound.consumedTotal - consumed
                 }
+                if frame.type == FrameChunk.frameType, chunkAssembler != nil {
+                    guard let whole = try assemble(frame) else { continue }
+                    frame = whole
+                    if settings.progress != nil { finishReceiveProgress(frame, size: frame.payload.count) }
+                } else if tracking?.receiveProgress != nil || size >= settings.largeFrameSize {
+                    finishReceiveProgress(frame, size: size)
+                }
                 decoded = true
-                if tracking?.receiveProgress != nil || size >= settings.largeFrameSize { finishReceiveProgress(frame, size: size) }
                 owner.channel(self, received: frame)
             }
         } catch {
@@ -287,14 +298,15 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     /// Whether part of a frame has been received and not the rest: bytes that do not make a
     /// whole frame, or, with TLS, part of a record.
     var holdsPartialInput: Bool {
-        !buffers.inbound.isEmpty || buffers.large?.incoming != nil || transport.holdsPartialInput
+        !buffers.inbound.isEmpty || buffers.large?.incoming != nil || chunkAssembler?.current != nil || transport.holdsPartialInput
     }
 
     /// Bytes received and not decoded yet: in the inbound buffer, or of a large frame
     /// being received into its own storage.
     var bufferedInboundBytes: Int {
-        guard let body = buffers.large?.incoming else { return buffers.inbound.readableBytes }
-        return body.headerLength + body.received + buffers.inbound.readableBytes
+        let assembled = chunkAssembler?.receivedBytes ?? 0
+        guard let body = buffers.large?.incoming else { return assembled + buffers.inbound.readableBytes }
+        return assembled + body.headerLength + body.received + buffers.inbound.readableBytes
     }
 
     // MARK: Writing
@@ -308,6 +320,22 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     ///   the frame.
     func write(_ frame: Frame) throws(TetherError) {
         try checkRoom(forPayload: frame.payload.count)
+        if let sender = chunkSender, waitsForChunks(frame, sender) {
+            guard frame.payload.count <= settings.limits.maximumPayloadLength else {
+                throw TetherError(
+                    code: .frameTooLarge,
+                    message: "frame \(hex(frame.type)) payload of \(frame.payload.count) bytes exceeds the \(describeBytes(settings.limits.maximumPayloadLength)) limit"
+                )
+            }
+            queueForChunks(frame, sender)
+            return
+        }
+        try encode(frame)
+    }
+
+    /// Encodes `frame` into the outbound buffer, following its progress, and arranges a
+    /// flush at the end of this loop turn.
+    func encode(_ frame: Frame) throws(TetherError) {
         let start = mayReportProgress(of: frame) ? buffers.writeMark : nil
         if frame.payload.count >= LargePayloads.threshold, buffers.carriesLargePayloads,
            let split = codec as? any SplitFrameCodec, try split.encodeHeader(of: frame, into: &buffers.outbound) {
@@ -339,7 +367,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         guard isOpen else {
             throw TetherError(code: .notConnected, message: "the connection with \(remoteAddress) is closed")
         }
-        let pending = buffers.pendingOutboundBytes
+        let pending = pendingOutboundBytes
         if pending + count > maximumOutboundBytes && pending > 0 {
             throw TetherError(
                 code: .outboundBufferFull,
@@ -349,13 +377,22 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     }
 
     /// Bytes encoded and not yet written.
-    var pendingOutboundBytes: Int { buffers.pendingOutboundBytes }
+    var pendingOutboundBytes: Int { buffers.pendingOutboundBytes + (chunkSender?.waitingBytes ?? 0) }
 
     /// When set, the owner hears ``FrameChannelOwner/channelWritable(_:)`` once the bytes
     /// waiting to be written fall to this many or fewer; cleared first.
     var writableThreshold: Int? {
-        get { transport.writableThreshold }
-        set { transport.writableThreshold = newValue }
+        get { chunkSender?.heldThreshold ?? transport.writableThreshold }
+        set {
+            if let sender = chunkSender, sender.hasQueue, newValue != nil {
+                // The transport hears of it once the chunks have all gone below.
+                sender.heldThreshold = newValue
+                transport.writableThreshold = nil
+            } else {
+                chunkSender?.heldThreshold = nil
+                transport.writableThreshold = newValue
+            }
+        }
     }
 
     func transportWritable() {
@@ -416,6 +453,8 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     /// Writes what is pending (with TLS, then a close_notify), then closes; closes anyway
     /// after the drain timeout. Calls the owner no more. Idempotent.
     func closeAfterFlush() {
+        // The rest of a frame under way in chunks goes before the end.
+        writeAllChunks()
         guard markClosed() else { return }
         transport.closeAfterFlush(timeout: settings.drainTimeout)
     }
@@ -427,6 +466,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         if let handshakeTimer { loop.cancel(handshakeTimer) }
         handshakeTimer = nil
         endWriteWaits()
+        chunkSender?.drop()
         return true
     }
 

@@ -43,6 +43,20 @@ public struct Limits: Sendable, Hashable {
     /// holds what it is given: end it (leave its loop, or drop it) when it is not needed.
     /// Default 64 MiB.
     public var maximumSubscriberBytes: Int = 64 << 20
+    /// The most payload bytes of a large frame sent in one piece, so that small frames
+    /// (heartbeats, acknowledgements, small requests and responses) go out between the
+    /// pieces instead of waiting for the whole frame; `nil` sends every frame whole.
+    ///
+    /// It applies on connections with a ``ConnectionConfiguration/session`` in profiles
+    /// that match responses by serial (``Profile/seed``, ``Profile/seedExtended``), once both
+    /// ends have said they understand chunks in the session hello and welcome; a peer that
+    /// has not said so gets every frame whole. A frame written while a large one is under
+    /// way waits behind at most one chunk in this process and one in the socket, which
+    /// keeps at most this many bytes unsent (`TCP_NOTSENT_LOWAT`). Pushes keep their order:
+    /// one written during a chunked push goes after it. At 32 KiB a small frame waits
+    /// about a quarter of a second behind a large one on a 250 KB/s uplink, and each chunk
+    /// adds 13 bytes or fewer to the frame, 0.04 %. Default 32 KiB.
+    public var chunkSize: Int? = 32 << 10
 
     /// The defaults.
     public init() {}

@@ -14,6 +14,9 @@ struct SendProgress {
     var end: WriteMark
     /// Bytes told so far.
     var reported = 0
+    /// For one chunk of a frame sent in chunks: where its bytes lie in the frame's payload,
+    /// which progress counts in, and the payload's length.
+    var piece: (offset: Int, count: Int, whole: Int)?
 
     /// Bytes of the frame taken from `level` so far.
     private func taken() -> Int {
@@ -72,6 +75,20 @@ extension FrameChannel {
         while index < tracking.sendProgress.count {
             let done = tracking.sendProgress[index].measure()
             let entry = tracking.sendProgress[index]
+            if let piece = entry.piece {
+                // A chunk: counts in the payload of its frame, told as a share of the whole.
+                let bytes = piece.offset + (entry.total > 0 ? min(done, entry.total) * piece.count / entry.total : piece.count)
+                let finished = done >= entry.total
+                if finished { tracking.sendProgress.remove(at: index) } else { index += 1 }
+                if finished, piece.offset + piece.count == piece.whole {
+                    tracking.chunkReported = 0
+                    report(TransferProgress(direction: .sending, type: entry.type, serial: entry.serial, bytes: piece.whole, total: piece.whole))
+                } else if bytes >= tracking.chunkReported + max(1, step) {
+                    tracking.chunkReported = bytes
+                    report(TransferProgress(direction: .sending, type: entry.type, serial: entry.serial, bytes: bytes, total: piece.whole))
+                }
+                continue
+            }
             if done >= entry.total {
                 tracking.sendProgress.remove(at: index)
                 report(TransferProgress(direction: .sending, type: entry.type, serial: entry.serial, bytes: entry.total, total: entry.total))
@@ -91,7 +108,13 @@ extension FrameChannel {
         let serial: UInt32
         let received: Int
         let total: Int
-        if let body = buffers.large?.incoming {
+        if let assembly = chunkAssembler?.current {
+            // A frame arriving in chunks, counted in its payload.
+            type = assembly.frame.type
+            serial = assembly.frame.serial
+            received = assembly.frame.payload.count
+            total = assembly.declared
+        } else if let body = buffers.large?.incoming {
             type = body.frame.type
             serial = body.frame.serial
             received = body.headerLength + body.received

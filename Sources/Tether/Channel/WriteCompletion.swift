@@ -38,11 +38,16 @@ struct WriteWaiter {
     /// The level the mark is on now.
     var level: TransportBuffers
     var mark: WriteMark
+    /// While frames sent in chunks that were written before the wait began still have chunks
+    /// to go: the count of their payload bytes that must be chunked first
+    /// (``ChunkSender/chunkedTotal``). The mark is taken once they are.
+    var chunkedThrough: Int?
     /// Called once: `true` when written, `false` when the channel closed first.
     let done: (Bool) -> Void
 
     /// Moves the mark down the levels the bytes have passed; whether they passed the last.
     mutating func advance() -> Bool {
+        guard chunkedThrough == nil else { return false }
         while level.hasPassed(mark) {
             guard let below = level.below else { return true }
             level = below
@@ -59,6 +64,8 @@ final class ChannelTracking {
     var writeWaiters: [WriteWaiter] = []
     var sendProgress: [SendProgress] = []
     var receiveProgress: ReceiveProgress?
+    /// Payload bytes told so far of the frame being sent in chunks.
+    var chunkReported = 0
     /// Set on the bottom buffers while a wait or a frame sent needs the socket's writes.
     let notice: FlushNotice
 
@@ -67,7 +74,9 @@ final class ChannelTracking {
     }
 
     /// Whether anything needs the socket's writes.
-    var needsFlushes: Bool { !writeWaiters.isEmpty || !sendProgress.isEmpty }
+    var needsFlushes: Bool { !writeWaiters.isEmpty || !sendProgress.isEmpty || sendsChunks }
+    /// Set while frames wait to be sent in chunks: each write below may make room for the next.
+    var sendsChunks = false
 }
 
 extension FrameChannel {
@@ -93,6 +102,7 @@ extension FrameChannel {
             return
         }
         var waiter = WriteWaiter(id: id, level: buffers, mark: buffers.writeMark, done: done)
+        if let sender = chunkSender, sender.hasQueue { waiter.chunkedThrough = sender.queuedTotal }
         if waiter.advance() {
             done(true)
             return
@@ -117,6 +127,7 @@ extension FrameChannel {
     /// Bytes went to the kernel: progress moves on, and the waits whose bytes are all there end.
     func transportFlushed() {
         guard let tracking else { return }
+        if tracking.sendsChunks { writeChunks() }
         if !tracking.sendProgress.isEmpty { measureSendProgress() }
         var finished: [WriteWaiter] = []
         var index = 0

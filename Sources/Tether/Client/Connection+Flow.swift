@@ -120,4 +120,6 @@ extension Connection {
 extension Connection {
     /// Bytes waiting to be written on the current connection: for tests.
     var pendingOutboundBytesForTesting: Int { channel?.pendingOutboundBytes ?? 0 }
+    /// Whether the connection sends its large frames in chunks.
+    var sendsChunksForTesting: Bool { channel?.sendsChunks ?? false }
 }

@@ -216,7 +216,7 @@ extension Connection {
         var pending: Frame?
         if let channel, first || (!holdsWrites && table.queuedCount == 0 && sendQueue.isEmpty),
            table.inFlightCount < configuration.limits.maximumInFlightRequests,
-           channel.pendingOutboundBytes <= configuration.limits.outboundHighWaterMark {
+           channel.bytesAhead(of: frame) <= configuration.limits.outboundHighWaterMark {
             do {
                 try write(frame, on: channel)
             } catch {

@@ -64,6 +64,13 @@ extension Connection {
 
     // MARK: Hello
 
+    /// The chunk size this client announces in its hello (``Limits/chunkSize``), when its
+    /// profile has room for chunks.
+    var chunkSize: Int? {
+        guard let size = configuration.limits.chunkSize, size > 0, FrameChunk.carried(by: configuration.profile) else { return nil }
+        return size
+    }
+
     /// Writes the session hello as `sender`, first on the new connection of attempt
     /// `token`, and arms its timeout.
     func sendHello(on channel: Channel, token: ConnectionStateMachine.Token, as sender: SessionIdentity) {
@@ -77,8 +84,10 @@ extension Connection {
             lastSequence: state.lastReceived,
             acknowledged: state.lastAcknowledged,
             epoch: state.epoch,
-            hold: notificationFeed.gauge?.isLagging == true ? true : nil
+            hold: notificationFeed.gauge?.isLagging == true ? true : nil,
+            chunkBytes: chunkSize
         )
+        if hello.chunkBytes != nil { channel.acceptChunks(upTo: configuration.limits.maximumPayloadLength) }
         pushesHeld = hello.hold ?? false
         if pushesHeld { heldPushes() }
         do {
@@ -111,6 +120,7 @@ extension Connection {
         let server = remoteAddress?.description ?? currentEndpoint.description
         let clientID = identity.current?.clientID ?? ""
         if let welcome = SessionWire.decode(SessionWire.Welcome.self, from: frame.payload), welcome.accepted {
+            if welcome.chunkBytes != nil, let size = chunkSize { channel?.sendInChunks(of: size) }
             for event in state.welcomed(welcome) { sessionFeed.publish(event) }
             session = state
             identity.accepted = true

@@ -270,6 +270,8 @@ enum ProcessorCount {
 package enum SocketOptions {
     package static let tcpLevel = Int32(IPPROTO_TCP)
     package static let noDelay = Int32(TCP_NODELAY)
+    /// The bound on bytes a socket keeps that it has not sent yet (`TCP_NOTSENT_LOWAT`).
+    package static let unsentLowWater = Int32(TCP_NOTSENT_LOWAT)
     package static let socketLevel = SOL_SOCKET
     package static let error = SO_ERROR
     package static let reuseAddress = SO_REUSEADDR

@@ -39,6 +39,7 @@ extension Peer {
         // is the order their hellos were read in, not the order their claims finish.
         let ticket = hub.helloTicket()
         helloHoldsPushes = hello.hold == true && !configuration.ignoresPushHolds
+        helloTakesChunks = hello.chunkBytes != nil
         if let authenticate = hub.authenticator {
             let check = ClientHello(clientID: hello.clientID, token: hello.token, lastSequence: hello.lastSequence, peer: id, address: remoteAddress)
             do {
@@ -95,11 +96,20 @@ extension Peer {
         )
         if helloHoldsPushes { counts.pushHolds += 1 }
         let hello = hub?.configuration.wireTypes.hello ?? 0
+        var welcome = plan.welcome(for: clientID)
+        if helloTakesChunks, let size = configuration.limits.chunkSize, size > 0, FrameChunk.carried(by: configuration.profile) {
+            welcome.chunkBytes = size
+        }
         do {
-            try write(Frame(type: hello, serial: helloSerial, payload: SessionWire.encode(plan.welcome(for: clientID))), on: channel)
+            try write(Frame(type: hello, serial: helloSerial, payload: SessionWire.encode(welcome)), on: channel)
         } catch {
             end(error, graceful: false)
             return
+        }
+        if let size = welcome.chunkBytes {
+            // Both ends understand chunks from here on: the client sends them after the welcome.
+            channel.acceptChunks(upTo: configuration.limits.maximumPayloadLength)
+            channel.sendInChunks(of: size)
         }
         server?.publish(ServerEvent(
             kind: resuming ? .sessionResumed : .sessionIdentified,

@@ -39,6 +39,8 @@ public actor Peer {
     var claimedClientID: String?
     /// Whether the hello under way asked for the client's pushes to be held.
     var helloHoldsPushes = false
+    /// Whether the session hello said the client understands chunked frames (``FrameChunk``).
+    var helloTakesChunks = false
     /// The task replaying stored pushes, while one runs.
     var replayTask: Task<Void, Never>?
     /// The replay waiting for the outbound buffer to drain.

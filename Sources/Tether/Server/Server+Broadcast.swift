@@ -143,7 +143,7 @@ extension Server {
             guard let bytes = encode(unsequenced) else { return nil }
             plain = bytes
         }
-        return EncodedBroadcast(bytes: bytes, plain: plain, payloadCount: frame.payload.count)
+        return EncodedBroadcast(frame: frame, bytes: bytes, plain: plain)
     }
 
     private func encode(_ frame: Frame) -> [UInt8]? {
@@ -159,6 +159,8 @@ extension Server {
 
 /// A broadcast's frame as the peers' codec writes it.
 final class EncodedBroadcast: Sendable {
+    /// The frame, for a peer that sends it in chunks or behind chunks (``FrameChunk``).
+    let frame: Frame
     /// The frame as given.
     let bytes: [UInt8]
     /// The frame with serial 0, for clients that identified; `nil` when they get ``bytes``.
@@ -166,10 +168,11 @@ final class EncodedBroadcast: Sendable {
     /// The payload's length, which the outbound bound counts.
     let payloadCount: Int
 
-    init(bytes: [UInt8], plain: [UInt8]?, payloadCount: Int) {
+    init(frame: Frame, bytes: [UInt8], plain: [UInt8]?) {
+        self.frame = frame
         self.bytes = bytes
         self.plain = plain
-        self.payloadCount = payloadCount
+        self.payloadCount = frame.payload.count
     }
 }
 
@@ -225,9 +228,16 @@ extension Peer {
     ///   outbound buffer has no room.
     func writeBroadcast(_ broadcast: EncodedBroadcast) -> Bool {
         guard let channel else { return false }
-        let bytes = claimedClientID == nil ? broadcast.bytes : broadcast.plain ?? broadcast.bytes
+        let plain = claimedClientID != nil && broadcast.plain != nil
         do {
-            try channel.writeEncoded(bytes, payloadCount: broadcast.payloadCount)
+            if let sender = channel.chunkSender, channel.waitsForChunks(broadcast.frame, sender) {
+                // Large, or a push behind chunks still under way: through the chunk queue.
+                var frame = broadcast.frame
+                if plain { frame.serial = 0 }
+                try channel.write(frame)
+            } else {
+                try channel.writeEncoded(plain ? broadcast.plain! : broadcast.bytes, payloadCount: broadcast.payloadCount)
+            }
         } catch {
             return false
         }

@@ -16,6 +16,10 @@ enum SessionWire {
         /// Whether the client's app is behind on pushes: the server begins the session
         /// holding them (see ``flowSignal(holding:)``); absent means `false`.
         var hold: Bool?
+        /// The client puts chunked frames back together (``FrameChunk``) and sends its own
+        /// large frames in chunks of this many payload bytes once the welcome says the
+        /// server understands them too; absent from a client that does neither.
+        var chunkBytes: Int?
     }
 
     /// Server to client, the answer to an accepted hello.
@@ -30,6 +34,9 @@ enum SessionWire {
         /// The epoch of the mailbox history the sequences belong to; absent when the store
         /// does not tell.
         var epoch: String?
+        /// The server understands chunked frames and sends its large frames in chunks of
+        /// this many payload bytes; present only when the hello said the client does too.
+        var chunkBytes: Int?
     }
 
     struct Gap: Codable, Hashable {

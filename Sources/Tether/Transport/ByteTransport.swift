@@ -42,6 +42,13 @@ package protocol ByteTransport: AnyObject {
     /// record); the layer above adds what its own buffer holds.
     var holdsPartialInput: Bool { get }
 
+    /// Bounds the bytes the socket at the bottom of the stack takes before it has sent them
+    /// (`TCP_NOTSENT_LOWAT`): writes beyond it wait in this process, where a frame written
+    /// later can still go before them. For a channel that sends large frames in chunks.
+    /// Does nothing on a transport without a kernel queue.
+    ///
+    /// - Parameter count: The most unsent bytes the kernel holds.
+    func limitUnsentBytes(_ count: Int)
     /// Begins: starts watching for bytes and, with TLS, sends the client's first flight.
     ///
     /// - Throws: ``TetherError`` when the transport cannot start; it is closed then.
@@ -80,6 +87,7 @@ extension TransportLayer {
     var bytesWritten: Int { base.bytesWritten }
     var bytesDelivered: Int { base.bytesDelivered }
     func readPending() { base.readPending() }
+    func limitUnsentBytes(_ count: Int) { base.limitUnsentBytes(count) }
     func pauseReading() { base.pauseReading() }
     func resumeReading() { base.resumeReading() }
 }
@@ -87,6 +95,9 @@ extension TransportLayer {
 extension ByteTransport {
     /// A transport with no kernel queue below it (in memory): what it wrote is delivered.
     package var bytesDelivered: Int { bytesWritten }
+
+    /// A transport with no kernel queue below it holds nothing unsent.
+    package func limitUnsentBytes(_ count: Int) {}
 
     /// For a layer over `base` (TLS, WebSocket), when `base` has drained to the threshold
     /// the layer set on it: tells the handler once this layer's own pending bytes are at

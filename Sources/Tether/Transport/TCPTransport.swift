@@ -58,6 +58,12 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
     }
 
     var isOpen: Bool { socket != nil }
+
+    func limitUnsentBytes(_ count: Int) {
+        guard isOpen else { return }
+        try? Syscall.setOption(descriptor, level: SocketOptions.tcpLevel, name: SocketOptions.unsentLowWater, value: Int32(clamping: count))
+    }
+
     var security: (any TLSSession)? { nil }
     var holdsPartialInput: Bool { false }
 
