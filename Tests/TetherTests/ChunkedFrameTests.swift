@@ -219,6 +219,35 @@ struct ChunkedFrameSocketTests {
         }
     }
 
+    @Test("a client that announced chunks and breaks their rules is closed with a notice that says how; the server goes on serving")
+    func hostileChunksOverTheWire() async throws {
+        try await withServer(configure: sessionServer, handlers: bulkHandlers) { _, endpoint in
+            let raw = try RawSocket.connect(to: endpoint)
+            defer { raw.close() }
+            var hello = SessionWire.Hello(clientID: "H", token: nil, lastSequence: 0)
+            hello.chunkBytes = 1_024
+            try raw.write(seedBytes(type: 0x401, serial: 3, payload: SessionWire.encode(hello)))
+            let answer = try #require(try await raw.readFrame())
+            let welcome = try #require(SessionWire.decode(SessionWire.Welcome.self, from: answer.payload))
+            #expect(welcome.chunkBytes == 32 << 10)
+            let frame = Frame(type: 0x402, serial: 4, payload: [UInt8](repeating: 9, count: 5_000))
+            let first = FrameChunk.chunk(of: frame, at: 0, size: 1_024).frame
+            try raw.write(seedBytes(type: first.type, serial: first.serial, payload: first.payload))
+            try raw.write(seedBytes(type: first.type, serial: first.serial, payload: first.payload))
+            let notice = try #require(try await raw.readFrame())
+            let reason = try #require(CloseNotice(notice))
+            #expect(reason.code == "protocolError")
+            #expect(reason.message.contains("a chunked frame (serial 4) began before frame 0x402 serial 4 finished"), "\(reason.message)")
+            #expect(try await raw.waitForClose())
+
+            // The next client is served, in chunks.
+            let connection = try await Connection.connect(to: endpoint, configuration: sessionClient("after"))
+            let payload = patterned(200_000)
+            #expect(try await connection.request(Request(type: 0x402, payload: payload)).payload == payload)
+            await connection.close()
+        }
+    }
+
     @Test("with a session both ways send large frames in chunks: 3 MB up and down arrive whole, and progress counts the whole frame")
     func chunkedBothWays() async throws {
         try await withServer(configure: sessionServer, handlers: bulkHandlers) { server, endpoint in

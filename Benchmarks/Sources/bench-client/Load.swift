@@ -18,6 +18,10 @@ struct Load: Sendable {
     var warmup: Double
     /// Tether only: run the request tasks on their connection's event loop.
     var preferLoopExecutor = false
+    /// `off`, or a session per connection whose large frames go in `chunks` or `whole`.
+    var session = "off"
+    /// The chunk size a session announces; 0 for the default.
+    var chunkSize = 0
     /// With TLS: the PEM file of the CA to trust; the server's name is `localhost`.
     var tlsCA: String?
     /// Over WebSocket: the request path of the upgrade to `ws://host:port`.

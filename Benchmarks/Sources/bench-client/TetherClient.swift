@@ -18,7 +18,13 @@ enum TetherClient {
         let endpoint = load.webSocketPath.map { Endpoint(host: load.host, port: load.port, webSocketPath: $0) }
             ?? Endpoint(host: load.host, port: load.port)
         var connections: [Connection] = []
-        for _ in 0..<load.connections {
+        for index in 0..<load.connections {
+            var configuration = configuration
+            if load.session != "off" {
+                configuration.session = SessionConfiguration(clientID: "bench-\(index)")
+                if load.session == "whole" { configuration.limits.chunkSize = nil }
+                if load.session == "chunks", load.chunkSize > 0 { configuration.limits.chunkSize = load.chunkSize }
+            }
             connections.append(try await Connection.connect(to: endpoint, configuration: configuration))
         }
         let window = Window(warmup: load.warmup, duration: load.duration)

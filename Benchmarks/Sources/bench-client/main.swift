@@ -10,7 +10,7 @@ let usage = """
     usage: bench-client --impl tether|tether-pipeline|nio-handler|nio-async --port P [--host 127.0.0.1]
                         [--connections C] [--in-flight K] [--size BYTES]
                         [--duration S] [--warmup S] [--executor default|loop]
-                        [--tls-ca FILE] [--websocket PATH]
+                        [--tls-ca FILE] [--websocket PATH] [--session off|chunks|whole]
       A closed-loop load generator for the seed echo protocol: each of C connections keeps
       K requests (type 0x402, BYTES of payload) in flight; each response issues the next.
       Load runs for --warmup seconds unmeasured, then --duration seconds measured, and one
@@ -28,13 +28,17 @@ let usage = """
       `Endpoint(host:port:webSocketPath:)`.
       nio-handler: NIO's HTTP/1.1 client upgraded with `NIOWebSocketClientUpgrader`; each
       read burst's next requests go out as one binary message, masked with a random key.
+      --session chunks|whole (tether only): each connection has a session (the server
+        needs mailboxes: bench-server --mailboxes on); `chunks` announces the default chunk
+        size (or --chunk-size BYTES), so large frames go in chunks both ways, `whole` announces
+        none.
       --executor loop (tether only): the request tasks prefer their connection's event loop
       instead of the global concurrent executor.
     """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor", "tls-ca", "websocket"],
+    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor", "tls-ca", "websocket", "session", "chunk-size"],
     usage: usage
 )
 let impl = options.string("impl", allowed: ["tether", "tether-pipeline", "nio-handler", "nio-async"])
@@ -47,6 +51,8 @@ var load = Load(
     duration: options.double("duration", default: 5),
     warmup: options.double("warmup", default: 1)
 )
+load.chunkSize = options.int("chunk-size", default: 0)
+load.session = options.string("session", default: "off", allowed: ["off", "chunks", "whole"])
 load.preferLoopExecutor = options.string("executor", default: "default", allowed: ["default", "loop"]) == "loop"
 let trustedCA = options.string("tls-ca", default: "")
 load.tlsCA = trustedCA.isEmpty ? nil : trustedCA

@@ -11,7 +11,7 @@ import Darwin
 
 let usage = """
     usage: bench-server --impl tether|nio [--port P] [--tls-cert FILE --tls-key FILE]
-                        [--websocket PATH]
+                        [--websocket PATH] [--mailboxes on|off] [--chunk-size BYTES]
       An echo server for the seed protocol on 127.0.0.1: every request (0x402) and
       heartbeat (0x1) is answered with a frame of the same type, serial and payload.
       A request of type 0x403 with the payload `rounds: UInt32 | size: UInt32` pushes
@@ -24,17 +24,22 @@ let usage = """
       (its TCP port is then any free one, unused), or NIO's HTTP/1.1 pipeline with
       `NIOWebSocketServerUpgrader`, which echoes a read burst's answers as one message
       (every frame type is echoed there, 0x403 too: no fan-out over NIO's WebSocket).
+      With --mailboxes on (tether only), in-memory mailboxes: clients may have sessions
+      (bench-client --session), and large frames go in chunks to those that announce them,
+      of --chunk-size bytes (default: Limits.chunkSize).
       --port 0 (the default) lets the system choose. Prints `listening on 127.0.0.1:PORT`
       when ready; runs until SIGTERM or SIGINT.
     """
 
-let options = Options(Array(CommandLine.arguments.dropFirst()), known: ["impl", "port", "tls-cert", "tls-key", "websocket"], usage: usage)
+let options = Options(Array(CommandLine.arguments.dropFirst()), known: ["impl", "port", "tls-cert", "tls-key", "websocket", "mailboxes", "chunk-size"], usage: usage)
 let impl = options.string("impl", allowed: ["tether", "nio"])
 let port = options.int("port", default: 0)
 let tlsCertificate = options.string("tls-cert", default: "")
 let tlsKey = options.string("tls-key", default: "")
 let tls = tlsCertificate.isEmpty ? nil : (certificate: tlsCertificate, key: tlsKey)
 let webSocketPath = options.string("websocket", default: "")
+let mailboxes = options.string("mailboxes", default: "off", allowed: ["off", "on"]) == "on"
+let chunkSize = options.int("chunk-size", default: 0) > 0 ? options.int("chunk-size") : nil
 if !webSocketPath.isEmpty {
     if tls != nil { Options.fail("--websocket does not combine with TLS", usage: usage) }
     if !webSocketPath.hasPrefix("/") { Options.fail("--websocket takes a path starting with /, not \(webSocketPath)", usage: usage) }
@@ -63,6 +68,8 @@ case "nio":
 default:
     var configuration = ServerConfiguration(host: "127.0.0.1", port: webSocketPath.isEmpty ? port : 0)
     configuration.maximumConnections = 100_000
+    if mailboxes { configuration.mailboxes = .inMemory }
+    if let size = chunkSize { configuration.limits.chunkSize = size }
     if !webSocketPath.isEmpty {
         configuration.webSocket = WebSocketServerConfiguration(port: port, path: webSocketPath)
     }

@@ -43,18 +43,18 @@ final class ChunkSender {
         queuedTotal += frame.payload.count
     }
 
-    /// The next frame to write below: a chunk of the first waiting frame, or the frame
-    /// itself, with the original frame and where the chunk's bytes lie in its payload.
-    func next() -> (wire: Frame, original: Frame, offset: Int, count: Int) {
+    /// What to write below next: a frame whole (`chunked` false), or the piece of the first
+    /// waiting frame's payload at `offset`, `count` bytes long, to go in a chunk.
+    func next() -> (frame: Frame, chunked: Bool, offset: Int, count: Int) {
         switch items[head] {
         case .whole(let frame):
             advance(by: frame.payload.count)
             items[head] = .whole(Frame(type: 0))
             head += 1
             compact()
-            return (frame, frame, 0, frame.payload.count)
+            return (frame, false, 0, frame.payload.count)
         case .chunked(let frame, let offset):
-            let (chunk, count) = FrameChunk.chunk(of: frame, at: offset, size: size)
+            let count = min(size, frame.payload.count - offset)
             advance(by: count)
             if offset + count == frame.payload.count {
                 // Released now rather than when the queue empties.
@@ -64,7 +64,7 @@ final class ChunkSender {
             } else {
                 items[head] = .chunked(frame, offset: offset + count)
             }
-            return (chunk, frame, offset, count)
+            return (frame, true, offset, count)
         }
     }
 
@@ -177,17 +177,31 @@ extension FrameChannel {
     }
 
     private func writeNext(of sender: ChunkSender) {
-        let (wire, original, offset, count) = sender.next()
+        let (original, chunked, offset, count) = sender.next()
         let start = settings.progress != nil ? buffers.writeMark : nil
         do {
-            try encode(wire)
+            if !chunked {
+                try encode(original)
+            } else if count >= LargePayloads.threshold, buffers.carriesLargePayloads, let split = codec as? any SplitFrameCodec {
+                // The header and the prefix here, the piece from the frame's own array.
+                let prefix = FrameChunk.prefix(of: original, at: offset, count: count)
+                let chunk = Frame(type: FrameChunk.frameType, serial: original.serial, fields: original.fields)
+                if try split.encodeHeader(of: chunk, bodyLength: prefix.count + count, into: &buffers.outbound) {
+                    buffers.outbound.writeBytes(prefix)
+                    buffers.attach(original.payload, range: offset..<(offset + count))
+                } else {
+                    try encode(FrameChunk.chunk(of: original, at: offset, size: count).frame)
+                }
+            } else {
+                try encode(FrameChunk.chunk(of: original, at: offset, size: count).frame)
+            }
         } catch {
             // A chunk always fits; a push queued behind them may not encode, as it would not
             // have when written directly: it is dropped, as a write that throws would be.
             return
         }
         guard let start, let progress = settings.progress, original.payload.count >= progress.minimumFrameSize else { return }
-        if wire.type != FrameChunk.frameType || original.payload.count == count {
+        if !chunked || original.payload.count == count {
             followProgress(of: original, from: start)
             return
         }

@@ -38,6 +38,19 @@ struct FrameChunk: Equatable, Sendable {
         profile.correlation == .bySerial && profile.classify(frameType) == .message
     }
 
+    /// The bytes before the piece in the chunk of a `frame` that starts at `offset` and
+    /// carries `count` bytes: the marker, and in the first chunk the type and length.
+    static func prefix(of frame: Frame, at offset: Int, count: Int) -> [UInt8] {
+        let first = offset == 0
+        var bytes: [UInt8] = [(first ? firstFlag : 0) | (offset + count == frame.payload.count ? lastFlag : 0)]
+        guard first else { return bytes }
+        bytes.reserveCapacity(firstPrefixLength)
+        for index in 0..<4 { bytes.append(UInt8(truncatingIfNeeded: frame.type >> (24 - 8 * index))) }
+        let length = UInt64(frame.payload.count)
+        for index in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: length >> (56 - 8 * index))) }
+        return bytes
+    }
+
     /// The chunk of `frame`'s payload that starts at `offset` and holds up to `size` bytes.
     ///
     /// - Parameters:
@@ -47,16 +60,10 @@ struct FrameChunk: Equatable, Sendable {
     /// - Returns: The chunk frame, and the payload bytes it carries.
     static func chunk(of frame: Frame, at offset: Int, size: Int) -> (frame: Frame, count: Int) {
         let count = min(size, frame.payload.count - offset)
-        let first = offset == 0
-        let last = offset + count == frame.payload.count
-        let prefix = first ? firstPrefixLength : prefixLength
+        let head = Self.prefix(of: frame, at: offset, count: count)
+        let prefix = head.count
         let payload = [UInt8](unsafeUninitializedCapacity: prefix + count) { buffer, initialized in
-            buffer[0] = (first ? firstFlag : 0) | (last ? lastFlag : 0)
-            if first {
-                for index in 0..<4 { buffer[1 + index] = UInt8(truncatingIfNeeded: frame.type >> (24 - 8 * index)) }
-                let length = UInt64(frame.payload.count)
-                for index in 0..<8 { buffer[5 + index] = UInt8(truncatingIfNeeded: length >> (56 - 8 * index)) }
-            }
+            for index in 0..<prefix { buffer[index] = head[index] }
             frame.payload.withUnsafeBytes { source in
                 UnsafeMutableRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[prefix...])
                     .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[offset..<(offset + count)]))
@@ -77,6 +84,10 @@ struct ChunkAssembler {
         var declared: Int
     }
 
+    /// The frame gets its final storage once this fraction (1 in `n`) of it has arrived: a
+    /// peer that declares a large frame and sends little of it makes it hold at most eight
+    /// times what it sent, and the bytes of a frame that does arrive are copied once.
+    static let reservedFraction = 8
     /// The largest payload a frame put together may have.
     let maximumPayloadLength: Int
     /// The frame under way, if any.
@@ -153,6 +164,10 @@ struct ChunkAssembler {
         if assembly.frame.payload.isEmpty {
             // Room for twice what arrived, up to the declared length: storage follows the bytes.
             assembly.frame.payload.reserveCapacity(min(assembly.declared, max(count * 2, 1)))
+        }
+        if assembly.frame.payload.capacity < assembly.declared, (assembly.frame.payload.count + count) * Self.reservedFraction >= assembly.declared {
+            // An eighth has arrived: the frame's final storage, so the rest is copied once.
+            assembly.frame.payload.reserveCapacity(assembly.declared)
         }
         payload.withUnsafeBytes { raw in assembly.frame.payload.append(contentsOf: raw[start...]) }
         if marker & FrameChunk.lastFlag != 0 {

@@ -531,9 +531,8 @@ extension HeaderCodec: SplitFrameCodec {
         return declared
     }
 
-    func encodeHeader(of frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
+    func encodeHeader(of frame: Frame, bodyLength: Int, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
         guard isSplit else { return false }
-        let bodyLength = frame.payload.count
         let declared = try declaredLength(ofBody: bodyLength, frameType: frame.type)
         buffer.reserveWritable(layout.headerLength)
         let start = buffer.writerIndex

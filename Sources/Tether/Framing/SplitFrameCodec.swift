@@ -21,7 +21,14 @@ protocol SplitFrameCodec: FrameCodec {
     ///   - buffer: The outbound buffer.
     /// - Returns: Whether the header was appended.
     /// - Throws: What ``encode(_:into:)`` throws for the same frame.
-    func encodeHeader(of frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) -> Bool
+    func encodeHeader(of frame: Frame, bodyLength: Int, into buffer: inout FrameBuffer) throws(TetherError) -> Bool
+}
+
+extension SplitFrameCodec {
+    /// The header of `frame` for its own payload.
+    func encodeHeader(of frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
+        try encodeHeader(of: frame, bodyLength: frame.payload.count, into: &buffer)
+    }
 }
 
 extension SeedCodec: SplitFrameCodec {
@@ -31,17 +38,17 @@ extension SeedCodec: SplitFrameCodec {
         return (frame, Self.headerLength, Int(length))
     }
 
-    func encodeHeader(of frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
-        guard frame.payload.count <= maximumPayloadLength else {
+    func encodeHeader(of frame: Frame, bodyLength: Int, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
+        guard bodyLength <= maximumPayloadLength else {
             throw TetherError(
                 code: .frameTooLarge,
-                message: "frame \(hex(frame.type)) payload of \(frame.payload.count) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
+                message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
             )
         }
         buffer.reserveWritable(Self.headerLength)
         buffer.writeInteger(frame.type)
         buffer.writeInteger(frame.serial)
-        buffer.writeInteger(UInt32(frame.payload.count))
+        buffer.writeInteger(UInt32(bodyLength))
         return true
     }
 }

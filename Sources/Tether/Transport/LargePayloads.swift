@@ -26,7 +26,9 @@ package final class LargePayloads {
         /// held, that go before it.
         let position: Int
         let bytes: [UInt8]
-        /// How many of `bytes` went out already.
+        /// The part of `bytes` to send: all of them, or one chunk's (``FrameChunk``).
+        let range: Range<Int>
+        /// How many of the range's bytes went out already.
         var sent: Int
     }
 
@@ -65,9 +67,9 @@ package final class LargePayloads {
     var hasOutgoing: Bool { head < outgoing.count }
 
     /// Queues `payload` to go after the `pending` bytes now in `outbound`.
-    func append(_ payload: [UInt8], after pending: Int) {
-        outgoing.append(Outgoing(position: outboundTaken + pending, bytes: payload, sent: 0))
-        outgoingBytes += payload.count
+    func append(_ payload: [UInt8], range: Range<Int>, after pending: Int) {
+        outgoing.append(Outgoing(position: outboundTaken + pending, bytes: payload, range: range, sent: 0))
+        outgoingBytes += range.count
     }
 
     /// Accounts for `count` bytes sent from the front of the stream: from `outbound` up to
@@ -88,7 +90,7 @@ package final class LargePayloads {
                 count -= taken
                 continue
             }
-            let remaining = outgoing[head].bytes.count - outgoing[head].sent
+            let remaining = outgoing[head].range.count - outgoing[head].sent
             let taken = min(count, remaining)
             outgoing[head].sent += taken
             outgoingBytes -= taken
@@ -96,7 +98,7 @@ package final class LargePayloads {
             count -= taken
             if taken == remaining {
                 // Released now rather than when the queue empties.
-                outgoing[head] = Outgoing(position: 0, bytes: [], sent: 0)
+                outgoing[head] = Outgoing(position: 0, bytes: [], range: 0..<0, sent: 0)
                 head += 1
             }
         }
@@ -149,7 +151,7 @@ package final class LargePayloads {
             count += 1
         }
         return item.bytes.withUnsafeBytes { bytes in
-            pieces[count] = UnsafeRawBufferPointer(rebasing: bytes[item.sent...])
+            pieces[count] = UnsafeRawBufferPointer(rebasing: bytes[(item.range.lowerBound + item.sent)..<item.range.upperBound])
             return gather(front: front, from: max(at, offset), index: index + 1, into: pieces, count: count + 1, send)
         }
     }
@@ -223,7 +225,13 @@ extension TransportBuffers {
     ///
     /// - Parameter payload: A frame's payload whose header was just encoded into `outbound`.
     final func attach(_ payload: [UInt8]) {
-        largePayloads.append(payload, after: outbound.readableBytes)
+        largePayloads.append(payload, range: payload.indices, after: outbound.readableBytes)
+    }
+
+    /// Queues the bytes of `payload` in `range` to be sent from its array after what
+    /// `outbound` holds now: a chunk's piece of a large frame, not copied.
+    final func attach(_ payload: [UInt8], range: Range<Int>) {
+        largePayloads.append(payload, range: range, after: outbound.readableBytes)
     }
 
     /// Writes the stream (the bytes of `outbound` with the payloads waiting between them) to
