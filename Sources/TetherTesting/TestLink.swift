@@ -208,6 +208,10 @@ public struct DirectionFaults: Sendable, Equatable {
     /// ``Tether/TetherError/Code/connectionReset``), rather than closing it in order (both read
     /// the end of the stream); `true` by default.
     public var resetOnCut: Bool
+    /// The most bytes a second delivered, on the network's clock, as over a slow link; `nil`
+    /// (as fast as the reader takes them) by default. Bytes held back fill the reader's
+    /// capacity, so the writer's own buffer grows as a socket's would.
+    public var bytesPerSecond: Int?
 
     /// Holding bytes back until enough have gathered, as Nagle's algorithm or a batching
     /// middlebox does.
@@ -238,14 +242,17 @@ public struct DirectionFaults: Sendable, Equatable {
     ///   - delay: How long each write takes to arrive; `nil` by default.
     ///   - cutAfter: The bytes delivered before the link breaks; `nil` by default.
     ///   - resetOnCut: Whether that break is a reset; `true` by default.
+    ///   - bytesPerSecond: The most bytes a second delivered; `nil` by default.
     public init(
         stalled: Bool = false,
         maximumWrite: Int? = nil,
         coalesce: Coalescing? = nil,
         delay: Duration? = nil,
         cutAfter: Int? = nil,
-        resetOnCut: Bool = true
+        resetOnCut: Bool = true,
+        bytesPerSecond: Int? = nil
     ) {
+        self.bytesPerSecond = bytesPerSecond
         self.stalled = stalled
         self.maximumWrite = maximumWrite
         self.coalesce = coalesce
@@ -287,6 +294,14 @@ public struct DirectionFaults: Sendable, Equatable {
         DirectionFaults(delay: delay)
     }
 
+    /// Bytes arrive at most `bytesPerSecond` a second, on the network's clock: a slow link.
+    ///
+    /// - Parameter bytesPerSecond: The link's rate.
+    /// - Returns: Faults that limit the rate.
+    public static func limited(bytesPerSecond: Int) -> DirectionFaults {
+        DirectionFaults(bytesPerSecond: bytesPerSecond)
+    }
+
     /// The link breaks once `count` more bytes have been delivered in this direction.
     ///
     /// - Parameters:
@@ -308,7 +323,8 @@ public struct DirectionFaults: Sendable, Equatable {
             coalesce: faults.coalesce.map { Coalescing(minimum: $0.minimum, flushAfter: $0.flushAfter) },
             delay: faults.delay,
             cutAfter: faults.cutAfter,
-            resetOnCut: faults.resetOnCut
+            resetOnCut: faults.resetOnCut,
+            bytesPerSecond: faults.bytesPerSecond
         )
     }
 
@@ -321,6 +337,7 @@ public struct DirectionFaults: Sendable, Equatable {
         faults.delay = delay
         faults.cutAfter = cutAfter
         faults.resetOnCut = resetOnCut
+        faults.bytesPerSecond = bytesPerSecond
         return faults
     }
 }

@@ -521,6 +521,31 @@ struct MemoryLinkEndToEndTests {
         }
     }
 
+    @Test("a link limited to 4,000 bytes a second toward the server delivers a 16 KB request in 3.9 s of the network's clock, a tenth of a second's bytes at a time")
+    func bandwidthLimit() async throws {
+        try await withNetworkServer { f in
+            let connection = f.connection()
+            try await connection.connect()
+            let link = TestLink(try await f.link(1))
+            link.faults = LinkFaults(toServer: .limited(bytesPerSecond: 4_000))
+            await f.clock.settle()
+            let before = link.bytesToServer
+            let payload = [UInt8](repeating: 5, count: 16_000)
+            let (key, pending) = try await f.startRequest(payload, on: connection)
+            // A full bucket (400 bytes) at once, then 4,000 bytes a second.
+            await f.clock.advance(by: .seconds(2))
+            #expect(link.bytesToServer - before <= 400 + 8_000)
+            #expect(link.bytesToServer - before >= 8_000)
+            await f.clock.advance(by: .milliseconds(1_800))
+            #expect(await connection.isPending(key))
+            await f.clock.advance(by: .milliseconds(200))
+            let outcome = try await bounded("the answer") { await pending.value }
+            #expect(try outcome.get().payload == payload.reversed())
+            #expect(link.bytesToServer - before == 16_012)
+            await connection.close()
+        }
+    }
+
     @Test("part of a frame injected toward the server is dated when it was read: the server ends the peer exactly its frame completion timeout later")
     func partialFrameTimesOut() async throws {
         try await withNetworkServer { f in

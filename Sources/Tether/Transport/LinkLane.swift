@@ -8,8 +8,9 @@ import Synchronization
 /// 2. **coalescing**: bytes gather until ``MemoryDirectionFaults/Coalescing/minimum`` wait or the
 ///    oldest has waited ``MemoryDirectionFaults/Coalescing/flushAfter``, then go on together;
 /// 3. **stall**: while ``MemoryDirectionFaults/stalled``, everything waits here;
-/// 4. **delivery** into the reader's queue, counted against ``MemoryDirectionFaults/cutAfter``,
-///    whose end breaks the link.
+/// 4. **delivery** into the reader's queue, at most ``MemoryDirectionFaults/bytesPerSecond`` (a
+///    bucket that fills on the loop's clock and holds a tenth of a second's bytes), counted
+///    against ``MemoryDirectionFaults/cutAfter``, whose end breaks the link.
 ///
 /// ``MemoryDirectionFaults/maximumWrite`` acts on the reader, which reads at most that many bytes
 /// at a time. An orderly end of stream follows the bytes through every stage (it flushes
@@ -54,6 +55,10 @@ final class LinkLane: @unchecked Sendable {
     private var ready: [UInt8] = []
     private var endReady = false
     private var remainingBeforeCut: Int?
+    /// Bytes the rate allows now, and when they were counted.
+    private var allowance = 0
+    private var allowanceAt: UInt64 = 0
+    private var rateTimer: LoopTimer?
 
     init(loop: EventLoop, faults: MemoryDirectionFaults) {
         self.loop = loop
@@ -63,7 +68,31 @@ final class LinkLane: @unchecked Sendable {
     }
 
     private static func passesThrough(_ faults: MemoryDirectionFaults) -> Bool {
-        !faults.stalled && faults.coalesce == nil && faults.delay == nil && faults.cutAfter == nil
+        !faults.stalled && faults.coalesce == nil && faults.delay == nil && faults.cutAfter == nil && faults.bytesPerSecond == nil
+    }
+
+    /// The bytes the rate allows now, the bucket filled for the time since it was counted.
+    private func allowed(at rate: Int) -> Int {
+        let now = loop.now
+        let burst = max(1, rate / 10)
+        let elapsed = now &- allowanceAt
+        let earned = elapsed >= 1_000_000_000 ? burst : Int((UInt64(rate) &* elapsed) / 1_000_000_000)
+        if earned > 0 {
+            allowance = min(burst, allowance + earned)
+            allowanceAt = now
+        }
+        return allowance
+    }
+
+    /// Pumps again once the bucket holds `bytes` more, up to a burst.
+    private func scheduleRatePump(rate: Int, bytes: Int) {
+        guard rateTimer == nil else { return }
+        let needed = min(max(1, rate / 10), bytes) - allowance
+        let wait = UInt64(max(1, needed)) &* 1_000_000_000 / UInt64(rate)
+        rateTimer = loop.schedule(at: allowanceAt &+ max(1, wait)) { [self] in
+            rateTimer = nil
+            pump()
+        }
     }
 
     /// The most a read of the reader takes at once under `faults`.
@@ -164,8 +193,10 @@ final class LinkLane: @unchecked Sendable {
     private func drop() {
         if let delayTimer { loop.cancel(delayTimer) }
         if let coalesceTimer { loop.cancel(coalesceTimer) }
+        if let rateTimer { loop.cancel(rateTimer) }
         delayTimer = nil
         coalesceTimer = nil
+        rateTimer = nil
         flights = []
         flightsStart = 0
         gathering = []
@@ -267,6 +298,12 @@ final class LinkLane: @unchecked Sendable {
         if !ready.isEmpty {
             var count = ready.count
             if let remaining = remainingBeforeCut { count = min(count, remaining) }
+            if let rate = faults.bytesPerSecond, rate > 0 {
+                count = min(count, allowed(at: rate))
+                if count < ready.count { scheduleRatePump(rate: rate, bytes: ready.count - count) }
+                guard count > 0 else { return }
+                allowance -= count
+            }
             if let reader, reader.isOpen {
                 ready.withUnsafeBytes { reader.deliver(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
                 delivered.add(count, ordering: .relaxed)

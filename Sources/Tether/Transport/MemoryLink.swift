@@ -145,6 +145,8 @@ package struct MemoryDirectionFaults: Sendable, Equatable {
     /// Whether the break at ``cutAfter`` is a reset (the default) rather than an orderly
     /// end of the stream both ways.
     package var resetOnCut = true
+    /// Bytes are delivered at most this fast, on the network's clock, as over a slow link.
+    package var bytesPerSecond: Int?
 
     /// Holding bytes back until enough have gathered.
     package struct Coalescing: Sendable, Equatable {
