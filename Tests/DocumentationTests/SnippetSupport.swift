@@ -118,6 +118,9 @@ func withLocalServer<T: Sendable>(
     _ body: (Server, Endpoint) async throws -> T
 ) async throws -> T {
     var configuration = TestServer.defaultConfiguration
+    // No real-time handshake timeout unless a test sets one: on a busy machine a connection
+    // may send its first frame later than the default 10 s, and these tests do not time it.
+    configuration.handshakeTimeout = nil
     configure(&configuration)
     return try await withTestServer(configuration: configuration, handlers: handlers) { server in
         try await body(server.server, server.endpoint)
@@ -161,8 +164,17 @@ func withNetworkConnection(
 }
 
 extension ConnectionConfiguration {
-    /// For tests against a local server: ``testing``, quick to fail and to come back.
-    static var localTesting: ConnectionConfiguration { .testing }
+    /// For tests against a local server: ``testing`` over real sockets, its timeouts guards
+    /// against a hang as long as ``testBound``. The 2 s of ``testing`` are exact on the
+    /// manual clock of an in-memory network; here they are real time, which a busy machine
+    /// stretches, and not what these tests time.
+    static var localTesting: ConnectionConfiguration {
+        var configuration = ConnectionConfiguration.testing
+        configuration.connectTimeout = testBound
+        configuration.requestTimeout = testBound
+        configuration.prepareTimeout = testBound
+        return configuration
+    }
 }
 
 /// A gate that handlers wait at until the test opens it, with a signal for each request

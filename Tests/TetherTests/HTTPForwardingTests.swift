@@ -16,7 +16,7 @@ private func withForwarding<T: Sendable>(
     try await withServer(configure: { limits(&$0.limits) }, handlers: { $0.forwardHTTP(configuration) }) { _, endpoint in
         let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
         defer { Task { await connection.close() } }
-        return try await bounded("the HTTP exchange", .seconds(20)) { try await body(connection) }
+        return try await bounded("the HTTP exchange") { try await body(connection) }
     }
 }
 

@@ -94,7 +94,7 @@ struct PrepareTests {
                     if attempt < 3 { throw Refused() }
                     _ = try await connection.request(Request(type: 0x402, json: ["attempt": .int(attempt)]))
                     let answers = await connection.pipeline([Request(type: 0x402, json: ["n": 1]), Request(type: 0x402, json: ["n": 2])])
-                    #expect(answers.map { (try? $0.get())?.json } == [["echo": ["n": 1]], ["echo": ["n": 2]]])
+                    #expect(answers.map { (try? $0.get())?.json } == [["echo": ["n": 1]], ["echo": ["n": 2]]], "\(answers)")
                 }
             })
             #expect(attempts.withLock { $0 } == 3)

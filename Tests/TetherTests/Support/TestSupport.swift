@@ -2,8 +2,12 @@ import Testing
 import TetherTesting
 @testable import Tether
 
-/// A bound on how long any awaited event may take in a test.
-let eventBound: Duration = .seconds(10)
+/// A bound on how long any awaited event may take in a test: a guard against a test that
+/// hangs, never a measurement. No assertion depends on it (a test that times something
+/// uses the manual clock, or a bound of its own); it is as long as two busy cores can make
+/// an ordinary wait among hundreds of tests, and shorter than the suites' time limits (one
+/// minute), so a hang fails with the name of what it waited for.
+let eventBound: Duration = .seconds(45)
 
 struct TimedOut: Error, CustomStringConvertible {
     var what: String
@@ -122,6 +126,9 @@ func testConfiguration(_ change: (inout ConnectionConfiguration) -> Void = { _ i
     // The bound every wait of the tests has: a machine with one core busy can take seconds
     // to answer a hello among hundreds of tests at once.
     configuration.connectTimeout = eventBound
+    // The same for the app's preparation of each connection, which a test that does not
+    // time it must not see cut short by the machine's load.
+    configuration.prepareTimeout = eventBound
     change(&configuration)
     return configuration
 }
