@@ -79,7 +79,7 @@ struct FallbackTests {
             let middleman = Task {
                 let accepted = try await listener.accept()
                 // The hello's header, then the reset.
-                _ = try accepted.read(12)
+                _ = try await offThread { try accepted.read(12) }
                 accepted.reset()
             }
             let connection = try await Connection.connect(to: middlebox, configuration: testConfiguration {

@@ -130,9 +130,12 @@ struct MisbehavingProxyTests {
         let target = Endpoint(host: "backend.test", port: 8443, webSocketPath: "/tether")
         let played = Task {
             let socket = try await listener.accept()
-            var request: [UInt8] = []
-            while !request.suffix(4).elementsEqual([13, 10, 13, 10]) {
-                request += try socket.read(1)
+            let request = try await offThread { () throws -> [UInt8] in
+                var request: [UInt8] = []
+                while !request.suffix(4).elementsEqual([13, 10, 13, 10]) {
+                    request += try socket.read(1)
+                }
+                return request
             }
             try act(socket)
             return (socket, String(decoding: request, as: UTF8.self))
