@@ -167,6 +167,16 @@ package enum Syscall {
         #endif
     }
 
+    /// `shutdown(2)` both ways: a listening socket stops listening, whatever other
+    /// descriptors of it (a child's, between fork and exec) are still open.
+    package static func shutDown(_ fd: Int32) {
+        #if canImport(Glibc)
+        _ = shutdown(fd, Int32(SHUT_RDWR))
+        #else
+        _ = shutdown(fd, SHUT_RDWR)
+        #endif
+    }
+
     /// `setsockopt(2)` for an `Int32` option.
     package static func setOption(_ fd: Int32, level: Int32, name: Int32, value: Int32) throws(Errno) {
         var value = value

@@ -64,9 +64,15 @@ final class Listener: IOHandler, @unchecked Sendable {
     }
 
     /// Stops listening and closes the socket. Idempotent.
+    ///
+    /// The socket is shut down before its descriptor is closed: a child process this one is
+    /// starting holds a copy of every descriptor between its fork and its exec, and while a
+    /// copy is open a closed listener still queues connections, which are reset once the
+    /// copy goes. Shut down, it refuses them at once, whoever holds a descriptor of it.
     func close() {
         guard let socket = socket.take() else { return }
         loop.deregister(fd)
+        Syscall.shutDown(fd)
         socket.close()
     }
 }
