@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import Testing
 @testable import Tether
@@ -17,6 +20,9 @@ struct BroadcasterTests {
                 broadcaster.publish(value)
                 value += 1
                 published.store(value, ordering: .relaxed)
+                // Publishing all the time, but letting the rest of the suite run: a thread
+                // that never yields takes a core from hundreds of other tests.
+                sched_yield()
             }
             done.signal()
         }
