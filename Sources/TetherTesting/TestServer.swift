@@ -67,9 +67,17 @@ public final class TestServer: Sendable {
     }
 
     /// The configuration of a test server by default: host `127.0.0.1`, port 0 (one the
-    /// system picks), everything else ``Tether/ServerConfiguration``'s defaults.
+    /// system picks), no ``Tether/ServerConfiguration/handshakeTimeout``, everything else
+    /// ``Tether/ServerConfiguration``'s defaults.
+    ///
+    /// The handshake timeout is off because on real sockets it runs in real time: on a busy
+    /// machine a client may send its first frame more than 10 s after it connected, and the
+    /// server would close a connection the test did not mean to time. A test about the
+    /// handshake timeout sets it.
     public static var defaultConfiguration: ServerConfiguration {
-        ServerConfiguration(host: "127.0.0.1", port: 0)
+        var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.handshakeTimeout = nil
+        return configuration
     }
 
     /// Makes the first server and installs its handlers; nothing listens until ``start()``.
