@@ -35,14 +35,11 @@ private func withTCPProbe<T: Sendable>(
     return try await body(probe, peer)
 }
 
-/// Waits until the probe's channel has read `count` bytes in all, reading what has arrived
-/// each time it asks; bounded by ``eventBound``.
+/// Waits until the probe's channel has read `count` bytes in all: awaited, not polled, so
+/// the wait holds no thread; bounded by ``eventBound``.
 private func read(_ count: Int, by probe: ChannelProbe) async throws {
-    let deadline = ContinuousClock.now + eventBound
-    while await probe.readPendingCount() < count {
-        guard ContinuousClock.now < deadline else { throw TimedOut(what: "the channel to read \(count) bytes") }
-        await Task.yield()
-    }
+    try await bounded("the channel to read \(count) bytes") { await probe.waitUntilRead(count) }
+    guard await probe.readPendingCount() >= count else { throw TimedOut(what: "the channel to read \(count) bytes, before it ended") }
 }
 
 /// The payload of test frame `index`: a pattern of period 251 (a byte out of place shows),

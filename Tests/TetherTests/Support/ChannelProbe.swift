@@ -79,6 +79,25 @@ actor ChannelProbe: FrameChannelOwner {
         self.channel = channel
     }
 
+    /// A wait of ``waitUntilRead(_:)``: the count it waits for.
+    private var readWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+
+    /// Returns once the channel has read `count` bytes in all: at once when it has, else
+    /// when a read takes it there or the channel ends. Bound it with `bounded`.
+    func waitUntilRead(_ count: Int) async {
+        if readPendingCount() >= count || ended || channel == nil { return }
+        await withCheckedContinuation { readWaiters.append((count, $0)) }
+    }
+
+    /// Resumes the waits the bytes read so far satisfy, or all of them once the channel ended.
+    private func resumeReadWaiters() {
+        guard !readWaiters.isEmpty else { return }
+        let read = channel?.bytesRead ?? 0
+        let due = readWaiters.filter { ended || $0.count <= read }
+        readWaiters.removeAll { ended || $0.count <= read }
+        for waiter in due { waiter.continuation.resume() }
+    }
+
     /// Reads what has arrived now, and returns the bytes the channel has read in all.
     func readPendingCount() -> Int {
         channel?.readPending()
@@ -156,12 +175,14 @@ actor ChannelProbe: FrameChannelOwner {
 
     func channelDecoded(_ channel: FrameChannel<ChannelProbe>, decoded: Bool, afterRead: Bool) {
         if ended { lateEvents += 1 }
+        resumeReadWaiters()
     }
 
     func channel(_ channel: FrameChannel<ChannelProbe>, closed error: TetherError) {
         closedEvents += 1
         record(.closed(error.code, error.message))
         ended = true
+        resumeReadWaiters()
     }
 
     func channelWritable(_ channel: FrameChannel<ChannelProbe>) {
