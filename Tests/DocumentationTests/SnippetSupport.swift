@@ -173,6 +173,7 @@ extension ConnectionConfiguration {
         configuration.connectTimeout = testBound
         configuration.requestTimeout = testBound
         configuration.prepareTimeout = testBound
+        configuration.webSocket.handshakeTimeout = testBound
         return configuration
     }
 }

@@ -80,6 +80,12 @@ struct WhenTCPIsBlockedSnippetTests {
         let address = try await server.webSocketAddress()
         let endpoint = try #require(Endpoint(webSocket: "ws://127.0.0.1:\(address.port)/tether"))
         var configuration = whenTCPIsBlockedHeaders(token: "t0ken")
+        #expect(configuration.webSocket.handshakeTimeout == .seconds(5))
+        // The article's 5 s is real time here, which a busy machine stretches; this test is
+        // about the headers and the request, not the timeout.
+        configuration.webSocket.handshakeTimeout = testBound
+        configuration.connectTimeout = testBound
+        configuration.requestTimeout = testBound
         configuration.reconnect = .disabled
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)
         let reply = try await connection.request(Request(type: 0x402, payload: [1, 2, 3]))

@@ -129,6 +129,7 @@ func testConfiguration(_ change: (inout ConnectionConfiguration) -> Void = { _ i
     // The same for the app's preparation of each connection, which a test that does not
     // time it must not see cut short by the machine's load.
     configuration.prepareTimeout = eventBound
+    configuration.webSocket.handshakeTimeout = eventBound
     change(&configuration)
     return configuration
 }
