@@ -5,6 +5,7 @@ import TetherTLS
 /// A client configuration with TLS trusting the test CA and verifying `localhost`.
 private func clientTLS(_ certificates: TestCertificates) -> ConnectionConfiguration {
     var options = TLSClientOptions()
+    options.handshakeTimeout = eventBound
     options.trustRoots = .file(certificates.caCertificate)
     options.serverName = "localhost"
     return testConfiguration { $0.tls = .client(options: options) }
@@ -61,7 +62,7 @@ struct ForeignPeerTests {
     @Test("a plaintext client against Tether's TLS server: the first bytes it sends are answered so it says TLS")
     func plaintextClientMeetsTLSServer() async throws {
         let certificates = try await TestCertificates.shared()
-        let tls = TLSConfiguration.server(options: TLSServerOptions(certificate: certificates.server))
+        let tls = TLSConfiguration.server(options: TLSServerOptions.guarded(certificates.server))
         try await withServer(configure: { $0.tls = tls }, handlers: echoHandlers) { server, endpoint in
             let events = server.events
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())

@@ -16,6 +16,7 @@ private struct HandDrivenTLS {
     /// Connects and completes the handshake.
     init(to endpoint: Endpoint, trusting certificates: TestCertificates) throws {
         var options = TLSClientOptions()
+        options.handshakeTimeout = eventBound
         options.trustRoots = .file(certificates.caCertificate)
         options.serverName = "localhost"
         let configuration = TLSConfiguration.client(options: options)
@@ -58,7 +59,7 @@ struct TLSFrameTimeoutTests {
     @Test("a TLS peer that sends part of a record after its first frame is closed with frameTimeout")
     func partialRecord() async throws {
         let certificates = try await TestCertificates.shared()
-        let tls = TLSConfiguration.server(options: TLSServerOptions(certificate: certificates.server))
+        let tls = TLSConfiguration.server(options: TLSServerOptions.guarded(certificates.server))
         try await withServer(configure: {
             $0.tls = tls
             $0.frameCompletionTimeout = .milliseconds(200)

@@ -9,6 +9,7 @@ struct TLSInteropTests {
     /// A Tether client configuration trusting the test CA and verifying `localhost`.
     private func client(_ change: (inout TLSClientOptions) -> Void = { _ in }) async throws -> ConnectionConfiguration {
         var options = TLSClientOptions()
+        options.handshakeTimeout = eventBound
         options.trustRoots = .file(try await TestCertificates.shared().caCertificate)
         options.serverName = "localhost"
         change(&options)

@@ -14,7 +14,7 @@ private func serverTLS(
     files: TLSCertificateFiles? = nil,
     change: @escaping @Sendable (inout TLSServerOptions) -> Void = { _ in }
 ) -> @Sendable (inout ServerConfiguration) -> Void {
-    var options = TLSServerOptions(certificate: files ?? certificates.server)
+    var options = TLSServerOptions.guarded(files ?? certificates.server)
     change(&options)
     let tls = TLSConfiguration.server(options: options)
     return { $0.tls = tls }
@@ -27,6 +27,7 @@ private func clientTLS(
     configuration: (inout ConnectionConfiguration) -> Void = { _ in }
 ) -> ConnectionConfiguration {
     var options = TLSClientOptions()
+    options.handshakeTimeout = eventBound
     options.trustRoots = .file(certificates.caCertificate)
     options.serverName = "localhost"
     change(&options)

@@ -5,7 +5,7 @@ import TetherTesting
 
 /// The server TLS of the test certificate, for a WebSocket port or a main port.
 func webSocketServerTLS(_ certificates: TestCertificates) -> TLSConfiguration {
-    .server(options: TLSServerOptions(certificate: certificates.server))
+    .server(options: TLSServerOptions.guarded(certificates.server))
 }
 
 /// A test connection configuration with TLS trusting the test CA.
@@ -14,6 +14,7 @@ func webSocketClientTLS(
     _ change: (inout ConnectionConfiguration) -> Void = { _ in }
 ) -> ConnectionConfiguration {
     var options = TLSClientOptions()
+    options.handshakeTimeout = eventBound
     options.trustRoots = .file(certificates.caCertificate)
     return testConfiguration {
         $0.tls = .client(options: options)

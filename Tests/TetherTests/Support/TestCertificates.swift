@@ -250,3 +250,14 @@ struct OpenSSLFailed: Error, CustomStringConvertible {
     var output: String
     var description: String { "\(command): \(problem); its output:\n\(output)" }
 }
+
+extension TLSServerOptions {
+    /// Options for a test server with `certificate`, whose handshake timeout is the tests'
+    /// guard (``eventBound``) rather than 10 s of real time a busy machine can stretch: for
+    /// tests that do not time the handshake.
+    static func guarded(_ certificate: TLSCertificateFiles) -> TLSServerOptions {
+        var options = TLSServerOptions(certificate: certificate)
+        options.handshakeTimeout = eventBound
+        return options
+    }
+}
