@@ -17,6 +17,14 @@ private func pattern(_ count: Int, seed: Int = 0) -> [UInt8] {
     (0..<count).map { UInt8(truncatingIfNeeded: ($0 &* 31) &+ seed) }
 }
 
+/// Returns once the first progress of a large frame being sent is reported: part of it is
+/// in the kernel. An event, awaited, where the bytes the connection wrote would be polled.
+private func firstBytesSent(_ progress: Subscription<TransferProgress>) async throws {
+    try await bounded("the frame to fill the socket") {
+        for await step in progress where step.direction == .sending && step.bytes > 0 { return }
+    }
+}
+
 @Suite("Sends that wait until written", .timeLimit(.minutes(1)))
 struct WriteCompletionTests {
     @Test("a send that waits until written returns once every byte of the frame is in the kernel; one that returns when queued has written none of it yet")
@@ -74,13 +82,12 @@ struct WriteCompletionTests {
         let (connection, listener, peer) = try await rawPeer()
         defer { listener.close() }
         let large = pattern(15 << 20)
+        let progress = connection.transfers
         let sending = Task {
             try await connection.send(Frame(type: 0x452, serial: 1, payload: large), completion: .written(timeout: nil))
         }
         // Written into the channel, not all of it taken by the kernel: then the peer resets.
-        try await bounded("the frame to fill the socket") {
-            while await connection.metrics.bytesOut == 0 { await Task.yield() }
-        }
+        try await firstBytesSent(progress)
         peer.reset()
         let error = await #expect(throws: TetherError.self) { try await sending.value }
         #expect(error?.code == .connectionLost)
@@ -90,12 +97,11 @@ struct WriteCompletionTests {
 
         let (other, otherListener, otherPeer) = try await rawPeer()
         defer { otherListener.close(); otherPeer.close() }
+        let otherProgress = other.transfers
         let closing = Task {
             try await other.send(Frame(type: 0x452, serial: 2, payload: large), completion: .written(timeout: nil))
         }
-        try await bounded("the frame to fill the socket") {
-            while await other.metrics.bytesOut == 0 { await Task.yield() }
-        }
+        try await firstBytesSent(otherProgress)
         await other.close()
         let closed = await #expect(throws: TetherError.self) { try await closing.value }
         #expect(closed?.code == .connectionClosed)
@@ -106,12 +112,11 @@ struct WriteCompletionTests {
         let (connection, listener, peer) = try await rawPeer()
         defer { listener.close(); peer.close() }
         let large = pattern(15 << 20)
+        let progress = connection.transfers
         let sending = Task {
             try await connection.send(Frame(type: 0x453, serial: 1, payload: large), completion: .written(timeout: nil))
         }
-        try await bounded("the frame to fill the socket") {
-            while await connection.metrics.bytesOut == 0 { await Task.yield() }
-        }
+        try await firstBytesSent(progress)
         sending.cancel()
         await #expect(throws: CancellationError.self) { try await sending.value }
         #expect(await connection.state == .connected)
