@@ -8,7 +8,19 @@ import Testing
 /// The descriptor of this process's socket listening on 127.0.0.1:`port`, found through the
 /// socket's inode in `/proc/net/tcp` and the links of `/proc/self/fd`.
 private func listeningDescriptor(port: Int) -> Int32? {
-    guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return nil }
+    // Read to the end with read(2): a file of /proc has no size to go by, and with the
+    // sockets of hundreds of tests it is many pages long.
+    let file = open("/proc/net/tcp", O_RDONLY)
+    guard file >= 0 else { return nil }
+    defer { Glibc.close(file) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 1 << 16)
+    while true {
+        let count = chunk.withUnsafeMutableBytes { read(file, $0.baseAddress, $0.count) }
+        guard count > 0 else { break }
+        bytes += chunk[..<count]
+    }
+    let table = String(decoding: bytes, as: UTF8.self)
     let local = String(format: "0100007F:%04X", port)
     var inode: String?
     for line in table.split(separator: "\n").dropFirst() {

@@ -91,6 +91,10 @@ func withServer<T: Sendable>(
     // cores, a test may not get to send its connection's first frame within the default 10 s
     // of real time, and the server would close the connection under it.
     configuration.handshakeTimeout = nil
+    // Nor an idle timeout: the tests' clients send no heartbeats, and one that waits with
+    // its reading paused (a slow subscriber) for a minute of a busy machine is not idle in
+    // any sense a test means.
+    configuration.idleTimeout = nil
     configure(&configuration)
     let server = Server(configuration: configuration)
     handlers(server)
