@@ -39,7 +39,8 @@ let tlsKey = options.string("tls-key", default: "")
 let tls = tlsCertificate.isEmpty ? nil : (certificate: tlsCertificate, key: tlsKey)
 let webSocketPath = options.string("websocket", default: "")
 let mailboxes = options.string("mailboxes", default: "off", allowed: ["off", "on"]) == "on"
-let chunkSize = options.int("chunk-size", default: 0) > 0 ? options.int("chunk-size") : nil
+let requestedChunkSize = options.int("chunk-size", default: 0)
+let chunkSize = requestedChunkSize > 0 ? requestedChunkSize : nil
 if !webSocketPath.isEmpty {
     if tls != nil { Options.fail("--websocket does not combine with TLS", usage: usage) }
     if !webSocketPath.hasPrefix("/") { Options.fail("--websocket takes a path starting with /, not \(webSocketPath)", usage: usage) }

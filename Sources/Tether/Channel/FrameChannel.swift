@@ -322,10 +322,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         try checkRoom(forPayload: frame.payload.count)
         if let sender = chunkSender, waitsForChunks(frame, sender) {
             guard frame.payload.count <= settings.limits.maximumPayloadLength else {
-                throw TetherError(
-                    code: .frameTooLarge,
-                    message: "frame \(hex(frame.type)) payload of \(frame.payload.count) bytes exceeds the \(describeBytes(settings.limits.maximumPayloadLength)) limit"
-                )
+                throw .payloadOverLimit(type: frame.type, bytes: frame.payload.count, limit: settings.limits.maximumPayloadLength)
             }
             queueForChunks(frame, sender)
             return

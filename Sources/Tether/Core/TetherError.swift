@@ -247,6 +247,19 @@ package func describe(_ duration: Duration) -> String {
     return "\(millis / 1000).\(fraction) s"
 }
 
+extension TetherError {
+    /// A frame whose payload is over the limit to send, in the words every encoder uses.
+    ///
+    /// - Parameters:
+    ///   - type: The frame's type.
+    ///   - bytes: Its payload's length.
+    ///   - limit: The largest payload allowed.
+    /// - Returns: The ``TetherError/Code/frameTooLarge`` error.
+    static func payloadOverLimit(type: UInt32, bytes: Int, limit: Int) -> TetherError {
+        TetherError(code: .frameTooLarge, message: "frame \(hex(type)) payload of \(bytes) bytes exceeds the \(describeBytes(limit)) limit")
+    }
+}
+
 /// Formats a byte count the way error messages print limits: `16 MiB`, `64 KiB`, `100 bytes`,
 /// `1 byte`.
 package func describeBytes(_ count: Int) -> String {

@@ -105,10 +105,7 @@ public struct SeedCodec: FrameCodec {
     /// - Throws: ``TetherError`` with ``TetherError/Code/frameTooLarge`` when the payload is over the limit.
     public func encode(_ frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) {
         guard frame.payload.count <= maximumPayloadLength else {
-            throw TetherError(
-                code: .frameTooLarge,
-                message: "frame \(hex(frame.type)) payload of \(frame.payload.count) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
-            )
+            throw .payloadOverLimit(type: frame.type, bytes: frame.payload.count, limit: maximumPayloadLength)
         }
         buffer.reserveWritable(Self.headerLength + frame.payload.count)
         buffer.writeInteger(frame.type)

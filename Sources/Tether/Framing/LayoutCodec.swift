@@ -418,10 +418,7 @@ struct HeaderCodec: FrameCodec {
         if let compression = layout.compression, frame.payload.count >= compression.threshold {
             let inflatedLimit = compression.maximumInflatedLength ?? maximumPayloadLength
             guard frame.payload.count <= inflatedLimit else {
-                throw TetherError(
-                    code: .frameTooLarge,
-                    message: "frame \(hex(frame.type)) payload of \(frame.payload.count) bytes exceeds the \(describeBytes(inflatedLimit)) limit"
-                )
+                throw .payloadOverLimit(type: frame.type, bytes: frame.payload.count, limit: inflatedLimit)
             }
             let packed = try frame.payload.withUnsafeBytes { raw in
                 Result { () throws(TetherError) in try Deflate.compress(raw, level: compression.level) }
@@ -516,10 +513,7 @@ extension HeaderCodec: SplitFrameCodec {
     /// within the payload limit and the value fits the field.
     private func declaredLength(ofBody bodyLength: Int, frameType: UInt32) throws(TetherError) -> Int {
         guard bodyLength <= maximumPayloadLength else {
-            throw TetherError(
-                code: .frameTooLarge,
-                message: "frame \(hex(frameType)) payload of \(bodyLength) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
-            )
+            throw .payloadOverLimit(type: frameType, bytes: bodyLength, limit: maximumPayloadLength)
         }
         let declared = bodyLength + layout.lengthOverhead
         guard declared >= 0, UInt64(declared) <= layout.length.maximum else {

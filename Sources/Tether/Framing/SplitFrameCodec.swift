@@ -40,10 +40,7 @@ extension SeedCodec: SplitFrameCodec {
 
     func encodeHeader(of frame: Frame, bodyLength: Int, into buffer: inout FrameBuffer) throws(TetherError) -> Bool {
         guard bodyLength <= maximumPayloadLength else {
-            throw TetherError(
-                code: .frameTooLarge,
-                message: "frame \(hex(frame.type)) payload of \(bodyLength) bytes exceeds the \(describeBytes(maximumPayloadLength)) limit"
-            )
+            throw .payloadOverLimit(type: frame.type, bytes: bodyLength, limit: maximumPayloadLength)
         }
         buffer.reserveWritable(Self.headerLength)
         buffer.writeInteger(frame.type)
