@@ -122,4 +122,6 @@ extension Connection {
     var pendingOutboundBytesForTesting: Int { channel?.pendingOutboundBytes ?? 0 }
     /// Whether the connection sends its large frames in chunks.
     var sendsChunksForTesting: Bool { channel?.sendsChunks ?? false }
+    /// Whether a heartbeat was sent and has neither been acked nor counted as missed.
+    var heartbeatOutstandingForTesting: Bool { heartbeatMachine?.outstanding != nil }
 }
