@@ -49,17 +49,24 @@ final class FlowControlLoadTests: XCTestCase {
             let pending = await peer.pendingOutboundBytesForTesting
             XCTAssertLessThanOrEqual(pending, highWaterMark + page)
 
-            let received = try await bounded("the 100,000 pushes", .seconds(180)) {
-                var indices: [Int] = []
-                var serials: [UInt32] = []
-                indices.reserveCapacity(total)
-                serials.reserveCapacity(total)
-                for await frame in notifications {
-                    indices.append(paddedIndex(of: frame) ?? -1)
-                    serials.append(frame.serial)
-                    if indices.count == total { break }
+            let received: ([Int], [UInt32])
+            do {
+                received = try await bounded("the 100,000 pushes", .seconds(180)) {
+                    var indices: [Int] = []
+                    var serials: [UInt32] = []
+                    indices.reserveCapacity(total)
+                    serials.reserveCapacity(total)
+                    for await frame in notifications {
+                        indices.append(paddedIndex(of: frame) ?? -1)
+                        serials.append(frame.serial)
+                        if indices.count == total { break }
+                    }
+                    return (indices, serials)
                 }
-                return (indices, serials)
+            } catch {
+                // Where it stopped: the client's reading and buffer, the server's writing.
+                XCTFail("client: \(await connection.flowStateForTesting); server: \(await peer.sessionStateForTesting)")
+                throw error
             }
             XCTAssertEqual(received.0, Array(1...total))
             XCTAssertEqual(received.1, (1...total).map { UInt32($0) })

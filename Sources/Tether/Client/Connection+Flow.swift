@@ -52,12 +52,17 @@ extension Connection {
     /// The last lagging subscriber is down to half the bound: the server may send pushes
     /// again, what waits in the buffer is decoded, and the socket is read again unless a
     /// subscriber lags again meanwhile.
+    ///
+    /// Whether or not reading stopped: the decoding stops at the frame a subscriber cannot
+    /// take, and a subscriber may catch up before the reading would stop (the check after
+    /// the decoding then finds nothing held back). The frames left in the buffer are decoded
+    /// here, or they would wait for bytes that may never come.
     func subscribersCaughtUp() {
         guard let channel else { return }
-        if channel.isReadingPaused, !holdsBackFrames {
-            channel.decodeBuffered(self)
-        } else {
+        if holdsBackFrames {
             signalFlow(on: channel)
+        } else {
+            channel.decodeBuffered(self)
         }
     }
 
@@ -124,4 +129,11 @@ extension Connection {
     var sendsChunksForTesting: Bool { channel?.sendsChunks ?? false }
     /// Whether a heartbeat was sent and has neither been acked nor counted as missed.
     var heartbeatOutstandingForTesting: Bool { heartbeatMachine?.outstanding != nil }
+}
+
+extension Connection {
+    /// The state of reading and of the subscribers' backlog, for a test's failure message.
+    var flowStateForTesting: String {
+        "reading \(channel?.isReadingPaused == true ? "paused" : "on"), \(channel?.bufferedInboundBytes ?? 0) bytes buffered, holding back \(holdsBackFrames), lagging \(notificationFeed.gauge?.isLagging ?? false), last sequence \(lastSequence)"
+    }
 }

@@ -297,3 +297,11 @@ extension Peer {
         channel?.readPending()
     }
 }
+
+extension Peer {
+    /// The state of the session's writing, for a test's failure message.
+    var sessionStateForTesting: String {
+        guard let session else { return "no session" }
+        return "\(channel?.pendingOutboundBytes ?? 0) bytes outbound, written through \(session.lastWritten), replaying \(session.replaying) to \(session.replayTarget), held \(session.held)"
+    }
+}
