@@ -11,14 +11,12 @@ struct CLIServeDrainTests {
     func sigtermDrains() async throws {
         let (server, endpoint) = try await tetherServe(["--drain-timeout", "20"])
         defer { server.kill() }
-        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+        let writes = RequestWrites()
+        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.observer = writes })
         let frames = connection.frames
         let reply = Task { try await connection.request(Request(type: 0x404, json: ["delay_ms": 1_000])) }
-        // Written before the signal, to a server that still reads. The count of requests
-        // sent only grows, so a slow machine cannot miss the moment it becomes 1.
-        try await bounded("the request to be sent") {
-            while await connection.metrics.requestsSent < 1 { await Task.yield() }
-        }
+        // Written before the signal, to a server that still reads.
+        _ = try await collect(1, from: writes.serials, "the request to be written")
         #expect(kill(server.pid, SIGTERM) == 0)
         _ = try await collect(1, from: frames.filter { $0.type == 0x1 && !$0.payload.isEmpty }, "the drain notice")
         let response = try await bounded("the response") { try await reply.value }

@@ -1,4 +1,5 @@
 import Testing
+import TetherTesting
 @testable import Tether
 
 /// The server says why it closes a connection (``CloseNotice``): the codec of the notice,
@@ -136,6 +137,13 @@ struct CloseNoticeTests {
         configuration.drain.deadline = .milliseconds(300)
         let server = Server(configuration: configuration)
         echoHandlers(server)
+        // 0x404 as the standard handlers have it (never answers, ends when cancelled), and
+        // says when it starts.
+        let (started, start) = AsyncStream<Void>.makeStream()
+        server.handle(type: 0x404) { _, _ in
+            start.yield()
+            try await suspendUntilCancelled()
+        }
         let running = Task { try await server.run() }
         let address = try await bounded("the server to listen") { try await server.listeningAddress() }
         let socket = try RawSocket.connect(to: Endpoint(host: address.ipAddress, port: address.port))
@@ -143,7 +151,7 @@ struct CloseNoticeTests {
         var buffer = FrameBuffer()
         try SeedCodec().encode(Frame(type: 0x404, serial: 7, payload: []), into: &buffer)
         try socket.write(Array(buffer.readableBytesView))
-        try await bounded("the request to start") { while await server.metrics().handlersInFlight == 0 { await Task.yield() } }
+        _ = try await collect(1, from: started, "the request to start")
         let drained = Task { await server.drain() }
         let drainNotice = try #require(try await socket.readFrame())
         #expect(DrainNotice(drainNotice) != nil)

@@ -146,10 +146,13 @@ struct PipelineTests {
                 configuration.limits.maximumQueuedRequests = 3
                 // Not connected yet: every request queues, up to the limit.
                 let connection = Connection(to: endpoint, configuration: configuration)
-                let waiting = Task { await connection.pipeline((0..<5).map(Self.echo), timeout: .seconds(60)) }
-                try await bounded("the pipeline to queue") {
-                    while await connection.pendingRequestCount < 3 { await Task.yield() }
+                // On the connection's loop: once the clock's loops are idle, the pipeline has
+                // been placed.
+                let waiting = Task(executorPreference: connection.loop.taskExecutor) {
+                    await connection.pipeline((0..<5).map(Self.echo), timeout: .seconds(60))
                 }
+                await network.clock.runUntilIdle()
+                #expect(await connection.pendingRequestCount == 3)
                 try await connection.connect()
                 let outcomes = try await withTimeLimit { await waiting.value }
                 #expect(outcomes.map(Outcome.init) == [.echo(0), .echo(1), .echo(2), .tooManyPending, .tooManyPending])

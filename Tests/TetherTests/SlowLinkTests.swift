@@ -78,7 +78,6 @@ struct SlowLinkTests {
     func largeFrameOnASlowLink() async throws {
         try await onSlowLink { server, proxy, clock, configuration in
             let connection = try await Connection.connect(to: proxy.endpoint, configuration: configuration)
-            let heartbeats = connection.heartbeats
             let payload = (0..<1_500_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
             let time = linkTime(clock, following: proxy)
             let response = try await connection.request(Request(type: 0x402, payload: payload))

@@ -153,3 +153,20 @@ func seedBytes(type: UInt32, serial: UInt32, payload: [UInt8] = []) -> [UInt8] {
     try! SeedCodec().encode(Frame(type: type, serial: serial, payload: payload), into: &buffer)
     return Array(buffer.readableBytesView)
 }
+
+/// An observer that yields the serial of each request as it is written: for a test that
+/// acts once a request is on the wire, without asking again and again.
+final class RequestWrites: ConnectionObserver {
+    typealias RequestSpan = Void
+    /// The serials, in the order the requests were written.
+    let serials: AsyncStream<UInt32>
+    private let continuation: AsyncStream<UInt32>.Continuation
+
+    init() {
+        (serials, continuation) = AsyncStream.makeStream()
+    }
+
+    func requestWritten(_ request: ObservedRequest, span: Void) {
+        continuation.yield(request.serial)
+    }
+}
