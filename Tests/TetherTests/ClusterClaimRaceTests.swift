@@ -50,12 +50,16 @@ private func sendHello(_ clientID: String, to endpoint: Endpoint) throws -> RawS
 private func race(round: Int, hellos: Int, nodes: [RunningNode], publisher: PostgresPublisher) async throws -> Round {
     let clientID = "twin-\(hellos)-\(round)"
     let events = nodes[0].server.events
-    var sockets: [RawSocket] = []
-    for _ in 0..<hellos {
-        sockets.append(try sendHello(clientID, to: nodes[0].endpoint))
+    // Each older connection is closed as soon as its hello is written, before the next
+    // hello goes: their claims are still in flight when the newest's hello arrives. (Two
+    // open connections' hellos on two sockets can be read in either order; which one is
+    // newer is then the server's read order, and a close that comes only after the server
+    // decided would leave the client with neither. Closing each before the next hello
+    // makes the newest the one a client means.)
+    for _ in 0..<(hellos - 1) {
+        try sendHello(clientID, to: nodes[0].endpoint).close()
     }
-    for older in sockets.dropLast() { older.close() }
-    let newest = sockets[hellos - 1]
+    let newest = try sendHello(clientID, to: nodes[0].endpoint)
     defer { newest.close() }
     let count = 30
     var result = Round(number: round, delivered: [], expected: count)

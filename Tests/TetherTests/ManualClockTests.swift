@@ -28,6 +28,31 @@ private let millisecond: UInt64 = 1_000_000
 
 @Suite("Manual clock on an event loop")
 struct ManualClockTests {
+    @Test("a jump moves the time at once and the timers due by then fire on the loop's next turn, in deadline order, at the new time; those after it wait", .timeLimit(.minutes(1)))
+    func jump() async throws {
+        try await withManualLoop { clock, group in
+            let loop = group.loops[0]
+            let base = clock.now
+            let log = FiringLog()
+            let (fired, firing) = AsyncStream<Void>.makeStream()
+            await onLoopThread(loop) {
+                loop.schedule(at: base + 20 * millisecond) {
+                    log.record("20", on: loop)
+                    firing.yield()
+                }
+                loop.schedule(at: base + 10 * millisecond) { log.record("10", on: loop) }
+                loop.schedule(at: base + 200 * millisecond) { log.record("200", on: loop) }
+            }
+            await clock.jump(by: .milliseconds(100))
+            #expect(clock.now == base + 100 * millisecond)
+            for await _ in fired { break }
+            #expect(log.labels == ["10", "20"])
+            #expect(log.times == [base + 100 * millisecond, base + 100 * millisecond])
+            await clock.settle()
+            #expect(log.labels == ["10", "20"])
+        }
+    }
+
     @Test("timers fire in deadline order, each reading its own deadline, and only when the clock is advanced", .timeLimit(.minutes(1)))
     func deadlineOrder() async throws {
         try await withManualLoop { clock, group in

@@ -61,6 +61,23 @@ package final class ManualClock: Sendable {
         }
     }
 
+    /// Moves time forward by `duration` at once and wakes the loops, without waiting for
+    /// them to be idle: the timers due by then fire on each loop's next turn, in deadline
+    /// order, all at the new time.
+    ///
+    /// For time that follows events outside the loops (the bytes a link carries), where
+    /// the loops may never be idle while those events go on. Waits for an advance under
+    /// way, so the time never moves back.
+    ///
+    /// - Parameter duration: How far to move; negative counts as zero.
+    package func jump(by duration: Duration) async {
+        let step = MonotonicTime.nanoseconds(of: duration)
+        await exclusively { clock in
+            clock.nanoseconds.store(clock.now &+ step, ordering: .releasing)
+            for loop in clock.state.withLock({ $0.loops }) { loop.execute {} }
+        }
+    }
+
     /// Moves time forward to `deadline`, firing what falls due on the way; an earlier
     /// `deadline` leaves the time as it is and only runs what is due.
     ///
