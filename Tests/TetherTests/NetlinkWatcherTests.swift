@@ -30,9 +30,10 @@ struct NetlinkWatcherTests {
             (reads, readStarted) = AsyncStream<(onLoop: Bool, thread: ThreadID)>.makeStream()
         }
 
-        /// The kernel says something changed.
-        func change() {
-            state.withLock { $0.changes += 1 }
+        /// The kernel says something changed, `count` times at once: a burst the watcher
+        /// finds whole when it wakes, however late its thread runs.
+        func change(times count: Int = 1) {
+            state.withLock { $0.changes += count }
             wakeups.signal()
         }
 
@@ -113,8 +114,7 @@ struct NetlinkWatcherTests {
         kernel.answer(wifi)
 
         // A burst of changes is one read, on the same thread.
-        kernel.change()
-        kernel.change()
+        kernel.change(times: 2)
         let second = try #require(try await Self.nextRead(of: kernel, "the second read"))
         #expect(!second.onLoop)
         #expect(first.thread == second.thread)
