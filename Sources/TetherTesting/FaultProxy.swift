@@ -322,6 +322,7 @@ public final class FaultProxy: Sendable {
         var waiters: [Int: Waiter] = [:]
         var cancelledWaiters: Set<Int> = []
         var nextWaiterID = 0
+        var observer: (@Sendable (Counters) -> Void)?
 
         init(defaultMode: Mode, acceptorWake: Int32) {
             self.defaultMode = defaultMode
@@ -337,13 +338,22 @@ public final class FaultProxy: Sendable {
         }
     }
 
-    /// Changes the counters and resumes the waiters whose condition now holds.
+    /// Changes the counters, resumes the waiters whose condition now holds, and tells the
+    /// observer.
     func count(_ change: (inout Counters) -> Void) {
-        let ready = state.withLock { state -> [Waiter] in
+        let (ready, observer, counters) = state.withLock { state -> ([Waiter], (@Sendable (Counters) -> Void)?, Counters) in
             change(&state.counters)
-            return state.takeSatisfiedWaiters()
+            return (state.takeSatisfiedWaiters(), state.observer, state.counters)
         }
         for waiter in ready { waiter.continuation.resume() }
+        observer?(counters)
+    }
+
+    /// Calls `observer` with the counters after every change, on the thread that changed
+    /// them, until it is set to `nil`: for a test whose clock follows what the proxy
+    /// carries. It must be quick.
+    package func observeCounters(_ observer: (@Sendable (Counters) -> Void)?) {
+        state.withLock { $0.observer = observer }
     }
 
     /// Called last by every proxy thread.

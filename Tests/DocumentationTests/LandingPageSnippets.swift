@@ -30,7 +30,7 @@ private func landingPageExample() async throws {
     }
 }
 
-@Suite("The landing page's example", .timeLimit(.minutes(1)))
+@Suite("The landing page's example", .timeLimit(.guarded))
 struct LandingPageSnippets {
     @Test("the first-screen example prints the echo and returns once the server has stopped")
     func firstScreen() async throws {

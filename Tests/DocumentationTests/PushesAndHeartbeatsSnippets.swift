@@ -128,7 +128,7 @@ private func subscribeBeforeConnectingExample(endpoint: Endpoint) async throws {
 
 // MARK: Running them
 
-@Suite("Pushes and heartbeats, as the article shows them", .timeLimit(.minutes(1)))
+@Suite("Pushes and heartbeats, as the article shows them", .timeLimit(.guarded))
 struct PushesAndHeartbeatsSnippets {
     @Test("the defaults the article states")
     func defaults() {

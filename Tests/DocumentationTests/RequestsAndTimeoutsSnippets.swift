@@ -19,9 +19,13 @@ private func overviewExample(connection: Connection) async throws {
     print(reply.json?["echo"]?["hello"]?.stringValue ?? "")   // world
 }
 
-private func defaultTimeoutExample(endpoint: Endpoint) async throws {
+private func defaultTimeoutConfiguration() -> ConnectionConfiguration {
     var configuration = ConnectionConfiguration()
     configuration.requestTimeout = .seconds(5)        // for requests that give no timeout
+    return configuration
+}
+
+private func defaultTimeoutExample(endpoint: Endpoint, configuration: ConnectionConfiguration) async throws {
     let connection = try await Connection.connect(to: endpoint, configuration: configuration)
     let reply = try await connection.request(Request(type: 0x402))                        // 5 s
     let quick = try await connection.request(Request(type: 0x402), timeout: .seconds(2))
@@ -213,7 +217,7 @@ private func echoHandlers(_ server: Server) {
     }
 }
 
-@Suite("Requests, timeouts and cancellation, as the article shows them", .timeLimit(.minutes(1)))
+@Suite("Requests, timeouts and cancellation, as the article shows them", .timeLimit(.guarded))
 struct RequestsAndTimeoutsSnippets {
     @Test("the defaults the article states")
     func defaults() {
@@ -284,10 +288,17 @@ struct RequestsAndTimeoutsSnippets {
         }
     }
 
-    @Test("the configured default and a per-call timeout both answer (over real sockets: the example dials 127.0.0.1)")
+    @Test("the configured default and a per-call timeout both answer (on the test network, whose clock moves only for the test: the timeouts are the example's, and no machine is too slow for them)")
     func defaultTimeout() async throws {
-        try await withLocalServer(handlers: echoHandlers) { _, endpoint in
-            try await withTimeLimit(testBound) { try await defaultTimeoutExample(endpoint: endpoint) }
+        #expect(defaultTimeoutConfiguration().requestTimeout == .seconds(5))
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, handlers: echoHandlers) { _, endpoint in
+                var configuration = ConnectionConfiguration.testing(on: network)
+                configuration.requestTimeout = defaultTimeoutConfiguration().requestTimeout
+                let example = configuration
+                try await withTimeLimit(testBound) { try await defaultTimeoutExample(endpoint: endpoint, configuration: example) }
+                #expect(network.clock.elapsed == .zero)
+            }
         }
     }
 

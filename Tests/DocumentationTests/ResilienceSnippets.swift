@@ -104,7 +104,7 @@ final class ConnectionStatus {
 
 // MARK: Running them
 
-@Suite("Staying connected, as the article shows it", .timeLimit(.minutes(1)))
+@Suite("Staying connected, as the article shows it", .timeLimit(.guarded))
 struct ResilienceSnippets {
     @Test("the defaults the article states")
     func defaults() {

@@ -67,10 +67,16 @@ func printedLines(
     return transcript.lines
 }
 
-/// How long anything a test awaits may take before the test fails: generous, since each
-/// test finishes in a fraction of it when nothing is wrong, and a 2-core machine busy with
-/// builds can stall a test for seconds.
-let testBound: Duration = .seconds(30)
+/// How long anything a test awaits may take before the test fails: a guard against a
+/// hang, never a measurement. The suites run all at once, so on a busy machine one wait can
+/// last nearly as long as the whole suite (about 90 s with three CPU-bound processes beside
+/// it); the guard is twice that, below the suites' time limit.
+let testBound: Duration = .seconds(180)
+
+extension TimeLimitTrait.Duration {
+    /// The time limit of the suites: a guard against a hang too, above ``testBound``.
+    static let guarded: Self = .minutes(5)
+}
 
 /// Runs `operation`, failing with ``TetherTesting/TimeLimitExceeded`` (naming `what`) if it
 /// takes longer than `limit`; the operation is then cancelled and left behind, so one that

@@ -35,7 +35,7 @@ struct PriceClient: Sendable {
 
 // MARK: The tests
 
-@Suite("PriceClient on an in-memory network", .timeLimit(.minutes(1)))
+@Suite("PriceClient on an in-memory network", .timeLimit(.guarded))
 struct PriceClientTests {
     @Test("a quote is asked for by symbol and decoded from the answer")
     func quote() async throws {
@@ -202,7 +202,7 @@ struct PriceClientTests {
     }
 }
 
-@Suite("PriceClient over real sockets", .timeLimit(.minutes(1)))
+@Suite("PriceClient over real sockets", .timeLimit(.guarded))
 struct PriceClientSocketTests {
     @Test("a quote still arrives when every byte crosses the network on its own")
     func onePieceAtATime() async throws {

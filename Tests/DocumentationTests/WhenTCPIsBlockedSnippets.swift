@@ -67,7 +67,7 @@ func whenTCPIsBlockedFallback() -> (ConnectionConfiguration, Endpoint) {
     return (configuration, primary)
 }
 
-@Suite("When TCP Is Blocked article", .timeLimit(.minutes(1)))
+@Suite("When TCP Is Blocked article", .timeLimit(.guarded))
 struct WhenTCPIsBlockedSnippetTests {
     @Test("the overview's server and client, on free ports of 127.0.0.1, with the article's headers: a request answered over WebSocket")
     func overview() async throws {

@@ -99,7 +99,7 @@ private final class GatedAcknowledgementStore: MailboxStore {
     }
 }
 
-@Suite("Acknowledgements in batches", .timeLimit(.minutes(1)))
+@Suite("Acknowledgements in batches", .timeLimit(.guarded))
 struct AcknowledgementBatchTests {
     @Test("acknowledgements that queue behind a slow append reach the store in one call, after it, and the push they queued behind is not held up by them")
     func oneCallPerBatch() async throws {

@@ -3,7 +3,7 @@ import TetherTesting
 @testable import Tether
 
 /// Adaptive heartbeats on connections over a test network, on its manual clock.
-@Suite("Adaptive heartbeats on a manual clock", .timeLimit(.minutes(1)))
+@Suite("Adaptive heartbeats on a manual clock", .timeLimit(.guarded))
 struct AdaptiveHeartbeatTests {
     /// Adaptive heartbeats from 30 s by 60 s steps up to `maximum`, in `memory`, 10 s for
     /// each ack and two misses in a row; a reconnect 1 s after a loss.
@@ -240,7 +240,7 @@ extension AdaptiveHeartbeatTests {
     }
 }
 
-@Suite("Adaptive heartbeats over real sockets", .timeLimit(.minutes(1)))
+@Suite("Adaptive heartbeats over real sockets", .timeLimit(.guarded))
 struct AdaptiveHeartbeatSocketTests {
     @Test("through a fault proxy on 127.0.0.1: the interval grows while heartbeats are acked; a stall kills the connection silently at the longer interval, and the next connection starts from the last good one")
     func stallThroughFaultProxy() async throws {

@@ -1,7 +1,7 @@
 import Testing
 @testable import Tether
 
-@Suite("Racing the addresses of a host (Happy Eyeballs)", .timeLimit(.minutes(1)))
+@Suite("Racing the addresses of a host (Happy Eyeballs)", .timeLimit(.guarded))
 struct AddressRaceTests {
     private func address(_ text: String) -> SocketAddress {
         SocketAddress(ipAddress: text, port: 9000)!

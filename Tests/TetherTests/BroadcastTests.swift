@@ -12,7 +12,7 @@ import Testing
 struct BroadcastTests {
     @Test(
         "a peer that does not read misses the broadcasts that would take its buffer past maximumOutboundBytes, stays connected, and the count says exactly who got each one",
-        .timeLimit(.minutes(1))
+        .timeLimit(.guarded)
     )
     func slowPeer() async throws {
         try await withServer(configure: {
@@ -68,7 +68,7 @@ struct BroadcastTests {
 
     @Test(
         "a broadcast keeps its place among a peer's other writes: a handler's push before it, a push after it and the handler's response arrive in that order, on peers of both loops",
-        .timeLimit(.minutes(1))
+        .timeLimit(.guarded)
     )
     func ordering() async throws {
         let group = EventLoopGroup(loopCount: 2)
@@ -115,7 +115,7 @@ struct BroadcastTests {
 
     @Test(
         "a broadcast skips a peer the server has closed, and a frame too large to encode reaches nobody, counts 0 and leaves every peer connected",
-        .timeLimit(.minutes(1))
+        .timeLimit(.guarded)
     )
     func closedPeersAndUnencodableFrames() async throws {
         let (counted, report) = AsyncStream<Int>.makeStream()
@@ -151,7 +151,7 @@ struct BroadcastTests {
 
     @Test(
         "one broadcast with serial 77 reaches a plain peer with serial 77 and an identified client with serial 0",
-        .timeLimit(.minutes(1))
+        .timeLimit(.guarded)
     )
     func plainAndIdentifiedPeers() async throws {
         try await withServer(configure: {
@@ -178,7 +178,7 @@ struct BroadcastTests {
 
     @Test(
         "queueBroadcast: bursts queued from a handler and from a task on no loop reach every peer of both loops in call order, in their place among pushes, responses and awaited broadcasts, and each call returns the number of peers",
-        .timeLimit(.minutes(1))
+        .timeLimit(.guarded)
     )
     func queuedBurstsKeepOrder() async throws {
         let group = EventLoopGroup(loopCount: 2)
@@ -228,7 +228,7 @@ struct BroadcastTests {
 
     @Test(
         "queueBroadcast: a peer that does not read holds at most maximumOutboundBytes however many bursts are queued; it gets its frames in order, the readers get every frame, and it stays connected",
-        .timeLimit(.minutes(1))
+        .timeLimit(.guarded)
     )
     func queuedBurstsAndASlowPeer() async throws {
         try await withServer(configure: {

@@ -39,7 +39,7 @@ private func printedPushes(_ output: String) -> [String] {
 
 /// `tether serve --postgres` and `tether push` as a user runs them, as child processes, on
 /// a fresh database of the test PostgreSQL server.
-@Suite("tether serve --postgres and tether push", .serialized, .timeLimit(.minutes(2)))
+@Suite("tether serve --postgres and tether push", .serialized, .timeLimit(.guarded))
 struct CLIClusterTests {
     @Test("tether push to offline clients prints their sequences; tether listen and a Connection on two serve --postgres nodes get them, and a listener that moves takes its client over")
     func pushThenListen() async throws {

@@ -2,7 +2,7 @@ import Testing
 @testable import Tether
 
 /// `tether demo`, the README's first command, run as a user runs it.
-@Suite("tether demo", .timeLimit(.minutes(1)))
+@Suite("tether demo", .timeLimit(.guarded))
 struct CLIDemoTests {
     @Test("tether demo runs every step and exits 0")
     func demo() async throws {

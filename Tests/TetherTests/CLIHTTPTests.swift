@@ -4,7 +4,7 @@ import Testing
 
 /// `tether serve --http-allow` and `tether request --http-get`, run as a user runs them,
 /// against a real HTTP server on 127.0.0.1.
-@Suite("tether --http-get", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether --http-get", .serialized, .timeLimit(.guarded))
 struct CLIHTTPTests {
     @Test("a GET through `tether serve`: body on stdout, status on stderr, each exchange logged; other hosts refused")
     func getThroughServe() async throws {

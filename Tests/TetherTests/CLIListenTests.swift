@@ -6,7 +6,7 @@ import TetherTesting
 /// `tether listen`, end to end: against peers that are not Tether servers, and with
 /// `tether serve --push-every` behind a proxy that resets every connection after a few
 /// hundred bytes. Both run as child processes.
-@Suite("tether listen", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether listen", .serialized, .timeLimit(.guarded))
 struct CLIListenTests {
     @Test("--max-attempts 2 against an HTTP server that answers 400: 3 connects, then exit 1 with the reason")
     func maxAttemptsEnds() async throws {

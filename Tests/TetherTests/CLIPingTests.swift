@@ -3,7 +3,7 @@ import Testing
 @testable import Tether
 
 /// `tether ping`, end to end against `tether serve`.
-@Suite("tether ping", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether ping", .serialized, .timeLimit(.guarded))
 struct CLIPingTests {
     @Test("tether ping reports every heartbeat from the first, which goes out as the connection opens: serials 1, 2")
     func reportsFromTheFirstHeartbeat() async throws {

@@ -5,7 +5,7 @@ import Testing
 /// `tether --profile`, end to end: the `tether` executable that the build puts beside this
 /// test bundle, run as a child process the way a user runs it. (The test target cannot
 /// import an executable target, so the command line is tested from outside.)
-@Suite("tether --profile", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether --profile", .serialized, .timeLimit(.guarded))
 struct CLIProfileTests {
     /// The `tether` executable beside the running test bundle, if the build made one.
     static let executable: String? = {

@@ -3,7 +3,7 @@ import Testing
 @testable import Tether
 
 /// `tether request` drawing the progress of large payloads on a terminal.
-@Suite("tether request progress", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether request progress", .serialized, .timeLimit(.guarded))
 struct CLIProgressTests {
     /// A JSON string of about 3 MiB in a file of its own.
     private static func largeContent() throws -> (TemporaryDirectory, String, Int) {

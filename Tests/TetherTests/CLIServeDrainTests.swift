@@ -5,7 +5,7 @@ import Testing
 @testable import Tether
 
 /// `tether serve` drains on SIGTERM: run as a child process.
-@Suite("tether serve drain", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether serve drain", .serialized, .timeLimit(.guarded))
 struct CLIServeDrainTests {
     @Test("SIGTERM drains: a request in flight is answered, the client is told to leave, and the server exits 0")
     func sigtermDrains() async throws {

@@ -2,7 +2,7 @@ import Testing
 @testable import Tether
 
 /// `tether serve` and its limits on hostile peers, run as a child process.
-@Suite("tether serve limits", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether serve limits", .serialized, .timeLimit(.guarded))
 struct CLIServeLimitsTests {
     @Test("--help lists the request, handler and frame limits with their defaults")
     func help() async throws {

@@ -4,7 +4,7 @@ import Testing
 
 /// `tether serve` with mailboxes for strangers: a required token and store-wide bounds, run
 /// as a child process the way a user runs it.
-@Suite("tether serve: token and mailbox bounds", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether serve: token and mailbox bounds", .serialized, .timeLimit(.guarded))
 struct CLIServeMailboxTests {
     private func hello(_ clientID: String, token: String?, to endpoint: Endpoint) async throws -> Frame? {
         let raw = try RawSocket.connect(to: endpoint)

@@ -3,7 +3,7 @@ import Testing
 @testable import Tether
 
 /// `tether udp listen` and `tether udp send`, end to end, as child processes on 127.0.0.1.
-@Suite("tether udp", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether udp", .serialized, .timeLimit(.guarded))
 struct CLIUDPTests {
     @Test("udp listen --count 2 prints a datagram from udp send as text and a binary one as hex, each with its sender, then exits 0")
     func listenAndSend() async throws {

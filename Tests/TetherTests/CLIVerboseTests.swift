@@ -3,7 +3,7 @@ import Testing
 @testable import Tether
 
 /// `--verbose` on `tether request`, `ping` and `listen`: how each connection was opened.
-@Suite("tether --verbose", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether --verbose", .serialized, .timeLimit(.guarded))
 struct CLIVerboseTests {
     /// The verbose line of a connection to `address`, with the times left out.
     private static func connectedLine(in output: String, address: String, family: String) -> Substring? {

@@ -4,7 +4,7 @@ import Testing
 
 /// `tether serve --websocket-port` and the clients over `ws://`, directly or as the
 /// `--fallback` of a TCP endpoint that refuses.
-@Suite("tether over WebSocket", .serialized, .timeLimit(.minutes(1)))
+@Suite("tether over WebSocket", .serialized, .timeLimit(.guarded))
 struct CLIWebSocketTests {
     /// Starts `tether serve` with a WebSocket port at `/tether`: the process and the URL of
     /// its second listening line.

@@ -208,7 +208,7 @@ private func sessionClient(_ clientID: String, _ change: (inout ConnectionConfig
     return configuration
 }
 
-@Suite("Large frames in chunks over sockets", .timeLimit(.minutes(5)))
+@Suite("Large frames in chunks over sockets", .timeLimit(.guarded))
 struct ChunkedFrameSocketTests {
     @Test("a peer that never said it understands chunks gets a large frame whole, in exactly the bytes of the seed profile")
     func unannouncedPeerGetsWholeFrames() async throws {

@@ -48,7 +48,7 @@ struct ClaimRepairTests {
     }
 }
 
-@Suite("A node's check of its clients' claims on PostgreSQL", .serialized, .timeLimit(.minutes(3)))
+@Suite("A node's check of its clients' claims on PostgreSQL", .serialized, .timeLimit(.guarded))
 struct ClaimCheckTests {
     @Test("a row whose holder was cleared while its client stays connected: one check claims it again, and in each of 8 rounds every push of the other node and a publisher made meanwhile and after reaches the client, in order")
     func clearedHolder() async throws {

@@ -5,7 +5,7 @@ import TetherTesting
 /// The server says why it closes a connection (``CloseNotice``): the codec of the notice,
 /// and each reason over real loopback sockets, where the client's error carries the
 /// server's code and message.
-@Suite("Close notices", .timeLimit(.minutes(1)))
+@Suite("Close notices", .timeLimit(.guarded))
 struct CloseNoticeTests {
     // MARK: The notice
 
@@ -134,6 +134,7 @@ struct CloseNoticeTests {
     @Test("drain deadline: what still runs is answered, then the connection closes with serverDraining")
     func drainDeadline() async throws {
         var configuration = ServerConfiguration(port: 0)
+        configuration.handshakeTimeout = nil   // not timed here; a busy machine may be slow to send the first frame
         configuration.drain.deadline = .milliseconds(300)
         let server = Server(configuration: configuration)
         echoHandlers(server)

@@ -85,7 +85,7 @@ private func race(round: Int, hellos: Int, nodes: [RunningNode], publisher: Post
     return result
 }
 
-@Suite("Claims of one client racing on one PostgreSQL node", .serialized, .timeLimit(.minutes(5)))
+@Suite("Claims of one client racing on one PostgreSQL node", .serialized, .timeLimit(.guarded))
 struct ClusterClaimRaceTests {
     @Test(
         "hellos of one client back to back on one node, the older connections closed at once: in every one of 8 rounds the newest keeps the claim and gets every push from every node and a publisher, in order",
@@ -108,7 +108,7 @@ struct ClusterClaimRaceTests {
     }
 }
 
-@Suite("A tether serve --postgres node frozen and thawed", .serialized, .timeLimit(.minutes(5)))
+@Suite("A tether serve --postgres node frozen and thawed", .serialized, .timeLimit(.guarded))
 struct FrozenNodeTests {
     @Test("a node stopped (SIGSTOP) while its client reconnects, then continued: the reconnects queued meanwhile settle on the newest, which gets every push of a publisher, in order, in each of 8 rounds")
     func frozenAndThawed() async throws {

@@ -24,7 +24,7 @@ private func nodeEndpoint(_ number: Int) -> Endpoint {
     Endpoint(host: "server", port: 9000 + number)
 }
 
-@Suite("Servers as nodes of a cluster", .timeLimit(.minutes(1)))
+@Suite("Servers as nodes of a cluster", .timeLimit(.guarded))
 struct ClusterNodeTests {
     @Test("a push stored on any node reaches the client on the node that holds it, once, in sequence order")
     func routing() async throws {

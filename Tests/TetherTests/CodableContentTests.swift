@@ -135,7 +135,7 @@ struct CodableContentTests {
         #expect(error.message.hasPrefix("cannot decode frame 0x501 content as JSONValue: "))
     }
 
-    @Test("a push encoded with ISO 8601 dates and snake_case keys is read by a Python peer with its json module", .timeLimit(.minutes(1)))
+    @Test("a push encoded with ISO 8601 dates and snake_case keys is read by a Python peer with its json module", .timeLimit(.guarded))
     func pythonPeerReadsPush() async throws {
         try await withServer(handlers: { server in
             server.handle(type: 0x410) { _, peer in

@@ -2,7 +2,7 @@ import Testing
 @testable import Tether
 
 /// ``DatagramSocket`` over real UDP sockets on 127.0.0.1 and ::1.
-@Suite("UDP datagrams", .timeLimit(.minutes(1)))
+@Suite("UDP datagrams", .timeLimit(.guarded))
 struct DatagramTests {
     /// A Python 3 UDP echo peer bound to `host` port 0: it prints `port N`, then sends every
     /// datagram back to its sender.

@@ -1,7 +1,7 @@
 import Testing
 @testable import Tether
 
-@Suite("Deflate", .timeLimit(.minutes(1)))
+@Suite("Deflate", .timeLimit(.guarded))
 struct DeflateTests {
     static func compress(_ bytes: [UInt8], level: Int32 = -1) throws -> [UInt8] {
         try bytes.withUnsafeBytes { try Deflate.compress($0, level: level) }

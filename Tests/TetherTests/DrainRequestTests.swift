@@ -4,7 +4,7 @@ import Testing
 
 /// Requests that meet a server's drain, over real loopback sockets: each one ends with its
 /// response or with an error that says the server drains, never with a lost connection.
-@Suite("Requests across a drain", .timeLimit(.minutes(1)))
+@Suite("Requests across a drain", .timeLimit(.guarded))
 struct DrainRequestTests {
     /// What the requests of a loop ended with.
     struct Outcomes: Sendable, CustomStringConvertible {
@@ -25,6 +25,7 @@ struct DrainRequestTests {
     @Test("requests sent in a loop across the drain notice each end with their response or the draining error, none with a lost connection or a timeout")
     func requestsAcrossTheNotice() async throws {
         var configuration = ServerConfiguration(port: 0)
+        configuration.handshakeTimeout = nil   // not timed here; a busy machine may be slow to send the first frame
         configuration.drain.deadline = .seconds(30)
         let server = Server(configuration: configuration)
         server.handle(type: 0x402) { request, _ in

@@ -4,7 +4,7 @@ import TetherTesting
 
 /// Epochs end to end: a client whose saved sequence belongs to a history the server no
 /// longer has is told so, and takes the new history from its start.
-@Suite("Mailbox epochs", .timeLimit(.minutes(1)))
+@Suite("Mailbox epochs", .timeLimit(.guarded))
 struct EpochTests {
     @Test("a client at 5 whose server restarted with a fresh in-memory store that then took 8 pushes: told reset, it gets all 8 in order")
     func freshStoreWithMorePushes() async throws {

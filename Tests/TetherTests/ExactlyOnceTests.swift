@@ -2,7 +2,7 @@ import Testing
 import TetherTesting
 @testable import Tether
 
-@Suite("Every request ends exactly once", .timeLimit(.minutes(1)))
+@Suite("Every request ends exactly once", .timeLimit(.guarded))
 struct ExactlyOnceTests {
     enum Outcome: Hashable { case response, timedOut, cancelled, connectionLost }
 

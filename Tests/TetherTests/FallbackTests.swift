@@ -5,7 +5,7 @@ import Testing
 /// Falling back to a WebSocket endpoint over real loopback sockets: a refused TCP endpoint
 /// leads to the server's WebSocket port in the same attempt, and the TCP endpoint is used
 /// again once the primary retry interval has passed.
-@Suite("Fallback to WebSocket", .timeLimit(.minutes(1)))
+@Suite("Fallback to WebSocket", .timeLimit(.guarded))
 struct FallbackTests {
     /// Runs `body` with a server listening for TCP and WebSocket: its TCP endpoint and its
     /// WebSocket endpoint. Besides the echo handlers, type `0x405` echoes once `gate` lets it.

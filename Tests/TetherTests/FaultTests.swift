@@ -1,7 +1,7 @@
 import Testing
 @testable import Tether
 
-@Suite("Bad peers and bad addresses", .timeLimit(.minutes(1)))
+@Suite("Bad peers and bad addresses", .timeLimit(.guarded))
 struct FaultTests {
     @Test("a client that sends an oversize length is closed with frameTooLarge; others keep being served")
     func oversizeFromClient() async throws {
@@ -151,7 +151,7 @@ struct FaultTests {
     }
 }
 
-@Suite("Addresses", .timeLimit(.minutes(1)))
+@Suite("Addresses", .timeLimit(.guarded))
 struct AddressTests {
     @Test("IPv6 loopback works end to end")
     func ipv6() async throws {

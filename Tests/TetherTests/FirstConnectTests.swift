@@ -2,7 +2,7 @@ import Testing
 import TetherTesting
 @testable import Tether
 
-@Suite("The first connect and the states it publishes", .timeLimit(.minutes(1)))
+@Suite("The first connect and the states it publishes", .timeLimit(.guarded))
 struct FirstConnectTests {
     @Test("each transition is published once: idle before connect(), then connecting, then connected")
     func statesOnce() async throws {

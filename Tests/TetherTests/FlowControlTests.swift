@@ -35,7 +35,7 @@ func paddedIndex(of frame: Frame) -> Int? {
     Int(String(decoding: frame.payload.prefix { $0 != UInt8(ascii: " ") }, as: UTF8.self))
 }
 
-@Suite("Flow control to slow session subscribers", .timeLimit(.minutes(1)))
+@Suite("Flow control to slow session subscribers", .timeLimit(.guarded))
 struct FlowControlTests {
     @Test("heartbeats that time out while the client stops reading for a slow subscriber (the server ignores holds) do not count as missed; acks count again once it reads")
     func heartbeatsWhilePaused() async throws {

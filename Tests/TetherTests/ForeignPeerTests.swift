@@ -11,7 +11,7 @@ private func clientTLS(_ certificates: TestCertificates) -> ConnectionConfigurat
     return testConfiguration { $0.tls = .client(options: options) }
 }
 
-@Suite("Errors that name the real problem when the peer speaks something else", .timeLimit(.minutes(1)))
+@Suite("Errors that name the real problem when the peer speaks something else", .timeLimit(.guarded))
 struct ForeignPeerTests {
     @Test("bytes recognised as HTTP or TLS, and bytes that are neither")
     func recognize() {

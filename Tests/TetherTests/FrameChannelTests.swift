@@ -3,7 +3,7 @@ import TetherTLS
 @testable import Tether
 
 /// The framed channel over the in-memory transport pair: no sockets, one event loop.
-@Suite("Framed channel over in-memory transports", .timeLimit(.minutes(1)))
+@Suite("Framed channel over in-memory transports", .timeLimit(.guarded))
 struct FrameChannelTests {
     /// Runs `body` with a loop of its own, shut down afterwards.
     private func withLoop<T: Sendable>(_ body: (EventLoop) async throws -> T) async throws -> T {

@@ -44,7 +44,7 @@ private func hasPendingConnection(_ listener: RawSocket) -> Bool {
     return poll(&descriptor, 1, 0) > 0
 }
 
-@Suite("HTTP through the channel, against a real HTTP server", .timeLimit(.minutes(1)))
+@Suite("HTTP through the channel, against a real HTTP server", .timeLimit(.guarded))
 struct HTTPForwardingTests {
     @Test("a GET goes through the channel: status, headers, body, and the fields the upstream saw")
     func get() async throws {

@@ -21,7 +21,7 @@ enum DeliveryStore: String, CaseIterable, Sendable, CustomTestStringConvertible 
 
 /// A sequenced push counts as delivered, and is acknowledged, only once a subscriber whose
 /// filter takes it has it.
-@Suite("Pushes held for a matching subscriber", .timeLimit(.minutes(1)))
+@Suite("Pushes held for a matching subscriber", .timeLimit(.guarded))
 struct HeldPushTests {
     @Test("a stored 0x20 push replayed while only a 0x21 subscriber exists is held, not counted or acknowledged, and reaches a 0x20 subscriber made later", arguments: DeliveryStore.allCases)
     func heldUntilMatched(_ kind: DeliveryStore) async throws {

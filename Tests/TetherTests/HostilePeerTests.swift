@@ -94,7 +94,7 @@ private func port(of socket: RawSocket) throws -> Int {
     try Syscall.localAddress(socket.fd).port
 }
 
-@Suite("Hostile peers", .timeLimit(.minutes(1)))
+@Suite("Hostile peers", .timeLimit(.guarded))
 struct HostilePeerTests {
     @Test("a peer flooding slow requests without reading has at most maximumRequestsPerPeer handled at once; others are answered; every request is answered in the end")
     func floodOfSlowRequests() async throws {

@@ -2,7 +2,7 @@ import Synchronization
 import Testing
 @testable import Tether
 
-@Suite("Handlers that answer without suspending", .timeLimit(.minutes(1)))
+@Suite("Handlers that answer without suspending", .timeLimit(.guarded))
 struct ImmediateHandlerTests {
     @Test("a handler with no await answers on the loop without a task, in the read that decoded it")
     func noTask() async throws {

@@ -218,7 +218,7 @@ struct JSONTests {
 
     // MARK: Over the wire
 
-    @Test("deep requests over a socket: each is echoed exactly or refused with the depth error, never as null", .timeLimit(.minutes(1)))
+    @Test("deep requests over a socket: each is echoed exactly or refused with the depth error, never as null", .timeLimit(.guarded))
     func deepOverTheWire() async throws {
         try await withServer(handlers: { server in
             server.handle(type: 0x402) { request, _ in
@@ -247,7 +247,7 @@ struct JSONTests {
         }
     }
 
-    @Test("tether serve echoes a 511-deep request exactly and answers a 513-deep or malformed one with the error", .timeLimit(.minutes(1)))
+    @Test("tether serve echoes a 511-deep request exactly and answers a 513-deep or malformed one with the error", .timeLimit(.guarded))
     func serveEcho() async throws {
         let (server, endpoint) = try await tetherServe([])
         defer { server.kill() }

@@ -54,7 +54,7 @@ private func payload(_ length: Int, index: Int) -> [UInt8] {
     return bytes
 }
 
-@Suite("Large payloads over TCP: bodies read into their own storage, payloads written from theirs", .timeLimit(.minutes(1)))
+@Suite("Large payloads over TCP: bodies read into their own storage, payloads written from theirs", .timeLimit(.guarded))
 struct LargePayloadTests {
     @Test("a frame with a large body split in two at every byte boundary arrives whole, each one after the channel read the first part")
     func splitAtEveryBoundary() async throws {

@@ -40,7 +40,7 @@ private func listeningDescriptor(port: Int) -> Int32? {
     return nil
 }
 
-@Suite("A stopped server's listener", .timeLimit(.minutes(1)))
+@Suite("A stopped server's listener", .timeLimit(.guarded))
 struct ListenerShutdownTests {
     @Test("a server that stops refuses new connections at once, even while another descriptor of its listening socket is open, as a child's is between fork and exec")
     func refusesWhileADescriptorLingers() async throws {

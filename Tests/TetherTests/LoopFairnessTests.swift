@@ -1,7 +1,7 @@
 import Testing
 @testable import Tether
 
-@Suite("Event loop fairness", .timeLimit(.minutes(1)))
+@Suite("Event loop fairness", .timeLimit(.guarded))
 struct LoopFairnessTests {
     @Test("an actor that spins on Task.yield() on its loop does not keep the loop from its sockets, its timers or jobs from other threads")
     func spinningActor() async throws {

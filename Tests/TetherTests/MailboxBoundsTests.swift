@@ -70,7 +70,7 @@ private final class GatedStore: MailboxStore {
     }
 }
 
-@Suite("Mailbox bounds on a server", .timeLimit(.minutes(1)))
+@Suite("Mailbox bounds on a server", .timeLimit(.guarded))
 struct MailboxBoundsTests {
     @Test("past the mailbox bound a new client's hello gets a passing refusal that says why, and a push to a new client id fails; known clients go on", arguments: MailboxStoreKind.allCases)
     func mailboxBound(kind: MailboxStoreKind) async throws {

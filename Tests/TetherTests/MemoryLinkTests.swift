@@ -108,7 +108,7 @@ private func withLink(
     }
 }
 
-@Suite("Faults of an in-memory link, at the transport", .timeLimit(.minutes(1)))
+@Suite("Faults of an in-memory link, at the transport", .timeLimit(.guarded))
 struct MemoryLinkTests {
     @Test("a stalled direction holds bytes and its end of stream with no error, the other direction flows, and clearing the stall delivers them in order")
     func stall() async throws {
@@ -406,7 +406,7 @@ private func withNetworkServer(_ body: (NetworkFixture) async throws -> Void) as
     }
 }
 
-@Suite("Faults of an in-memory link, between a real server and connection", .timeLimit(.minutes(1)))
+@Suite("Faults of an in-memory link, between a real server and connection", .timeLimit(.guarded))
 struct MemoryLinkEndToEndTests {
     @Test("frames cut into 1-byte pieces both ways still decode: the handshake and a request of 300 bytes, each byte a read of its own")
     func bytePieces() async throws {

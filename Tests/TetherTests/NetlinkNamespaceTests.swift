@@ -7,7 +7,7 @@ import Testing
 /// test makes (and always deletes), while the test gives the namespace an interface, an
 /// address and a default route, then takes them away. Only the namespace changes; no
 /// packet is sent anywhere.
-@Suite("The netlink path monitor in a network namespace", .timeLimit(.minutes(1)))
+@Suite("The netlink path monitor in a network namespace", .timeLimit(.guarded))
 struct NetlinkNamespaceTests {
     /// Where `ip` is, when the test can use it: as root, with `ip` installed.
     static let ip: String? = {

@@ -4,7 +4,7 @@ import Testing
 
 /// The Linux path watcher's thread, on a source that plays the kernel: its reads run on a
 /// thread of its own, and every event loop goes on serving while one of them is stuck.
-@Suite("The netlink path watcher's thread", .timeLimit(.minutes(1)))
+@Suite("The netlink path watcher's thread", .timeLimit(.guarded))
 struct NetlinkWatcherTests {
     /// A kernel the test plays: a change comes when the test sends one, and each read of the
     /// tables blocks until the test answers it, saying which thread asked.

@@ -108,7 +108,7 @@ final class RecordingObserver: TetherObserver {
     }
 }
 
-@Suite("Observers of connections and servers", .timeLimit(.minutes(1)))
+@Suite("Observers of connections and servers", .timeLimit(.guarded))
 struct ObserverTests {
     @Test("a request that succeeds: the client sees its start and its response with serial 1, the server its handler, each span handed back")
     func success() async throws {

@@ -5,7 +5,7 @@ import TetherTesting
 /// Connections on a test network whose path the test changes: a live connection verifies
 /// itself at once, a reconnect starts at once with a fresh budget, and no attempt is spent
 /// while no path exists. Everything runs on the network's clock, which moves only when told.
-@Suite("Network path changes", .timeLimit(.minutes(1)))
+@Suite("Network path changes", .timeLimit(.guarded))
 struct PathChangeTests {
     static let cellular = NetworkPath.testing(interface: "rmnet0", index: 9, gateway: "198.51.100.1")
 

@@ -4,7 +4,7 @@ import TetherTesting
 
 /// `Connection.pipeline(_:timeout:)`: many requests at once, one wake-up for all their
 /// outcomes, each ending exactly once.
-@Suite("Pipelined requests", .timeLimit(.minutes(1)))
+@Suite("Pipelined requests", .timeLimit(.guarded))
 struct PipelineTests {
     /// What one outcome was, for exact comparisons.
     enum Outcome: Hashable {

@@ -15,7 +15,7 @@ private actor Received {
     }
 }
 
-@Suite("A cluster of servers on PostgreSQL", .timeLimit(.minutes(2)))
+@Suite("A cluster of servers on PostgreSQL", .timeLimit(.guarded))
 struct PostgresClusterTests {
     @Test("three nodes, 100 clients, 1,000 pushes from every node; 10 clients moved mid-stream and one node stopped: each client gets exactly its pushes, in order, with no gap and no duplicate")
     func threeNodes() async throws {

@@ -29,7 +29,7 @@ private final class LoginServer: Sendable {
     }
 }
 
-@Suite("The app's preparation of each connection", .timeLimit(.minutes(1)))
+@Suite("The app's preparation of each connection", .timeLimit(.guarded))
 struct PrepareTests {
     @Test("a login in prepare goes first on every connection: requests made while reconnecting wait behind it, and connected is published only after it")
     func loginBeforeQueuedRequests() async throws {

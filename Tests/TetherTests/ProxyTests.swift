@@ -8,7 +8,7 @@ import TetherTesting
 /// misbehave.
 @Suite(
     "HTTP CONNECT proxy",
-    .timeLimit(.minutes(1)),
+    .timeLimit(.guarded),
     .enabled(if: TinyProxy.available, "tinyproxy is not installed (.ci/run installs it: apt-get install tinyproxy)")
 )
 struct ProxyTests {
@@ -116,7 +116,7 @@ struct ProxyTests {
 }
 
 /// Proxies played by raw sockets: the exact request, and every way an answer can go wrong.
-@Suite("HTTP CONNECT proxy: misbehaving proxies", .timeLimit(.minutes(1)))
+@Suite("HTTP CONNECT proxy: misbehaving proxies", .timeLimit(.guarded))
 struct MisbehavingProxyTests {
     /// Connects to a WebSocket endpoint through the raw proxy `listener`, which `act`
     /// plays once it has read the request; returns the error and the request it read.

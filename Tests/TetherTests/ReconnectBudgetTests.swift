@@ -16,7 +16,7 @@ func acceptAndFail(_ listener: RawSocket, count: Int, answer: [UInt8] = httpBadR
 
 /// Over sockets, since the peer sends bytes no Tether server sends; the client's loop runs on
 /// a manual clock, so every backoff passes only when the test moves the clock past it.
-@Suite("The reconnect budget against a peer that accepts and fails", .timeLimit(.minutes(1)))
+@Suite("The reconnect budget against a peer that accepts and fails", .timeLimit(.guarded))
 struct ReconnectBudgetTests {
     @Test("an HTTP server that answers 400 and closes: exactly 1 + 3 connects, then failed with the error")
     func httpPeerSpendsTheBudget() async throws {

@@ -60,7 +60,7 @@ struct ReconnectPolicyTests {
 /// jitter uses.
 typealias SplitMix = BackoffRandom
 
-@Suite("Reconnecting", .timeLimit(.minutes(1)))
+@Suite("Reconnecting", .timeLimit(.guarded))
 struct ReconnectTests {
     let endpoint = Endpoint(host: "server", port: 9000)
 

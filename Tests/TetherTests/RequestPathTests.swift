@@ -5,7 +5,7 @@ import TetherTesting
 /// The two ways a request reaches its connection: a caller on the connection's loop places
 /// it within the actor; any other caller hands the loop a job and waits outside the actor.
 /// Both end exactly once, whatever order cancellation and placement come in.
-@Suite("Request paths", .timeLimit(.minutes(1)))
+@Suite("Request paths", .timeLimit(.guarded))
 struct RequestPathTests {
     private static func echo(_ index: Int) -> Request {
         Request(type: 0x402, json: ["i": .int(index)])

@@ -2,7 +2,7 @@ import Testing
 import TetherTesting
 @testable import Tether
 
-@Suite("Requests", .timeLimit(.minutes(1)))
+@Suite("Requests", .timeLimit(.guarded))
 struct RequestTests {
     @Test("a handler that returns .noReply sends nothing: a frame sent without waiting is handled unanswered, a request waiting for it times out, and the next request gets its own answer")
     func noReply() async throws {

@@ -3,7 +3,7 @@ import TetherTesting
 @testable import Tether
 
 /// ``RequestTimeout`` over 127.0.0.1: the configured limit, one of a call's own, or none.
-@Suite("Request timeouts", .timeLimit(.minutes(1)))
+@Suite("Request timeouts", .timeLimit(.guarded))
 struct RequestTimeoutTests {
     /// 0x461 answers once the test opens `gate`, telling `arrivals` first; 0x462 never
     /// answers.

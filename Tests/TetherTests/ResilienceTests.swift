@@ -5,7 +5,7 @@ import TetherTesting
 
 /// Broken connections made on purpose, through the fault proxy: every request ends exactly
 /// once, the client comes back by itself, and subscriptions keep running.
-@Suite("Resilience through the fault proxy", .timeLimit(.minutes(1)))
+@Suite("Resilience through the fault proxy", .timeLimit(.guarded))
 struct ResilienceTests {
     /// The standard handlers, plus two that tell `arrivals` of each request's `id` as it
     /// reaches them: 0x405 then holds the request until the server cancels it (its peer
@@ -47,7 +47,7 @@ struct ResilienceTests {
                 // after it, however late the loop runs. By then the attempt must have started.
                 let (attempts, attempt) = AsyncStream<(phase: ConnectionState.Phase, started: Int)>.makeStream()
                 let slow = Task {
-                    try await connection.observedRequest(Request(type: 0x405, json: ["id": 1]), timeout: .seconds(10)) { connection, _ in
+                    try await connection.observedRequest(Request(type: 0x405, json: ["id": 1]), timeout: .after(eventBound)) { connection, _ in
                         connection.afterTimers(dueBefore: justAfter(backoff, from: MonotonicTime.now())) { connection in
                             attempt.yield((connection.state.phase, connection.counters.reconnectAttempts))
                         }
@@ -56,7 +56,7 @@ struct ResilienceTests {
                 #expect(try await collect(1, from: arrived, "the slow request to reach the server") == [1])
                 // The next request is cut 5 bytes into its header.
                 proxy.setMode(.cut(after: 5, counting: .upstream), for: .currentConnections)
-                let cut = Task { try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: .seconds(10)) }
+                let cut = Task { try await connection.request(Request(type: 0x402, json: ["n": 1]), timeout: .after(eventBound)) }
                 let lost = try await watcher.next(.reconnecting)
                 #expect(lost.reason?.code == .peerClosed)
                 #expect(lost.attempt == 1)

@@ -9,7 +9,7 @@ import Testing
 /// answers, and a private mount namespace puts a `resolv.conf` naming it (and a `hosts`
 /// file with a dual-stack name) over the system's. The `tether` executable beside the test
 /// bundle runs inside, as a user runs it.
-@Suite("Name resolution through the system resolver, in a network namespace", .timeLimit(.minutes(2)))
+@Suite("Name resolution through the system resolver, in a network namespace", .timeLimit(.guarded))
 struct ResolutionNamespaceTests {
     /// Whether the tests can run: root, `unshare -mn` works, and `tether` is built.
     static let available: Bool = {

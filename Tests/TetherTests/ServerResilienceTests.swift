@@ -18,7 +18,7 @@ private func networkConfiguration(
     return configuration
 }
 
-@Suite("Server resilience", .timeLimit(.minutes(1)))
+@Suite("Server resilience", .timeLimit(.guarded))
 struct ServerResilienceTests {
     @Test("listeningAddress() of a server that never runs ends with CancellationError when its task is cancelled, before or while it waits")
     func listeningAddressHonoursCancellation() async throws {

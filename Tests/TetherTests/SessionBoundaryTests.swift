@@ -6,7 +6,7 @@ import TetherTesting
 /// Plain pushes and a session's sequenced pushes on one connection, through cuts: nothing
 /// that arrives before the server accepts the hello counts as sequenced, and a plain push
 /// never carries a serial that could be read as a sequence.
-@Suite("Session boundaries", .timeLimit(.minutes(1)))
+@Suite("Session boundaries", .timeLimit(.guarded))
 struct SessionBoundaryTests {
     @Test("a push with serial 975 written before the welcome is delivered as a plain push, serial 0, and leaves the sequence alone")
     func pushBeforeWelcome() async throws {

@@ -49,7 +49,7 @@ func providedSession(
     }
 }
 
-@Suite("Session identities", .timeLimit(.minutes(1)))
+@Suite("Session identities", .timeLimit(.guarded))
 struct SessionIdentityTests {
     @Test("the provider is asked before each hello: connect, then reconnect after a cut, and the server sees each token it gave")
     func askedBeforeEachHello() async throws {

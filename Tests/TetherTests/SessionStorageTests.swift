@@ -6,7 +6,7 @@ import TetherTesting
 import TetherSQLite
 
 /// Sessions over a real SQLite file: mailboxes outlive the server process's `Server`.
-@Suite("Sessions on SQLite", .timeLimit(.minutes(1)))
+@Suite("Sessions on SQLite", .timeLimit(.guarded))
 struct SessionStorageTests {
     @Test("the server restarted on the same SQLite file while the client is offline: the mailbox is still there and replays in order")
     func restartWhileOffline() async throws {

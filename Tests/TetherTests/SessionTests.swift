@@ -47,7 +47,7 @@ func session(
     return configuration
 }
 
-@Suite("Sessions and mailboxes", .timeLimit(.minutes(1)))
+@Suite("Sessions and mailboxes", .timeLimit(.guarded))
 struct SessionTests {
     @Test("pushes to a connected client carry its sequence 1, 2, 3 in their serials, and the hello is the first frame")
     func sequencedPushes() async throws {

@@ -30,7 +30,7 @@ extension ChannelProbe {
     var transportIdentity: ObjectIdentifier? { channel.map { ObjectIdentifier($0.transport) } }
 }
 
-@Suite("WebSocket and Tether frames on one port", .timeLimit(.minutes(1)))
+@Suite("WebSocket and Tether frames on one port", .timeLimit(.guarded))
 struct SharedPortTests {
     @Test("the first four bytes decide: exactly GET and a space is WebSocket, a differing byte is frames at once, fewer matching bytes wait")
     func verdicts() {

@@ -33,23 +33,38 @@ private func rawEcho(_ server: Server) {
 }
 
 /// Moves `clock` with the bytes the proxy carries, a tenth of a second for each tenth of
-/// the link's rate, until the task is cancelled: the link's time, not the machine's. A busy
-/// machine moves fewer bytes in a real second, and its timers see the same fewer seconds;
-/// a stalled link stops the time, and the test then moves it on its own. The time jumps
-/// rather than advances: while bytes flow the loops are never idle, and on a busy machine
-/// an advance, which waits for that, would wait for the end of the transfer.
-private func linkTime(_ clock: TestClock, following proxy: FaultProxy) -> Task<Void, any Error> {
-    Task {
+/// the link's rate, until ``stop()``: the link's time, not the machine's. A busy machine
+/// moves fewer bytes in a real second, and its timers see the same fewer seconds; a
+/// stalled link stops the time, and the test then moves it on its own.
+///
+/// The time jumps, on the proxy's thread as it counts the bytes: while bytes flow the
+/// loops are never idle, so an advance (which waits for that) would wait for the end of
+/// the transfer, and a task could wait for a cooperative thread the suite keeps busy.
+private final class LinkTime: Sendable {
+    private let clock: TestClock
+    private let proxy: FaultProxy
+    /// The tenths of a second moved so far; `nil` once stopped.
+    private let steps = Lock<Int?>(0)
+
+    init(_ clock: TestClock, following proxy: FaultProxy) {
+        self.clock = clock
+        self.proxy = proxy
         let step = linkRate / 10
-        var moved = 0
-        while !Task.isCancelled {
-            let target = moved + step
-            try await proxy.waitUntil("\(target) bytes carried", within: .seconds(3_600)) {
-                $0.bytesUpstream + $0.bytesDownstream >= target
+        proxy.observeCounters { [steps, clock] counters in
+            let carried = (counters.bytesUpstream + counters.bytesDownstream) / step
+            let due = steps.withLock { taken -> Int in
+                guard let moved = taken, carried > moved else { return 0 }
+                taken = carried
+                return carried - moved
             }
-            moved = target
-            await clock.manual.jump(by: .milliseconds(100))
+            if due > 0 { clock.manual.jump(by: .milliseconds(100) * due) }
         }
+    }
+
+    /// Stops following the proxy: the time moves only when the test advances it.
+    func stop() {
+        proxy.observeCounters(nil)
+        steps.withLock { $0 = nil }
     }
 }
 
@@ -74,16 +89,16 @@ private func onSlowLink(
     }
 }
 
-@Suite("Large frames on a slow link", .timeLimit(.minutes(2)))
+@Suite("Large frames on a slow link", .timeLimit(.guarded))
 struct SlowLinkTests {
     @Test("a 1.5 MB request and its 1.5 MB answer at 250 KB/s each way complete, though each takes six times the frame-completion timeout and twice the time in which heartbeats find a dead peer")
     func largeFrameOnASlowLink() async throws {
         try await onSlowLink { server, proxy, clock, configuration in
             let connection = try await Connection.connect(to: proxy.endpoint, configuration: configuration)
             let payload = (0..<1_500_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
-            let time = linkTime(clock, following: proxy)
+            let time = LinkTime(clock, following: proxy)
             let response = try await connection.request(Request(type: 0x402, payload: payload))
-            time.cancel()
+            time.stop()
             #expect(response.payload == payload)
             // 3 MB took 12 s of the link's time: the client's heartbeats and the server's
             // frame rule ran through all of it.
@@ -126,12 +141,11 @@ struct SlowLinkTests {
             let connection = try await Connection.connect(to: proxy.endpoint, configuration: configuration)
             let states = connection.states
             let payload = [UInt8](repeating: 7, count: 3_000_000)
-            let time = linkTime(clock, following: proxy)
+            let time = LinkTime(clock, following: proxy)
             let request = Task { try await connection.request(Request(type: 0x402, payload: payload)) }
             try await proxy.waitUntil("part of the frame upstream", within: eventBound) { $0.bytesUpstream > 400_000 }
             proxy.setMode(.stalled, for: .currentConnections)
-            time.cancel()
-            _ = await time.result
+            time.stop()
             // Nothing moves now, nor does the link's time: the test moves it, a second at a
             // time. 3 s of silence is what the client's heartbeats allow (interval × (misses
             // + 1)), one more if the heartbeat out at the stall is excused for the bytes

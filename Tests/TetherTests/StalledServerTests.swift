@@ -4,7 +4,7 @@ import TetherTesting
 
 /// A server that stops answering heartbeats for a while, on the in-memory network and the
 /// test clock: every step at its exact instant.
-@Suite("A client against a server that stalls", .timeLimit(.minutes(1)))
+@Suite("A client against a server that stalls", .timeLimit(.guarded))
 struct StalledServerTests {
     @Test("the server stalls for 30 s: the client notices within interval × (misses + 1), reconnects after its backoff, and the request made meanwhile goes out")
     func stallThenRecover() async throws {

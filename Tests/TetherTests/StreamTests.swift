@@ -2,7 +2,7 @@ import Testing
 import TetherTesting
 @testable import Tether
 
-@Suite("Pushes, heartbeats and states", .timeLimit(.minutes(1)))
+@Suite("Pushes, heartbeats and states", .timeLimit(.guarded))
 struct StreamTests {
     @Test("two subscribers both receive every push, in order")
     func twoSubscribers() async throws {

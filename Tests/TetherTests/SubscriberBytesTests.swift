@@ -14,7 +14,7 @@ private func sizedIndex(_ frame: Frame) -> Int {
     frame.payload.prefix(4).reduce(0) { $0 << 8 | Int($1) }
 }
 
-@Suite("What waits for subscribers is bounded in bytes", .timeLimit(.minutes(2)))
+@Suite("What waits for subscribers is bounded in bytes", .timeLimit(.guarded))
 struct SubscriberBytesTests {
     @Test("a server that writes 16 MiB pushes at line rate to a client whose subscriber does not read: the client holds at most the byte bound and one push, stops reading, then delivers every push once, in order")
     func largePushesAtLineRate() async throws {

@@ -3,7 +3,7 @@ import TetherTesting
 @testable import Tether
 
 /// What each subscription learns of the elements it lost to a full buffer.
-@Suite("Subscription drops", .timeLimit(.minutes(1)))
+@Suite("Subscription drops", .timeLimit(.guarded))
 struct SubscriptionDropTests {
     @Test("a buffer of 4 that reads nothing while 10 are published drops 6, counted on the subscription, its iterator and the total; the 4 newest are read in order")
     func countsItsOwnDrops() async throws {

@@ -7,7 +7,7 @@ import TetherTLS
 
 /// The TLS test fixtures themselves: the generated certificates are what they claim to be,
 /// and `ChildProcess` runs, talks to and ends openssl's client and server.
-@Suite("TLS fixtures", .serialized, .timeLimit(.minutes(1)))
+@Suite("TLS fixtures", .serialized, .timeLimit(.guarded))
 struct TLSFixtureTests {
     // MARK: - Certificates
 

@@ -54,7 +54,7 @@ private struct HandDrivenTLS {
     }
 }
 
-@Suite("Frame completion over TLS", .timeLimit(.minutes(1)))
+@Suite("Frame completion over TLS", .timeLimit(.guarded))
 struct TLSFrameTimeoutTests {
     @Test("a TLS peer that sends part of a record after its first frame is closed with frameTimeout")
     func partialRecord() async throws {

@@ -4,7 +4,7 @@ import TetherTLS
 
 /// Tether's TLS against an independent implementation: the `openssl` command's own server
 /// and client.
-@Suite("TLS interop with openssl s_server and s_client", .serialized, .timeLimit(.minutes(1)))
+@Suite("TLS interop with openssl s_server and s_client", .serialized, .timeLimit(.guarded))
 struct TLSInteropTests {
     /// A Tether client configuration trusting the test CA and verifying `localhost`.
     private func client(_ change: (inout TLSClientOptions) -> Void = { _ in }) async throws -> ConnectionConfiguration {

@@ -51,7 +51,7 @@ private func connectError(_ endpoint: Endpoint, _ configuration: ConnectionConfi
     return TetherError(code: .invalidArgument, message: "connected")
 }
 
-@Suite("TLS between Tether clients and servers", .serialized, .timeLimit(.minutes(1)))
+@Suite("TLS between Tether clients and servers", .serialized, .timeLimit(.guarded))
 struct TLSTests {
     @Test("requests, pushes and heartbeats cross TLS 1.3 with the server's certificate verified")
     func endToEnd() async throws {

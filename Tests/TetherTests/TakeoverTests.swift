@@ -4,7 +4,7 @@ import Testing
 
 /// Two clients with one client id on a real server, over loopback sockets: the older one is
 /// displaced once, is told so, and stops; it does not take the session back.
-@Suite("Session takeover", .timeLimit(.minutes(1)))
+@Suite("Session takeover", .timeLimit(.guarded))
 struct TakeoverTests {
     @Test("the displaced client stops with sessionTakenOver and the server's words; exactly one takeover, and the pushes that follow reach only the newer client")
     func displacedClientStops() async throws {

@@ -3,7 +3,7 @@ import TetherTLS
 import TetherTesting
 @testable import Tether
 
-@Suite("The in-memory network and the test clock", .timeLimit(.minutes(1)))
+@Suite("The in-memory network and the test clock", .timeLimit(.guarded))
 struct TestNetworkTests {
     let endpoint = Endpoint(host: "server", port: 9000)
 

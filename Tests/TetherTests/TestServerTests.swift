@@ -5,7 +5,7 @@ import Glibc
 @testable import Tether
 import TetherTesting
 
-@Suite("Test server and fault proxy of TetherTesting", .timeLimit(.minutes(1)))
+@Suite("Test server and fault proxy of TetherTesting", .timeLimit(.guarded))
 struct TestServerTests {
     /// Restarts `host` under a connected client and checks that the new server has the same
     /// port and takes the client back, connecting exactly twice.

@@ -2,7 +2,7 @@ import Testing
 import TetherTesting
 @testable import Tether
 
-@Suite("Transport", .timeLimit(.minutes(1)))
+@Suite("Transport", .timeLimit(.guarded))
 struct TransportTests {
     @Test("an 8 MiB payload round trips: partial writes and reads on both sides")
     func largePayload() async throws {

@@ -64,7 +64,7 @@ func clientFrame(opcode: UInt8, payload: [UInt8], fin: Bool = true) -> [UInt8] {
     return Array(buffer.readableBytesView)
 }
 
-@Suite("Tether over WebSocket", .timeLimit(.minutes(1)))
+@Suite("Tether over WebSocket", .timeLimit(.guarded))
 struct WebSocketConnectionTests {
     @Test("four 3 MB requests at once over ws://: each comes back whole")
     func largeRequestsUnderBackpressure() async throws {

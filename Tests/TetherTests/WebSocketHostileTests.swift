@@ -34,7 +34,7 @@ private func shrinkReceiveBuffer(_ socket: RawSocket) {
 /// The pings of the floods: more than the kernel's buffers on loopback hold as pongs.
 private let floodPings = 60_000
 
-@Suite("WebSocket peers that flood control frames or trickle fragments", .timeLimit(.minutes(2)))
+@Suite("WebSocket peers that flood control frames or trickle fragments", .timeLimit(.guarded))
 struct WebSocketHostileTests {
     @Test("a WebSocket client that floods pings and reads nothing makes the server hold at most the control-frame bound; once it reads, the latest ping is answered")
     func pingFloodAgainstTheServer() async throws {

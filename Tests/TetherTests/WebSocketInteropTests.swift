@@ -63,7 +63,7 @@ enum PythonWebSockets {
 
 @Suite(
     "WebSocket interop with Python websockets",
-    .timeLimit(.minutes(1)),
+    .timeLimit(.guarded),
     .enabled(if: PythonWebSockets.available, "python3 cannot import websockets (.ci/run installs it: python3 -m pip install websockets)")
 )
 struct WebSocketInteropTests {

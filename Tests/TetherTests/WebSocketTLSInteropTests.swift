@@ -29,7 +29,7 @@ extension PythonWebSockets {
 
 @Suite(
     "WebSocket over TLS and on the main port, with Python websockets",
-    .timeLimit(.minutes(1)),
+    .timeLimit(.guarded),
     .enabled(if: PythonWebSockets.available, "python3 cannot import websockets (.ci/run installs it: python3 -m pip install websockets)")
 )
 struct WebSocketTLSInteropTests {

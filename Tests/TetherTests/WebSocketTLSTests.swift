@@ -47,7 +47,7 @@ func sha256Hex(_ bytes: [UInt8]) -> String {
     return checksummer.finalize().map { String(format: "%02x", $0) }.joined()
 }
 
-@Suite("Tether over WebSocket over TLS (wss://)", .timeLimit(.minutes(1)))
+@Suite("Tether over WebSocket over TLS (wss://)", .timeLimit(.guarded))
 struct WebSocketTLSTests {
     @Test("wss:// URLs parse with port 443 by default and print as wss://; the Host header leaves out the default port")
     func parsing() throws {

@@ -25,7 +25,7 @@ private func firstBytesSent(_ progress: Subscription<TransferProgress>) async th
     }
 }
 
-@Suite("Sends that wait until written", .timeLimit(.minutes(1)))
+@Suite("Sends that wait until written", .timeLimit(.guarded))
 struct WriteCompletionTests {
     @Test("a send that waits until written returns once every byte of the frame is in the kernel; one that returns when queued has written none of it yet")
     func writtenMeansInTheKernel() async throws {

@@ -65,17 +65,16 @@ package final class ManualClock: Sendable {
     /// them to be idle: the timers due by then fire on each loop's next turn, in deadline
     /// order, all at the new time.
     ///
-    /// For time that follows events outside the loops (the bytes a link carries), where
-    /// the loops may never be idle while those events go on. Waits for an advance under
-    /// way, so the time never moves back.
+    /// For time that follows events outside the loops, from any thread (the bytes a link
+    /// carries, counted on the link's thread), where the loops may never be idle while those
+    /// events go on. The time never moves back, beside an advance or not.
     ///
     /// - Parameter duration: How far to move; negative counts as zero.
-    package func jump(by duration: Duration) async {
+    package func jump(by duration: Duration) {
         let step = MonotonicTime.nanoseconds(of: duration)
-        await exclusively { clock in
-            clock.nanoseconds.store(clock.now &+ step, ordering: .releasing)
-            for loop in clock.state.withLock({ $0.loops }) { loop.execute {} }
-        }
+        guard step > 0 else { return }
+        nanoseconds.wrappingAdd(step, ordering: .releasing)
+        for loop in state.withLock({ $0.loops }) { loop.execute {} }
     }
 
     /// Moves time forward to `deadline`, firing what falls due on the way; an earlier
@@ -155,11 +154,12 @@ package final class ManualClock: Sendable {
     /// Steps the time from due deadline to due deadline up to `target`.
     private func move(to target: UInt64) async {
         var earliest = await settleLoops()
+        // Never backwards, though a jump may move the time meanwhile.
         while let next = earliest, next <= target {
-            if next > now { nanoseconds.store(next, ordering: .releasing) }
+            nanoseconds.max(next, ordering: .releasing)
             earliest = await settleLoops()
         }
-        if target > now { nanoseconds.store(target, ordering: .releasing) }
+        nanoseconds.max(target, ordering: .releasing)
     }
 
     /// Waits until every loop is idle and none has done work during a whole pass; returns

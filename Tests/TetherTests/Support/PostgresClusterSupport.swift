@@ -30,6 +30,7 @@ final class RunningNode: Sendable {
         change(&configuration)
         let cluster = try await PostgresCluster(configuration: configuration)
         var serverConfiguration = ServerConfiguration(host: "127.0.0.1", port: 0)
+        serverConfiguration.handshakeTimeout = nil   // not timed here; a busy machine may be slow to send the first frame
         serverConfiguration.mailboxes = .postgres(cluster)
         let server = Server(configuration: serverConfiguration)
         echoHandlers(server)

@@ -4,10 +4,17 @@ import TetherTesting
 
 /// A bound on how long any awaited event may take in a test: a guard against a test that
 /// hangs, never a measurement. No assertion depends on it (a test that times something
-/// uses the manual clock, or a bound of its own); it is as long as two busy cores can make
-/// an ordinary wait among hundreds of tests, and shorter than the suites' time limits (one
-/// minute), so a hang fails with the name of what it waited for.
-let eventBound: Duration = .seconds(45)
+/// uses the manual clock, or a bound of its own). The suites run all at once, so on a busy
+/// machine one wait can last nearly as long as the whole suite: about 90 s with three
+/// CPU-bound processes beside it. The guard is twice that, and shorter than the suites' time
+/// limit (``Testing/TimeLimitTrait/Duration/guarded``), so a hang fails with the name of
+/// what it waited for.
+let eventBound: Duration = .seconds(180)
+
+extension TimeLimitTrait.Duration {
+    /// The time limit of the suites: a guard against a hang too, above ``eventBound``.
+    static let guarded: Self = .minutes(5)
+}
 
 struct TimedOut: Error, CustomStringConvertible {
     var what: String
