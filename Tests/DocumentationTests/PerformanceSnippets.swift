@@ -21,7 +21,7 @@ func performanceImmediateHandler(_ server: Server) {
 
 @Suite struct PerformanceTests {
     @Test func theEchoHandlerAnswersWithThePayload() async throws {
-        let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
+        let server = Server(configuration: .localTest)
         performanceImmediateHandler(server)
         try await whileServing(server) { address in
             try await Connection.withConnection(
@@ -35,7 +35,7 @@ func performanceImmediateHandler(_ server: Server) {
     }
 
     @Test func aRequestFromATaskOnTheConnectionsLoopIsAnswered() async throws {
-        let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
+        let server = Server(configuration: .localTest)
         server.handle(type: 0x402) { request, _ in Response(json: ["echo": request.json ?? .null]) }
         try await whileServing(server) { address in
             try await Connection.withConnection(

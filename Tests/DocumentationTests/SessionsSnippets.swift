@@ -183,7 +183,7 @@ final class DatabaseMailboxStore: MailboxStore {
     /// A server whose mailboxes hold five pushes each, and twenty pushes sent to alice while
     /// she was away: she missed 1...15 and finds 16...20 in her mailbox.
     private func overflowingServer() -> Server {
-        var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
+        var configuration = ServerConfiguration.localTest
         var mailboxes = MailboxConfiguration(store: InMemoryMailboxStore())
         mailboxes.limits = MailboxLimits(maximumMessages: 5, maximumAge: nil)
         configuration.mailboxes = mailboxes

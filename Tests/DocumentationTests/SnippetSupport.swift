@@ -210,3 +210,14 @@ final class RequestGate: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 }
+
+extension ServerConfiguration {
+    /// A server on 127.0.0.1, on a free port, with no handshake timeout: for the tests that
+    /// make a server themselves and do not time the first frame, which a busy machine may
+    /// send later than the default 10 s.
+    static var localTest: ServerConfiguration {
+        var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
+        configuration.handshakeTimeout = nil
+        return configuration
+    }
+}

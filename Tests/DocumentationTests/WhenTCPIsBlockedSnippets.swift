@@ -71,7 +71,7 @@ func whenTCPIsBlockedFallback() -> (ConnectionConfiguration, Endpoint) {
 struct WhenTCPIsBlockedSnippetTests {
     @Test("the overview's server and client, on free ports of 127.0.0.1, with the article's headers: a request answered over WebSocket")
     func overview() async throws {
-        var serverConfiguration = ServerConfiguration(host: "127.0.0.1", port: 0)
+        var serverConfiguration = ServerConfiguration.localTest
         serverConfiguration.webSocket = WebSocketServerConfiguration(port: 0, path: "/tether")
         let server = Server(configuration: serverConfiguration)
         server.handle(type: 0x402) { request, _ in Response(payload: request.payload) }

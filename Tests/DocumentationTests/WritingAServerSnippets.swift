@@ -214,7 +214,7 @@ struct WritingAServerSnippets {
 
     @Test("events tell of the server listening and of each peer; metrics count them")
     func eventsAndMetrics() async throws {
-        let server = Server(configuration: ServerConfiguration(host: "127.0.0.1", port: 0))
+        let server = Server(configuration: .localTest)
         server.handle(type: 0x402) { request, _ in Response(json: request.json ?? .null) }
         // The bound covers a server's whole life, with a connection and a request, not one
         // event: three times the bound for one.

@@ -147,7 +147,7 @@ struct CodableContentTests {
             // its json module and datetime make of it. Its socket times out on its own.
             let script = """
                 import datetime, json, socket, struct, sys
-                s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+                s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=180)
                 s.sendall(struct.pack('>III', 0x410, 1, 0))
                 def read(n):
                     data = b''

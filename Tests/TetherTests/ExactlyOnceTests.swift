@@ -72,7 +72,7 @@ struct ExactlyOnceTests {
                 _ = try? await connection.request(Request(type: 0x40A), timeout: .seconds(5))
                 var outcomes: [Int: [Outcome]] = [:]
                 for caller in callers {
-                    let outcome = try await withTimeLimit(.seconds(10), "every caller to finish") { await caller.task.value }
+                    let outcome = try await withTimeLimit(eventBound, "every caller to finish") { await caller.task.value }
                     outcomes[caller.kind, default: []].append(outcome)
                 }
                 #expect(outcomes[0] == Array(repeating: .response, count: 75))
