@@ -475,6 +475,15 @@ final class MailboxHub: Sendable {
             return current
         }
         if let rival, !rival.hasEnded { await rival.readWhatWaits() }
+        // The other way round: this hello was read after that of the connection here, but
+        // its client may have closed this one already (it was read first, on another loop),
+        // and a connection its client closed must not take the client from the one still
+        // open. Reading what waits on this socket ends it then.
+        let replacing = state.withLock { state -> Bool in
+            guard let current = state.peers[clientID], current !== peer else { return false }
+            return (state.tickets[clientID] ?? 0) < request.ticket
+        }
+        if replacing, !peer.hasEnded { await peer.readWhatWaits() }
         let outcome = state.withLock { state -> Registration in
             let newer = state.claiming.removeValue(forKey: clientID) ?? nil
             if let generation, let newer, newer.generation > generation {
