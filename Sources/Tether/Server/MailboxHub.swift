@@ -470,20 +470,16 @@ final class MailboxHub: Sendable {
         // newer, unless its client has already closed it and the server has not read the
         // end yet (two hellos back to back on two loops can be read in either order):
         // reading what waits on its socket first ends it then, and this one is kept.
-        let rival = state.withLock { state -> Peer? in
-            guard let current = state.peers[clientID], current !== peer, (state.tickets[clientID] ?? 0) > request.ticket else { return nil }
-            return current
-        }
-        if let rival, !rival.hasEnded { await rival.readWhatWaits() }
+        //
         // The other way round: this hello was read after that of the connection here, but
         // its client may have closed this one already (it was read first, on another loop),
         // and a connection its client closed must not take the client from the one still
         // open. Reading what waits on this socket ends it then.
-        let replacing = state.withLock { state -> Bool in
-            guard let current = state.peers[clientID], current !== peer else { return false }
-            return (state.tickets[clientID] ?? 0) < request.ticket
+        let judgedNewer = state.withLock { state -> Peer? in
+            guard let current = state.peers[clientID], current !== peer else { return nil }
+            return (state.tickets[clientID] ?? 0) > request.ticket ? current : peer
         }
-        if replacing, !peer.hasEnded { await peer.readWhatWaits() }
+        if let judgedNewer, !judgedNewer.hasEnded { await judgedNewer.readWhatWaits() }
         let outcome = state.withLock { state -> Registration in
             let newer = state.claiming.removeValue(forKey: clientID) ?? nil
             if let generation, let newer, newer.generation > generation {
