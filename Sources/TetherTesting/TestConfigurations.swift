@@ -38,7 +38,7 @@ extension ConnectionConfiguration {
     /// - Parameter network: The in-memory network.
     public mutating func use(_ network: TestNetwork) {
         eventLoopGroup = network.eventLoopGroup
-        memoryNetwork = network.memory
+        self.network = network.memory
         pathMonitor = network.pathMonitor
     }
 }
@@ -65,7 +65,7 @@ extension ServerConfiguration {
     /// - Parameter network: The in-memory network.
     public mutating func use(_ network: TestNetwork) {
         eventLoopGroup = network.eventLoopGroup
-        memoryNetwork = network.memory
+        self.network = network.memory
         mailboxes?.clock = network.clock.mailboxClock
     }
 }

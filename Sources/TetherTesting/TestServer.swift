@@ -97,7 +97,7 @@ public final class TestServer: Sendable {
         handlers: @escaping @Sendable (Server) -> Void = { _ in }
     ) throws {
         var configuration = configuration
-        if configuration.memoryNetwork == nil, let address = SocketAddress(ipAddress: configuration.host, port: configuration.port) {
+        if configuration.network is SocketNetwork, let address = SocketAddress(ipAddress: configuration.host, port: configuration.port) {
             let (fd, port) = try Self.reserve(address)
             reservation = fd
             configuration.port = port

@@ -144,9 +144,9 @@ enum Parse {
         return value
     }
 
-    /// `HOST:PORT`, `[IPV6]:PORT`, or a WebSocket URL `ws://HOST[:PORT][/PATH]` (port 80 and
-    /// path `/` by default) or `wss://HOST[:PORT][/PATH]` (port 443); `option` names where it
-    /// was given, for the error.
+    /// `HOST:PORT`, `[IPV6]:PORT`, a WebSocket URL `ws://HOST[:PORT][/PATH]` (port 80 and
+    /// path `/` by default) or `wss://HOST[:PORT][/PATH]` (port 443), or a Unix domain
+    /// socket `unix:///PATH`; `option` names where it was given, for the error.
     static func endpoint(_ text: String, option: String? = nil) throws(ArgumentError) -> Endpoint {
         let lowered = text.lowercased()
         let where_ = option.map { "\($0) " } ?? ""
@@ -157,8 +157,14 @@ enum Parse {
             }
             return endpoint
         }
+        if lowered.hasPrefix("unix:") {
+            guard let endpoint = Endpoint(parsing: text), endpoint.unixSocketPath != nil else {
+                throw ArgumentError("\(where_)'\(text)' is not a unix:// URL with an absolute path of at most 107 bytes (for example unix:///run/tether.sock)")
+            }
+            return endpoint
+        }
         guard let endpoint = Endpoint(parsing: text), endpoint.port != 0 else {
-            throw ArgumentError("\(where_)'\(text)' is not HOST:PORT or ws[s]://HOST:PORT/PATH (for example 127.0.0.1:9000, [::1]:9000 or ws://127.0.0.1:8080/tether)")
+            throw ArgumentError("\(where_)'\(text)' is not HOST:PORT, ws[s]://HOST:PORT/PATH or unix:///PATH (for example 127.0.0.1:9000, [::1]:9000, ws://127.0.0.1:8080/tether or unix:///run/tether.sock)")
         }
         return endpoint
     }

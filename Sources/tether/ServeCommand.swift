@@ -17,7 +17,7 @@ struct ServeCommand: Command {
     static let name = "serve"
     static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
     static let synopsis = """
-        tether serve [--host HOST] [--port PORT] [--websocket-port PORT | --websocket-main-port] [--websocket-path PATH] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
+        tether serve [--host HOST] [--port PORT] [--unix PATH [--unix-only] [--unix-mode MODE]] [--websocket-port PORT | --websocket-main-port] [--websocket-path PATH] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
         [--store FILE | --postgres URL [--node NAME]] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--token SECRET] [--max-mailboxes N] [--max-stored-bytes N] [--mailbox-expiry SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
@@ -114,6 +114,13 @@ struct ServeCommand: Command {
         options:
           --host HOST                   address to listen on (default 127.0.0.1)
           --port PORT                   port; 0 picks a free one (default 9000)
+          --unix PATH                   also listen on a Unix domain socket at PATH, for
+                                        clients on this machine (unix:///PATH); a socket
+                                        file left there by a server that died is replaced
+          --unix-only                   listen on the Unix domain socket only, not on
+                                        --host and --port
+          --unix-mode MODE              the socket file's permissions, in octal (default
+                                        600: this user only; 660 lets the group in)
           --websocket-port PORT         also serve WebSocket on this port; 0 picks a free
                                         one; wss:// with the TLS options (default: no
                                         WebSocket)
@@ -207,6 +214,8 @@ struct ServeCommand: Command {
     var httpTimeout: Duration?
     /// The WebSocket port and path, with --websocket-port.
     var webSocket: WebSocketServerConfiguration?
+    /// The Unix domain socket, with --unix.
+    var unixSocket: UnixSocketConfiguration?
 
     /// The longest `--mailbox-age`: ten years.
     static let maximumMailboxAge = 10 * 365 * 86_400
@@ -219,6 +228,23 @@ struct ServeCommand: Command {
         if let port = try arguments.option("--port") {
             self.port = try Parse.port(port, option: "--port")
         }
+        if let path = try arguments.option("--unix") {
+            guard path.hasPrefix("/") || path.hasPrefix("."), SocketAddress(unixPath: path) != nil else {
+                throw ArgumentError("--unix '\(path)' is not a socket file's path: give an absolute or ./ path of at most 107 bytes")
+            }
+            unixSocket = UnixSocketConfiguration(path: path)
+        }
+        if arguments.flag("--unix-only") {
+            guard unixSocket != nil else { throw ArgumentError("--unix-only needs --unix PATH") }
+            unixSocket?.replacesPort = true
+        }
+        if let mode = try arguments.option("--unix-mode") {
+            guard unixSocket != nil else { throw ArgumentError("--unix-mode needs --unix PATH") }
+            guard let bits = Int(mode, radix: 8), (0...0o777).contains(bits) else {
+                throw ArgumentError("--unix-mode '\(mode)' is not permissions in octal (for example 600 or 660)")
+            }
+            unixSocket?.permissions = bits
+        }
         if let port = try arguments.option("--websocket-port") {
             webSocket = WebSocketServerConfiguration(port: try Parse.port(port, option: "--websocket-port"))
         }
@@ -226,6 +252,9 @@ struct ServeCommand: Command {
             guard webSocket == nil else { throw ArgumentError("--websocket-port and --websocket-main-port exclude each other: give one of them") }
             webSocket = WebSocketServerConfiguration()
             webSocket?.sharesMainPort = true
+        }
+        if unixSocket?.replacesPort == true, webSocket?.sharesMainPort == true {
+            throw ArgumentError("--unix-only and --websocket-main-port exclude each other: with --unix-only there is no main port to share")
         }
         if let path = try arguments.option("--websocket-path") {
             guard webSocket != nil else { throw ArgumentError("--websocket-path needs --websocket-port or --websocket-main-port") }
@@ -347,6 +376,7 @@ struct ServeCommand: Command {
         configuration.maximumHandlers = maximumHandlers
         configuration.frameCompletionTimeout = frameCompletionTimeout
         configuration.drain.deadline = drainTimeout
+        configuration.unixSocket = unixSocket
         // Only a profile with sessions takes --postgres.
         let cluster = try await postgres.asyncMap { try await Self.cluster($0, port: port) }
         if profile.supportsSessions {
@@ -403,6 +433,9 @@ struct ServeCommand: Command {
                 group.addTask {
                     let address = try await server.listeningAddress()
                     Console.out("listening on \(address)\(listeningNote)")
+                    if let unixSocket, !unixSocket.replacesPort {
+                        Console.out("listening on unix://\(unixSocket.path)")
+                    }
                     if let webSocket {
                         let ws = try await server.webSocketAddress()
                         let host = ws.ipAddress.contains(":") ? "[\(ws.ipAddress)]" : ws.ipAddress

@@ -27,6 +27,15 @@ private func overviewExample() async throws {
     try await server.run()              // serves until the task is cancelled
 }
 
+private func unixSocketExample(socketPath: String) -> (Server, Connection) {
+    var configuration = ServerConfiguration(host: "127.0.0.1", port: 9000)
+    configuration.unixSocket = UnixSocketConfiguration(path: socketPath, permissions: 0o660)
+    let server = Server(configuration: configuration)
+    // A client on this machine:
+    let connection = Connection(to: Endpoint(unixSocket: socketPath))
+    return (server, connection)
+}
+
 private func drainExample(server: Server) async throws {
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { try await server.run() }

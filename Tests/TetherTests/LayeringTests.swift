@@ -12,7 +12,8 @@ struct LayeringTests {
         "Framing",  // codecs, profiles, layouts, checksums, compression: pure values
         "Platform",  // POSIX calls, threads, addresses, readiness selectors
         "EventLoop",  // the loops, their timers and clocks, the executors
-        "Transport",  // byte transports: TCP sockets, TLS layer, in-memory pairs
+        "Transport",  // byte transports and the seam that makes them: TCP and its address race, TLS layer, in-memory network
+        "Unix",  // Unix domain sockets: a connector and a listener over a socket file
         "Datagram",  // UDP sockets on the loops: DatagramSocket and its inbox
         "WebSocket",  // RFC 6455: the frame reader and writer, the handshakes, the layer over TCP
         "Channel",  // the framed channel both sides use

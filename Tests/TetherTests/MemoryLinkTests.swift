@@ -358,7 +358,7 @@ private struct NetworkFixture {
     func connection(_ change: (inout ConnectionConfiguration) -> Void = { _ in }) -> Connection {
         Connection(to: endpoint, configuration: testConfiguration {
             $0.eventLoopGroup = group
-            $0.memoryNetwork = network
+            $0.network = network
             change(&$0)
         })
     }
@@ -387,7 +387,7 @@ private func withNetworkServer(_ body: (NetworkFixture) async throws -> Void) as
         let network = MemoryNetwork(loop: group.loops[0])
         var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
         configuration.eventLoopGroup = group
-        configuration.memoryNetwork = network
+        configuration.network = network
         let server = Server(configuration: configuration)
         echoHandlers(server)
         server.handle(type: 0x500) { request, _ in Response(payload: request.payload.reversed()) }

@@ -193,23 +193,33 @@ struct SharedPortTests {
         }
     }
 
-    @Test("sharing the main port on an in-memory network is refused at run()")
-    func memoryNetworkRefused() async throws {
-        let group = EventLoopGroup(loopCount: 1)
-        defer { group.shutdown() }
-        var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
-        configuration.eventLoopGroup = group
-        configuration.memoryNetwork = MemoryNetwork(loop: group.loops[0])
-        var webSocket = WebSocketServerConfiguration()
-        webSocket.sharesMainPort = true
-        configuration.webSocket = webSocket
-        let server = Server(configuration: configuration)
-        do {
-            try await bounded("run() to fail") { try await server.run() }
-            Issue.record("the server ran")
-        } catch let error as TetherError {
-            #expect(error.code == .invalidArgument)
-            #expect(error.message == "WebSocket needs real sockets, not an in-memory network")
+    @Test("sharing the main port on the in-memory network: a Tether client and a WebSocket client on the same port are both served, each over its own kind of stream")
+    func memoryNetworkShared() async throws {
+        try await withTestNetwork { network in
+            var configuration = ServerConfiguration.testing(on: network)
+            var webSocket = WebSocketServerConfiguration()
+            webSocket.path = "/tether"
+            webSocket.sharesMainPort = true
+            configuration.webSocket = webSocket
+            configuration.handshakeTimeout = nil
+            let server = Server(configuration: configuration)
+            echoHandlers(server)
+            let running = Task { try await server.run() }
+            defer { running.cancel() }
+            let address = try await bounded("the server to listen") { try await server.listeningAddress() }
+            #expect(try await server.webSocketAddress() == address)
+            let frames = Connection(to: Endpoint(host: "server", port: 9000), configuration: .testing(on: network))
+            let upgraded = Connection(to: Endpoint(host: "server", port: 9000, webSocketPath: "/tether"), configuration: .testing(on: network))
+            for (connection, name) in [(frames, "frames"), (upgraded, "websocket")] {
+                try await bounded("\(name) to connect") { try await connection.connect() }
+                let reply = try await bounded("\(name)'s answer") { try await connection.request(Request(type: 0x402, json: ["over": .string(name)])) }
+                #expect(reply.json == ["echo": ["over": .string(name)]])
+            }
+            #expect(server.peerCount == 2)
+            await frames.close()
+            await upgraded.close()
+            running.cancel()
+            try await bounded("the server to stop") { try await running.value }
         }
     }
 }

@@ -60,7 +60,7 @@ struct TestServerTests {
         // This network's loop keeps real time: no handshake timeout, which a busy machine
         // could make close the reconnected client before its first request.
         configuration.eventLoopGroup = group
-        configuration.memoryNetwork = network
+        configuration.network = network
         let host = try TestServer(configuration: configuration, handlers: echoHandlers)
         #expect(host.port == 0)
         try await host.start()
@@ -68,7 +68,7 @@ struct TestServerTests {
         #expect(network.isListening(host.endpoint))
         try await restartAndReconnect(host, client: reconnecting {
             $0.eventLoopGroup = group
-            $0.memoryNetwork = network
+            $0.network = network
         })
         await host.stop()
         #expect(!network.isListening(host.endpoint))

@@ -91,19 +91,19 @@ struct TransportTests {
     @Test("failures on several addresses are combined into one error that names each")
     func combinedFailures() {
         let endpoint = Endpoint(host: "example.test", port: 9000)
-        let refusedBoth = Connection.combine([
+        let refusedBoth = TCPConnector.combine([
             TetherError(code: .connectionRefused, message: "connection refused by [::1]:9000"),
             TetherError(code: .connectionRefused, message: "connection refused by 127.0.0.1:9000"),
         ], endpoint: endpoint)
         #expect(refusedBoth.code == .connectionRefused)
         #expect(refusedBoth.message == "cannot connect to example.test:9000: connection refused by [::1]:9000; connection refused by 127.0.0.1:9000")
-        let mixed = Connection.combine([
+        let mixed = TCPConnector.combine([
             TetherError(code: .connectionRefused, message: "a"),
             TetherError(code: .connectTimedOut, message: "b"),
         ], endpoint: endpoint)
         #expect(mixed.code == .connectTimedOut)
         let single = TetherError(code: .connectFailed, message: "only one")
-        #expect(Connection.combine([single], endpoint: endpoint) == single)
+        #expect(TCPConnector.combine([single], endpoint: endpoint) == single)
     }
 
     @Test("a connect that gets no answer times out after the connect timeout")

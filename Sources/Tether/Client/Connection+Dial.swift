@@ -1,307 +1,42 @@
 extension Connection {
-    /// A dialed socket and how the race that opened it went.
+    /// A dialed stream and how the attempt that opened it went.
     struct Dialed {
-        var socket: ChannelBase
-        var address: SocketAddress
+        var stream: any OpenedStream
         var report: ConnectReport
     }
 
-    /// Resolves `endpoint` and races connections to its addresses (Happy Eyeballs, RFC 8305),
-    /// within the connect timeout: the first that connects wins.
+    /// Connects to `endpoint` with the stack of connectors its scheme and the configuration
+    /// ask for, within the connect timeout.
     func dial(_ endpoint: Endpoint) async -> Result<Dialed, TetherError> {
-        let began = loop.now
-        if let network = configuration.memoryNetwork {
-            guard network.loop === loop else {
-                return .failure(TetherError(code: .invalidArgument, message: "a connection on an in-memory network must use the network's event loop group"))
-            }
-            return await network.connect(to: endpoint, sealed: configuration.tls != nil, timeout: configuration.connectTimeout)
-                .map { channel, address in
-                    let elapsed = MonotonicTime.duration(nanoseconds: loop.now &- began)
-                    let attempt = ConnectReport.Attempt(address: address, startedAfter: .zero, outcome: .connected, duration: elapsed)
-                    let report = ConnectReport(endpoint: endpoint, address: address, resolutionTime: .zero, connectTime: elapsed, attempts: [attempt])
-                    return Dialed(socket: .memory(channel), address: address, report: report)
-                }
-        }
-        // A WebSocket endpoint behind a proxy: the race is to the proxy, then CONNECT.
-        let proxy = endpoint.webSocketPath == nil ? nil : configuration.webSocket.proxy
-        let result = await dial(proxy?.endpoint ?? endpoint, began: began)
-        guard let proxy else { return result }
-        switch result {
-        case .failure(let error):
-            return .failure(TetherError(code: error.code, message: "cannot reach \(endpoint) through the proxy \(proxy): \(error.message)", underlying: error))
-        case .success(var dialed):
-            let deadline = began &+ MonotonicTime.nanoseconds(of: configuration.connectTimeout)
-            let now = loop.now
-            let remaining = MonotonicTime.duration(nanoseconds: deadline > now ? deadline - now : 0)
-            guard case .socket(let box) = dialed.socket else { return result }
-            switch await ProxyTunnel.open(box, through: proxy, to: endpoint, timeout: remaining, on: loop, isolation: self) {
-            case .failure(let error):
-                return .failure(error)
-            case .success(let tunnel):
-                dialed.socket = .socket(tunnel)
-                dialed.report.endpoint = endpoint
-                dialed.report.connectTime = MonotonicTime.duration(nanoseconds: loop.now &- began)
-                return .success(dialed)
-            }
+        let context = ConnectContext(
+            loop: loop,
+            began: loop.now,
+            timeout: configuration.connectTimeout,
+            attemptDelay: configuration.connectionAttemptDelay,
+            resolver: configuration.resolver,
+            noDelay: configuration.noDelay
+        )
+        return await connector(for: endpoint).connect(to: endpoint, in: context, isolation: self).map {
+            Dialed(stream: $0.stream, report: $0.report)
         }
     }
 
-    /// Resolves `endpoint` and races connections to its addresses, from `began`, within the
-    /// connect timeout: resolving is part of it.
-    private func dial(_ endpoint: Endpoint, began: UInt64) async -> Result<Dialed, TetherError> {
-        do throws(TetherError) {
-            try Resolver.checkPort(of: endpoint)
-        } catch {
-            return .failure(error)
+    /// The connectors that reach `endpoint`, bottom first: the network's transport for the
+    /// endpoint (TCP, a Unix domain socket, the in-memory network), the HTTP proxy of a
+    /// WebSocket endpoint when one is configured, TLS when configured, and WebSocket for a
+    /// `ws://` or `wss://` endpoint.
+    func connector(for endpoint: Endpoint) -> any StreamConnector {
+        let network = configuration.network
+        var connector: any StreamConnector
+        if endpoint.webSocketPath != nil, let proxy = configuration.webSocket.proxy {
+            connector = ProxyConnector(below: network.connector(for: proxy.endpoint), proxy: proxy)
+        } else {
+            connector = network.connector(for: endpoint)
         }
-        let deadline = began &+ MonotonicTime.nanoseconds(of: configuration.connectTimeout)
-        let outcome = await race(endpoint, deadline: deadline)
-        switch outcome {
-        case .connected(let box, let address, let resolved, let attempts):
-            let report = ConnectReport(
-                endpoint: endpoint,
-                address: address,
-                resolutionTime: MonotonicTime.duration(nanoseconds: resolved &- began),
-                connectTime: MonotonicTime.duration(nanoseconds: loop.now &- began),
-                attempts: attempts.map { $0.relative(to: resolved) }
-            )
-            return .success(Dialed(socket: .socket(box), address: address, report: report))
-        case .failed(let failures, let resolution):
-            if Task.isCancelled {
-                return .failure(TetherError(code: .connectFailed, message: "connecting to \(endpoint) was cancelled"))
-            }
-            switch resolution {
-            case .unfinished:
-                return .failure(TetherError(
-                    code: .connectTimedOut,
-                    message: "resolving \(endpoint.host) did not finish within \(describe(configuration.connectTimeout))"
-                ))
-            case .failed(let error):
-                return .failure(error)
-            case .resolved:
-                if failures.isEmpty {
-                    return .failure(TetherError(code: .connectTimedOut, message: "connecting to \(endpoint) timed out after \(describe(configuration.connectTimeout))"))
-                }
-                return .failure(Self.combine(failures, endpoint: endpoint))
-            }
+        if let tls = configuration.tls { connector = TLSConnector(over: connector, tls: tls) }
+        if endpoint.webSocketPath != nil {
+            connector = WebSocketConnector(below: connector, configuration: configuration.webSocket, drainTimeout: configuration.drainTimeout)
         }
-    }
-
-    /// One attempt of a race, on the loop's clock.
-    private struct AttemptRecord {
-        var index: Int
-        var address: SocketAddress
-        var started: UInt64
-        var ended: UInt64?
-        var outcome: ConnectReport.Attempt.Outcome
-
-        func relative(to origin: UInt64) -> ConnectReport.Attempt {
-            ConnectReport.Attempt(
-                address: address,
-                startedAfter: MonotonicTime.duration(nanoseconds: started &- origin),
-                outcome: outcome,
-                duration: ended.map { MonotonicTime.duration(nanoseconds: $0 &- started) }
-            )
-        }
-    }
-
-    /// How far resolving got in a race that connected nowhere.
-    private enum ResolutionOutcome {
-        /// Addresses came, and were tried.
-        case resolved
-        /// Both questions failed.
-        case failed(TetherError)
-        /// No address came before the deadline (or the cancellation).
-        case unfinished
-    }
-
-    /// How a connection race ended.
-    private enum RaceOutcome {
-        /// The socket that connected, its address, when connecting began (the loop's clock),
-        /// and every attempt started, in order.
-        case connected(SocketBox, SocketAddress, UInt64, [AttemptRecord])
-        /// Every attempt failed: their failures, in the order they were started; and how
-        /// far resolving got.
-        case failed([TetherError], ResolutionOutcome)
-    }
-
-    /// What a child of the connection race reports.
-    private enum RaceEvent: Sendable {
-        /// The question for this family was answered.
-        case resolved(AddressFamily, Result<[SocketAddress], TetherError>)
-        /// The resolution delay after an A answer has passed.
-        case resolutionDelayPassed
-        /// Attempt `index` ended.
-        case attempt(Int, Result<SocketBox, TetherError>)
-        /// The attempt delay after attempt `index` started has passed.
-        case delayPassed(Int)
-        /// The connect timeout has passed.
-        case deadlinePassed
-    }
-
-    /// Resolves `endpoint` and races connection attempts to its addresses until `deadline`.
-    ///
-    /// Both address families are asked at once; ``ResolutionStateMachine`` says when their
-    /// addresses go to the race. Attempts start in order: each when the one before it failed
-    /// or has been pending for the attempt delay, or at once when addresses come while none
-    /// is pending. Addresses that come later join the ones not yet tried, the families
-    /// interleaved. Returns the first socket that connects (everything else is cancelled:
-    /// attempts, whose sockets are closed, and questions still waiting), or every failure.
-    private func race(_ endpoint: Endpoint, deadline: UInt64) async -> RaceOutcome {
-        let resolver: any NameResolver = configuration.resolver ?? SystemResolver.shared
-        let known = configuration.resolver == nil ? Resolver.immediateAddresses(of: endpoint) : nil
-        let delay = MonotonicTime.nanoseconds(of: configuration.connectionAttemptDelay)
-        let resolutionDelay = MonotonicTime.nanoseconds(of: ResolutionStateMachine.resolutionDelay)
-        let connectTimeout = configuration.connectTimeout
-        // Every child prefers the loop, so the answers of a resolver that answers at once and
-        // every timer are work a manual clock sees.
-        let executor = loop.taskExecutor
-        return await withTaskGroup(of: RaceEvent.self) { group in
-            var resolution = known.map { ResolutionStateMachine(known: $0) } ?? ResolutionStateMachine()
-            var resolutionFailure: TetherError?
-            var untried: [SocketAddress] = []
-            var tried: [SocketAddress] = []
-            var connectingSince: UInt64?
-            var running = 0
-            var delayElapsed = true
-            var deadlinePassed = false
-            var failures: [(Int, TetherError)] = []
-            var records: [AttemptRecord] = []
-            func start(_ group: inout TaskGroup<RaceEvent>) {
-                let index = tried.count
-                let address = untried.removeFirst()
-                tried.append(address)
-                let now = loop.now
-                guard now < deadline else {
-                    failures.append((index, TetherError(code: .connectTimedOut, message: "connecting to \(address) timed out after \(describe(connectTimeout))")))
-                    return
-                }
-                running += 1
-                delayElapsed = false
-                records.append(AttemptRecord(index: index, address: address, started: now, outcome: .abandoned))
-                let remaining = MonotonicTime.duration(nanoseconds: deadline - now)
-                group.addTask(executorPreference: executor) { [self] in
-                    .attempt(index, await ConnectAttempt.connect(to: address, timeout: remaining, on: loop, isolation: self))
-                }
-                group.addTask(executorPreference: executor) { [loop] in
-                    try? await loop.sleep(until: now &+ delay)
-                    return .delayPassed(index)
-                }
-            }
-            /// Adds `addresses` to the ones not yet tried, starting with the family other
-            /// than the last tried, and starts one when none is pending.
-            func arrived(_ addresses: [SocketAddress], _ group: inout TaskGroup<RaceEvent>) {
-                if connectingSince == nil { connectingSince = loop.now }
-                let fresh = addresses.filter { !tried.contains($0) && !untried.contains($0) }
-                if let last = tried.last {
-                    untried = AddressRace.interleaved(untried + fresh, preferring: AddressFamily(of: last) == .ipv6 ? .ipv4 : .ipv6)
-                } else {
-                    untried += fresh
-                }
-                if !untried.isEmpty, !Task.isCancelled, running == 0 || delayElapsed {
-                    start(&group)
-                }
-            }
-            func act(_ action: ResolutionStateMachine.Action, _ group: inout TaskGroup<RaceEvent>) {
-                switch action {
-                case .none:
-                    break
-                case .startResolutionDelay:
-                    let now = loop.now
-                    group.addTask(executorPreference: executor) { [loop] in
-                        try? await loop.sleep(until: now &+ resolutionDelay)
-                        return .resolutionDelayPassed
-                    }
-                case .connect(let addresses):
-                    arrived(addresses, &group)
-                case .fail(let error):
-                    resolutionFailure = error
-                }
-            }
-            func ended(_ index: Int, _ outcome: ConnectReport.Attempt.Outcome) {
-                guard let position = records.firstIndex(where: { $0.index == index }) else { return }
-                records[position].ended = loop.now
-                records[position].outcome = outcome
-            }
-            /// Whether nothing can connect any more: no attempt pending, no address left,
-            /// and no answer to wait for (or no time to wait in).
-            var exhausted: Bool {
-                running == 0 && (untried.isEmpty || Task.isCancelled) && (!resolution.isResolving || deadlinePassed || Task.isCancelled)
-            }
-            func failed() -> RaceOutcome {
-                group.cancelAll()
-                let lost = failures.sorted { $0.0 < $1.0 }.map(\.1)
-                if connectingSince != nil { return .failed(lost, .resolved) }
-                if let resolutionFailure { return .failed(lost, .failed(resolutionFailure)) }
-                return .failed(lost, .unfinished)
-            }
-            group.addTask(executorPreference: executor) { [loop] in
-                try? await loop.sleep(until: deadline)
-                return .deadlinePassed
-            }
-            if let known {
-                arrived(known, &group)
-            } else {
-                for family in AddressFamily.allCases {
-                    group.addTask(executorPreference: executor) {
-                        do throws(TetherError) {
-                            return .resolved(family, .success(try await resolver.addresses(of: endpoint, family: family)))
-                        } catch {
-                            return .resolved(family, .failure(error))
-                        }
-                    }
-                }
-            }
-            while let event = await group.next() {
-                switch event {
-                case .resolved(let family, let result):
-                    guard !Task.isCancelled else { break }
-                    act(resolution.answered(family, result), &group)
-                case .resolutionDelayPassed:
-                    guard !Task.isCancelled else { break }
-                    act(resolution.resolutionDelayPassed(), &group)
-                case .attempt(let index, .success(let box)):
-                    // The others are cancelled; one that connects meanwhile comes back in a
-                    // box that closes its socket when the group drops it.
-                    group.cancelAll()
-                    ended(index, .connected)
-                    return .connected(box, tried[index], connectingSince ?? loop.now, records)
-                case .attempt(let index, .failure(let error)):
-                    running -= 1
-                    let failure = error.code == .connectTimedOut
-                        ? TetherError(code: .connectTimedOut, message: "connecting to \(tried[index]) timed out after \(describe(connectTimeout))")
-                        : error
-                    failures.append((index, failure))
-                    ended(index, .failed(failure))
-                    if !untried.isEmpty, !Task.isCancelled {
-                        start(&group)
-                    }
-                case .delayPassed(let index):
-                    if index == tried.count - 1 {
-                        delayElapsed = true
-                        if !untried.isEmpty, !Task.isCancelled { start(&group) }
-                    }
-                case .deadlinePassed:
-                    deadlinePassed = true
-                }
-                if exhausted || (deadlinePassed && running == 0) {
-                    return failed()
-                }
-            }
-            return failed()
-        }
-    }
-
-    /// One error for a race in which every address failed: the code they share (refused,
-    /// or timed out when any did), and every address's reason.
-    static func combine(_ failures: [TetherError], endpoint: Endpoint) -> TetherError {
-        guard failures.count > 1 else {
-            return failures.first ?? TetherError(code: .connectFailed, message: "cannot connect to \(endpoint): no address to try")
-        }
-        let codes = Set(failures.map(\.code))
-        let code: TetherError.Code =
-            codes == [.connectionRefused] ? .connectionRefused : codes.contains(.connectTimedOut) ? .connectTimedOut : .connectFailed
-        let details = failures.map(\.message).joined(separator: "; ")
-        return TetherError(code: code, message: "cannot connect to \(endpoint): \(details)")
+        return connector
     }
 }

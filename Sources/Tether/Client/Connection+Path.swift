@@ -48,14 +48,11 @@ extension Connection {
 }
 
 extension Endpoint {
-    /// Whether the host is this one: `localhost`, or a numeric address in 127.0.0.0/8 or `::1`.
+    /// Whether the host is this one: `localhost`, a numeric address in 127.0.0.0/8 or `::1`,
+    /// or a Unix domain socket.
     var isLoopback: Bool {
-        if host.lowercased() == "localhost" { return true }
+        if unixSocketPath != nil || host.lowercased() == "localhost" { return true }
         let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        guard let address = SocketAddress(ipAddress: bare, port: 0) else { return false }
-        switch address.storage {
-        case .v4(let bytes, _): return bytes.first == 127
-        case .v6(let bytes, _, _): return bytes == [UInt8](repeating: 0, count: 15) + [1]
-        }
+        return SocketAddress(ipAddress: bare, port: 0)?.isLoopback ?? false
     }
 }

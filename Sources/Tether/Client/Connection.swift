@@ -401,7 +401,7 @@ public actor Connection {
         guard let connected = dialedSocket else { preconditionFailure("no dialed socket to attach for attempt \(token)") }
         dialedSocket = nil
         do {
-            try attach(connected.dialed.socket, address: connected.dialed.address, endpoint: connected.endpoint)
+            try attach(connected.dialed.stream, endpoint: connected.endpoint)
         } catch {
             handle(.dialFailed(token, error))
             return
@@ -410,30 +410,16 @@ public actor Connection {
         handle(.attached(token))
     }
 
-    private func attach(_ base: ChannelBase, address: SocketAddress, endpoint: Endpoint) throws(TetherError) {
-        var base = base
-        if let path = endpoint.webSocketPath {
-            guard case .socket(let box) = base else {
-                throw TetherError(code: .invalidArgument, message: "\(endpoint) needs real sockets: WebSocket does not run on an in-memory network")
-            }
-            // Checked before any socket is opened too (``open()``); here for endpoints
-            // reached otherwise.
-            if let mismatch = endpoint.webSocketSecurityMismatch(tls: configuration.tls) { throw mismatch }
-            let options = configuration.webSocket
-            base = .webSocket(box, WebSocketLayerOptions(
-                role: .client(path: path, host: endpoint.hostHeader, headers: options.headers),
-                maximumMessageSize: options.maximumMessageSize,
-                maximumHeadSize: options.maximumResponseHeadSize,
-                handshakeTimeout: options.handshakeTimeout,
-                drainTimeout: configuration.drainTimeout
-            ))
-        }
+    private func attach(_ stream: any OpenedStream, endpoint: Endpoint) throws(TetherError) {
+        // Checked before any socket is opened too (``open()``); here for endpoints reached
+        // otherwise. The stream is dropped then, which closes it.
+        if endpoint.webSocketPath != nil, let mismatch = endpoint.webSocketSecurityMismatch(tls: configuration.tls) { throw mismatch }
         // The channel reports a finished handshake (TLS, or the WebSocket upgrade) before
         // anything else goes.
         lifecycle.settings.secured = configuration.tls != nil || endpoint.webSocketPath != nil
-        let channel = try Channel.over(base, to: address, on: loop, owner: self, settings: channelSettings, serverName: endpoint.host)
+        let channel = try Channel.over(try stream.makeTransport(on: loop, reading: .plain), on: loop, owner: self, settings: channelSettings)
         self.channel = channel
-        remoteAddress = address
+        remoteAddress = stream.remoteAddress
         localAddress = channel.localAddress
         currentEndpoint = endpoint
     }

@@ -303,9 +303,10 @@ public struct ConnectionConfiguration: Sendable {
     /// it reports a usable path, which is the same as `nil`. A connection whose endpoints are
     /// all loopback (`localhost`, 127.0.0.0/8, `::1`) follows no monitor.
     public var pathMonitor: (any PathMonitor)? = SystemPathMonitor.shared
-    /// The in-memory network to dial (or listen on) instead of the system's sockets; set
-    /// by `TetherTesting`, together with ``eventLoopGroup``. `nil`: real sockets.
-    package var memoryNetwork: MemoryNetwork?
+    /// Where the bottom transports come from: the system's sockets (``SocketNetwork``:
+    /// TCP, or a Unix domain socket for a `unix://` endpoint), or the in-memory network
+    /// `TetherTesting` sets, together with ``eventLoopGroup``.
+    package var network: any StreamNetwork = SocketNetwork()
     /// Resolves endpoints instead of the system's resolver (``SystemResolver/shared``), when
     /// set: for tests of the connection race with addresses and answers of their choosing.
     /// It is asked for every endpoint, numeric addresses and `localhost` included.

@@ -22,8 +22,8 @@ public actor Peer {
     private let handlers: HandlerTable
     /// The server's mailboxes, when it has them: sessions are accepted only then.
     let hub: MailboxHub?
-    /// The accepted socket or in-memory end, until ``run()`` attaches it.
-    private var pendingBase: ChannelBase?
+    /// The accepted stream and the settings of its port, until ``run()`` attaches it.
+    private var pending: Server.Accepted?
     /// The framed channel of this peer.
     typealias Channel = FrameChannel<Peer>
 
@@ -99,16 +99,16 @@ public actor Peer {
         loop.serialExecutor.asUnownedSerialExecutor()
     }
 
-    init(id: PeerID, base: ChannelBase, remoteAddress: SocketAddress, loop: EventLoop, server: Server) {
+    init(id: PeerID, accepted: Server.Accepted, loop: EventLoop, server: Server) {
         self.id = id
-        self.remoteAddress = remoteAddress
+        self.remoteAddress = accepted.stream.remoteAddress
         self.loop = loop
         self.server = server
         self.sharedConfiguration = server.sharedConfiguration
         self.handlers = server.handlers
         self.slots = server.handlerSlots
         self.hub = server.hub
-        self.pendingBase = base
+        self.pending = accepted
         self.idleNanoseconds = server.configuration.idleTimeout.map { MonotonicTime.nanoseconds(of: $0) }
     }
 
@@ -130,15 +130,14 @@ public actor Peer {
         detach()
     }
 
-    /// Makes the channel over the accepted socket and starts the peer's timers; `false`
+    /// Makes the channel over the accepted stream and starts the peer's timers; `false`
     /// when the channel could not be made, which is then reported.
     @inline(never)
     private func attach() -> Bool {
-        guard let base = pendingBase else { return false }
-        pendingBase = nil
-        let channelSettings = (base.isWebSocket ? server?.webSocketChannelSettings : server?.channelSettings) ?? ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
+        guard let accepted = pending else { return false }
+        pending = nil
         do throws(TetherError) {
-            channel = try Channel.over(base, to: remoteAddress, on: loop, owner: self, settings: channelSettings, serverName: nil)
+            channel = try Channel.over(try accepted.stream.makeTransport(on: loop, reading: .plain), on: loop, owner: self, settings: accepted.settings)
         } catch {
             end(error, graceful: false)
             server?.peerDisconnected(self, reason: error, metrics: counts)

@@ -244,110 +244,37 @@ public final class Server: Sendable {
         }
         precondition(!alreadyRunning, "Server.run() may be called only once")
         defer { drainFinished() }
-        let address: SocketAddress
+        let group = configuration.eventLoopGroup
+        let acceptLoop = group.next()
+        let (accepted, acceptor) = AsyncStream<Accepted>.makeStream()
+        let ports: [BoundPort]
         do throws(TetherError) {
-            if hub != nil, configuration.profile.correlation != .bySerial {
-                throw TetherError(
-                    code: .invalidArgument,
-                    message: "mailboxes need a profile that matches responses by serial; the \(configuration.profile.name) profile has no serial"
-                )
-            }
-            try configuration.tls?.provider.prepare()
-            if let webSocket = configuration.webSocket {
-                guard configuration.memoryNetwork == nil else {
-                    throw TetherError(code: .invalidArgument, message: "WebSocket needs real sockets, not an in-memory network")
-                }
-                if !webSocket.sharesMainPort { try webSocket.tls?.provider.prepare() }
-            }
-            // On an in-memory network the host is a name, never resolved.
-            address = configuration.memoryNetwork == nil ? try await bindAddress() : SocketAddress(ipAddress: "127.0.0.1", port: 0)!
+            try checkConfiguration()
+            ports = try await listen(on: acceptLoop) { acceptor.yield($0) }
         } catch {
             fail(error)
             throw error
         }
-        let group = configuration.eventLoopGroup
-        let acceptLoop = group.next()
-        let (accepted, acceptor) = AsyncStream<(ChannelBase, SocketAddress)>.makeStream()
-        let listener: Listener?
-        let bound: SocketAddress
-        if let network = configuration.memoryNetwork {
-            guard group.loops.count == 1, group.loops[0] === network.loop else {
-                let error = TetherError(code: .invalidArgument, message: "a server on an in-memory network must use the network's event loop group")
-                fail(error)
-                throw error
+        let stopListening: @Sendable () -> Void = { [self] in
+            acceptLoop.execute { [self] in
+                closeListeners(ports)
+                acceptor.finish()
             }
-            listener = nil
-            do throws(TetherError) {
-                bound = try network.listen(host: configuration.host, port: configuration.port, sealed: configuration.tls != nil) { end, peer in
-                    if case .dropped = acceptor.yield((.memory(end), peer)) { end.close() }
-                }
-            } catch {
-                fail(error)
-                throw error
-            }
-        } else {
-            let socketListener: Listener
-            do throws(TetherError) {
-                // With WebSocket on the main port, each connection's first bytes decide.
-                let sniffing = configuration.webSocket.flatMap { $0.sharesMainPort ? webSocketOptions($0) : nil }
-                socketListener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: acceptLoop) { socket, peer in
-                    // Once the stream has ended, the box is dropped and closes the socket.
-                    let box = SocketBox(socket)
-                    acceptor.yield((sniffing.map { .sniffed(box, $0) } ?? .socket(box), peer))
-                }
-                try await acceptLoop.submit { () throws(TetherError) in try socketListener.start() }
-            } catch {
-                fail(error)
-                throw error
-            }
-            listener = socketListener
-            bound = socketListener.address
-        }
-        let webSocketListener: Listener?
-        if let webSocket = configuration.webSocket, !webSocket.sharesMainPort {
-            do throws(TetherError) {
-                let options = webSocketOptions(webSocket)
-                webSocketListener = try await listenForWebSocket(webSocket, on: acceptLoop) { socket, peer in
-                    acceptor.yield((.webSocket(SocketBox(socket), options), peer))
-                }
-            } catch {
-                try? await acceptLoop.submit { [self] in closeListener(listener, port: bound.port) }
-                fail(error)
-                throw error
-            }
-        } else {
-            webSocketListener = nil
         }
         // A node of a cluster joins it before it accepts anyone.
         do {
             try await hub?.join()
         } catch {
             let failure = TetherError(code: .storeFailed, message: "could not join the cluster: \(error)", underlying: error as? TetherError)
-            try? await acceptLoop.submit { [self] in
-                webSocketListener?.close()
-                closeListener(listener, port: bound.port)
-            }
+            try? await acceptLoop.submit { [self] in closeListeners(ports) }
             fail(failure)
             throw failure
         }
         // Before anyone hears that the server listens, so a push made as soon as
         // listeningAddress() returns is accepted.
         hub?.start()
-        let waiters = state.withLock { state in
-            state.webSocketListening = configuration.webSocket?.sharesMainPort == true ? bound : webSocketListener?.address
-            state.listening = bound
-            defer { state.listenWaiters.removeAll() }
-            return Array(state.listenWaiters.values)
-        }
-        for waiter in waiters { waiter.resume(returning: bound) }
-        eventFeed.publish(ServerEvent(kind: .listening, address: bound))
-        listeningForDrain(on: acceptLoop) { [self] in
-            acceptLoop.execute { [self] in
-                webSocketListener?.close()
-                closeListener(listener, port: bound.port)
-                acceptor.finish()
-            }
-        }
+        announce(ports)
+        listeningForDrain(on: acceptLoop, stopAccepting: stopListening)
 
         // Each peer starts as an immediate child that prefers its event loop as task executor,
         // so neither the peer nor its handler tasks ever wait for a cooperative thread. The
@@ -356,8 +283,8 @@ public final class Server: Sendable {
         await withTaskCancellationHandler {
             await withDiscardingTaskGroup { tasks in
                 if let hub { tasks.addTask { await hub.run(timersOn: acceptLoop) } }
-                for await (base, remote) in accepted {
-                    guard let peer = admit(base, remote: remote, loop: group.next()) else { continue }
+                for await stream in accepted {
+                    guard let peer = admit(stream, loop: group.next()) else { continue }
                     tasks.addTaskStartingNow(executorPreference: peer.loop.taskExecutor) { await peer.run() }
                 }
                 // A drain lets every peer finish and close by itself (bounded by its deadline).
@@ -371,27 +298,20 @@ public final class Server: Sendable {
             }
             await hub?.leave()
         } onCancel: {
-            acceptLoop.execute { [self] in
-                webSocketListener?.close()
-                closeListener(listener, port: bound.port)
-                acceptor.finish()
-            }
+            stopListening()
         }
         // The accept loop above also ends by itself when the task is cancelled, possibly
         // before the close queued by the handler has run: close here too (idempotent) and
         // wait for it, so that once run() returns the port is free to listen on again.
-        try? await acceptLoop.submit { [self] in
-            webSocketListener?.close()
-            closeListener(listener, port: bound.port)
-        }
+        try? await acceptLoop.submit { [self] in closeListeners(ports) }
         state.withLock { $0.stopped = true }
         eventFeed.finish()
     }
 
-    /// Closes the listener (idempotent), then runs what waited for that. On the accept loop.
-    private func closeListener(_ listener: Listener?, port: Int) {
-        listener?.close()
-        configuration.memoryNetwork?.stopListening(host: configuration.host, port: port)
+    /// Closes every listener (idempotent), then runs what waited for that. On the accept
+    /// loop.
+    private func closeListeners(_ ports: [BoundPort]) {
+        for bound in ports { bound.port.close() }
         let waiting = state.withLock { state in
             state.listenerClosed = true
             defer { state.afterListenerClosed.removeAll() }
@@ -414,53 +334,19 @@ public final class Server: Sendable {
         if now { job() }
     }
 
-    /// Binds and starts the WebSocket port's listener.
-    private func listenForWebSocket(
-        _ webSocket: WebSocketServerConfiguration,
-        on loop: EventLoop,
-        accept: @escaping @Sendable (consuming Socket, SocketAddress) -> Void
-    ) async throws(TetherError) -> Listener {
-        let endpoint = Endpoint(host: webSocket.host ?? configuration.host, port: webSocket.port)
-        let address: SocketAddress
-        do throws(TetherError) {
-            guard let first = try await Resolver.resolve(endpoint).first else {
-                throw TetherError(code: .bindFailed, message: "cannot listen for WebSocket on \(endpoint): no address")
-            }
-            address = first
-        } catch {
-            throw TetherError(code: .bindFailed, message: "cannot listen for WebSocket on \(endpoint): \(error.message)", underlying: error)
+    /// Tells whoever waits for ``listeningAddress()`` where the server listens, and the
+    /// event feed.
+    private func announce(_ ports: [BoundPort]) {
+        let main = ports.first { $0.kind == .main } ?? ports[0]
+        let webSocket = configuration.webSocket?.sharesMainPort == true ? main : ports.first { $0.kind == .webSocket }
+        let waiters = state.withLock { state in
+            state.webSocketListening = webSocket?.port.address
+            state.listening = main.port.address
+            defer { state.listenWaiters.removeAll() }
+            return Array(state.listenWaiters.values)
         }
-        let listener = try Listener(binding: address, backlog: Int32(configuration.backlog), loop: loop, onAccept: accept)
-        do throws(TetherError) {
-            try await loop.submit { () throws(TetherError) in try listener.start() }
-        } catch {
-            try? await loop.submit { listener.close() }
-            throw error
-        }
-        return listener
-    }
-
-    /// The layer options of a peer accepted on the WebSocket port.
-    private func webSocketOptions(_ webSocket: WebSocketServerConfiguration) -> WebSocketLayerOptions {
-        WebSocketLayerOptions(
-            role: .server(path: webSocket.path, allowedOrigins: webSocket.allowedOrigins),
-            maximumMessageSize: webSocket.maximumMessageSize,
-            maximumHeadSize: webSocket.maximumRequestHeadSize,
-            handshakeTimeout: nil,
-            drainTimeout: configuration.drainTimeout
-        )
-    }
-
-    private func bindAddress() async throws(TetherError) -> SocketAddress {
-        let endpoint = Endpoint(host: configuration.host, port: configuration.port)
-        do throws(TetherError) {
-            guard let first = try await Resolver.resolve(endpoint).first else {
-                throw TetherError(code: .bindFailed, message: "cannot listen on \(endpoint): no address")
-            }
-            return first
-        } catch {
-            throw TetherError(code: .bindFailed, message: "cannot listen on \(endpoint): \(error.message)", underlying: error)
-        }
+        for waiter in waiters { waiter.resume(returning: main.port.address) }
+        eventFeed.publish(ServerEvent(kind: .listening, address: main.port.address))
     }
 
     private func fail(_ error: TetherError) {
@@ -473,7 +359,7 @@ public final class Server: Sendable {
         eventFeed.finish()
     }
 
-    private func admit(_ base: ChannelBase, remote: SocketAddress, loop: EventLoop) -> Peer? {
+    private func admit(_ accepted: Accepted, loop: EventLoop) -> Peer? {
         let id = state.withLock { state -> PeerID? in
             guard state.admitted < configuration.maximumConnections else {
                 state.metrics.rejectedConnections += 1
@@ -486,34 +372,14 @@ public final class Server: Sendable {
         }
         guard let id else {
             let reason = TetherError(code: .tooManyConnections, message: "the server is at its limit of \(counted(configuration.maximumConnections, "connection"))")
-            refuse(base, reason: reason, on: loop)
-            eventFeed.publish(ServerEvent(kind: .peerRejected, address: remote, reason: reason))
+            // Told why when the wire allows it (no TLS, a profile with serials:
+            // ``CloseNotice``); the stream's layers decide.
+            let notice = CloseNotice(tooManyConnections: reason.message).bytes(in: configuration.profile)
+            accepted.stream.refuse(notice: notice, drainTimeout: configuration.drainTimeout, on: loop)
+            eventFeed.publish(ServerEvent(kind: .peerRejected, address: accepted.stream.remoteAddress, reason: reason))
             return nil
         }
-        return Peer(id: id, base: base, remoteAddress: remote, loop: loop, server: self)
-    }
-
-    /// Tells a connection the server will not serve why, when the wire allows it (no TLS, a
-    /// profile with serials: ``CloseNotice``), then closes it. One small write into an
-    /// empty socket buffer: it never blocks, and if it does not fit it is dropped.
-    private func refuse(_ base: ChannelBase, reason: TetherError, on loop: EventLoop) {
-        let bytes = configuration.tls == nil ? CloseNotice(tooManyConnections: reason.message).bytes(in: configuration.profile) : nil
-        switch base {
-        case .socket(let box), .sniffed(let box, _):
-            let socket = box.take()
-            if let bytes {
-                let fd = socket.descriptor
-                _ = bytes.withUnsafeBytes { try? Syscall.sendBytes(fd, $0.baseAddress!, $0.count) }
-            }
-            socket.close()
-        case .webSocket(let box, _):
-            box.take().close()
-        case .memory(let end):
-            loop.execute { [drainTimeout = configuration.drainTimeout] in
-                if let bytes { end.buffers.outbound.writeBytes(bytes) }
-                end.closeAfterFlush(timeout: drainTimeout)
-            }
-        }
+        return Peer(id: id, accepted: accepted, loop: loop, server: self)
     }
 
     /// A peer attached: pushes and broadcasts reach it from now on.

@@ -55,9 +55,10 @@ public struct ServerConfiguration: Sendable {
     /// they happen, on the loops: for logging and tracing (see <doc:Bridging>). Default
     /// `nil`: nothing is observed, and nothing is spent on it.
     public var observer: (any ServerObserver)?
-    /// The in-memory network to dial (or listen on) instead of the system's sockets; set
-    /// by `TetherTesting`, together with ``eventLoopGroup``. `nil`: real sockets.
-    package var memoryNetwork: MemoryNetwork?
+    /// Where the bottom transports come from: the system's sockets (``SocketNetwork``:
+    /// TCP, or a Unix domain socket for a `unix://` endpoint), or the in-memory network
+    /// `TetherTesting` sets, together with ``eventLoopGroup``.
+    package var network: any StreamNetwork = SocketNetwork()
     /// Mailboxes for identified clients: with them the server accepts session hellos,
     /// numbers and stores each push to a client id (``Server/push(_:toClient:)``), and
     /// replays what a client missed when it comes back. Default `nil`: no sessions.
@@ -71,6 +72,11 @@ public struct ServerConfiguration: Sendable {
     /// there are served like TCP peers (``WebSocketServerConfiguration``). Default `nil`:
     /// no WebSocket port.
     public var webSocket: WebSocketServerConfiguration?
+    /// A Unix domain socket to listen on beside the TCP port, or instead of it
+    /// (``UnixSocketConfiguration/replacesPort``): for a sidecar or a daemon on this
+    /// machine, reached with ``Endpoint/init(unixSocket:)``. Its peers are served like the
+    /// TCP port's, with ``tls`` when set. Default `nil`: none.
+    public var unixSocket: UnixSocketConfiguration?
     /// How ``Server/drain(deadline:reconnectAfter:)`` stops the server gracefully: the
     /// deadline for handlers in flight (default 30 s) and the reconnect hint clients get
     /// (default 0).

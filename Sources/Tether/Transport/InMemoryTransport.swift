@@ -28,7 +28,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     // jobs queued on the loop can capture it.
 
     let loop: EventLoop
-    package let buffers: TransportBuffers
+    package private(set) var buffers: TransportBuffers
     package var handler: (any ByteTransportHandler)?
     package let remoteAddress: SocketAddress
     package let localAddress: SocketAddress?
@@ -118,6 +118,14 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         a.peer = b
         b.peer = a
         return (a, b)
+    }
+
+    /// Makes the end borrow the loop's sealed read buffer, for a layer over it that borrows
+    /// the plain one (TLS, WebSocket). Before ``start()`` only, while the buffers are empty.
+    func lendSealedBuffer() {
+        precondition(!started, "an in-memory end lends its read buffer before it starts")
+        guard !buffers.sealed else { return }
+        buffers = TransportBuffers(sealed: true)
     }
 
     package var security: (any TLSSession)? { nil }

@@ -10,8 +10,15 @@ final class Listener: IOHandler, @unchecked Sendable {
     private let onAccept: (consuming Socket, SocketAddress) -> Void
 
     /// Opens, binds and listens (any thread); call ``start()`` on the loop to accept.
-    /// `onAccept` owns each accepted socket from then on.
-    init(binding address: SocketAddress, backlog: Int32, loop: EventLoop, onAccept: @escaping (consuming Socket, SocketAddress) -> Void) throws(TetherError) {
+    /// `onAccept` owns each accepted socket from then on; `bound` runs between the bind and
+    /// the listen, when nobody can connect yet (to set a socket file's permissions).
+    init(
+        binding address: SocketAddress,
+        backlog: Int32,
+        loop: EventLoop,
+        bound: (() throws(Errno) -> Void)? = nil,
+        onAccept: @escaping (consuming Socket, SocketAddress) -> Void
+    ) throws(TetherError) {
         self.loop = loop
         self.onAccept = onAccept
         let socket: Socket
@@ -27,6 +34,7 @@ final class Listener: IOHandler, @unchecked Sendable {
                 try? Syscall.setOption(fd, level: SocketOptions.ipv6Level, name: SocketOptions.ipv6Only, value: 1)
             }
             try Syscall.bindAddress(fd, address)
+            try bound?()
             try Syscall.startListening(fd, backlog: backlog)
             self.address = try Syscall.localAddress(fd)
         } catch {

@@ -20,7 +20,6 @@ package final class MemoryNetwork: Sendable {
 
     private struct Listening {
         var address: SocketAddress
-        var sealed: Bool
         var accept: @Sendable (InMemoryTransport, SocketAddress) -> Void
     }
 
@@ -60,7 +59,6 @@ package final class MemoryNetwork: Sendable {
     /// - Parameters:
     ///   - host: The name clients dial.
     ///   - port: The port; 0 picks one from 30000 up that nothing listens on.
-    ///   - sealed: Whether the server layers TLS on its ends.
     ///   - accept: Called on ``loop`` with the server's end of each new link, not started,
     ///     and the client's address.
     /// - Returns: The address the server listens on, with the port picked.
@@ -68,7 +66,6 @@ package final class MemoryNetwork: Sendable {
     package func listen(
         host: String,
         port: Int,
-        sealed: Bool,
         accept: @escaping @Sendable (InMemoryTransport, SocketAddress) -> Void
     ) throws(TetherError) -> SocketAddress {
         let result = state.withLock { state -> Result<SocketAddress, TetherError> in
@@ -83,7 +80,7 @@ package final class MemoryNetwork: Sendable {
                 return .failure(TetherError(code: .bindFailed, message: "cannot listen on \(endpoint) of the in-memory network: the port is in use"))
             }
             let address = Self.address(of: host, port: port, in: &state)
-            state.listeners[endpoint] = Listening(address: address, sealed: sealed, accept: accept)
+            state.listeners[endpoint] = Listening(address: address, accept: accept)
             return .success(address)
         }
         return try result.get()
@@ -156,14 +153,12 @@ package final class MemoryNetwork: Sendable {
     ///
     /// - Parameters:
     ///   - endpoint: The host name and port.
-    ///   - sealed: Whether the client layers TLS on its end.
     ///   - timeout: How long a dial that gets no answer waits.
     /// - Returns: The client's end, not started, and the server's address; or
     ///   ``TetherError/Code/connectionRefused`` when nothing listens there (or the endpoint
     ///   refuses), ``TetherError/Code/connectTimedOut`` when the endpoint is a black hole.
     package func connect(
         to endpoint: Endpoint,
-        sealed: Bool,
         timeout: Duration
     ) async -> Result<(InMemoryTransport, SocketAddress), TetherError> {
         enum Answer {
@@ -184,8 +179,8 @@ package final class MemoryNetwork: Sendable {
                 on: loop,
                 clientAddress: client,
                 serverAddress: listening.address,
-                clientSealed: sealed,
-                serverSealed: listening.sealed
+                clientSealed: false,
+                serverSealed: false
             )
             let link = MemoryLink(id: state.links.count + 1, endpoint: endpoint, client: clientEnd, server: serverEnd, faults: state.defaultFaults)
             state.links.append(link)
@@ -256,5 +251,86 @@ private final class PendingDial: @unchecked Sendable {
         let continuation = self.continuation
         self.continuation = nil
         continuation?.resume(returning: .failure(error))
+    }
+}
+
+// MARK: Streams
+
+extension MemoryNetwork: StreamNetwork {
+    package func connector(for endpoint: Endpoint) -> any StreamConnector {
+        MemoryConnector(network: self)
+    }
+
+    package func listener(for endpoint: Endpoint) -> any StreamListener {
+        MemoryListener(network: self, endpoint: endpoint)
+    }
+}
+
+/// One end of a link of the in-memory network, not started yet.
+struct MemoryStream: OpenedStream {
+    let end: InMemoryTransport
+
+    var remoteAddress: SocketAddress { end.remoteAddress }
+
+    func makeTransport(on loop: EventLoop, reading use: ReadBufferUse) throws(TetherError) -> any ByteTransport {
+        guard loop === end.loop else {
+            end.close()
+            throw TetherError(code: .invalidArgument, message: "an end of the in-memory network must run on the network's event loop")
+        }
+        if use == .sealed { end.lendSealedBuffer() }
+        return end
+    }
+
+    func refuse(notice: [UInt8]?, drainTimeout: Duration, on loop: EventLoop) {
+        end.loop.execute { [end] in
+            if let notice { end.buffers.outbound.writeBytes(notice) }
+            end.closeAfterFlush(timeout: drainTimeout)
+        }
+    }
+}
+
+/// Dials the in-memory network from a client on its loop.
+struct MemoryConnector: StreamConnector {
+    let network: MemoryNetwork
+
+    func connect(to endpoint: Endpoint, in context: ConnectContext, isolation: isolated any Actor) async -> Result<ConnectedStream, TetherError> {
+        let loop = context.loop
+        guard network.loop === loop else {
+            return .failure(TetherError(code: .invalidArgument, message: "a connection on an in-memory network must use the network's event loop group"))
+        }
+        // The network knows hosts and ports: a WebSocket endpoint's path is for the layer above.
+        return await network.connect(to: Endpoint(host: endpoint.host, port: endpoint.port), timeout: context.timeout).map { end, address in
+            let elapsed = MonotonicTime.duration(nanoseconds: loop.now &- context.began)
+            let attempt = ConnectReport.Attempt(address: address, startedAfter: .zero, outcome: .connected, duration: elapsed)
+            let report = ConnectReport(endpoint: endpoint, address: address, resolutionTime: .zero, connectTime: elapsed, attempts: [attempt])
+            return ConnectedStream(stream: MemoryStream(end: end), report: report)
+        }
+    }
+}
+
+/// Listens on a host name and port of the in-memory network.
+struct MemoryListener: StreamListener {
+    let network: MemoryNetwork
+    let endpoint: Endpoint
+
+    func listen(in context: ListenContext, accept: @escaping @Sendable (any OpenedStream) -> Void) async throws(TetherError) -> any ListeningPort {
+        guard context.group.loops.count == 1, context.group.loops[0] === network.loop else {
+            throw TetherError(code: .invalidArgument, message: "a server on an in-memory network must use the network's event loop group")
+        }
+        let address = try network.listen(host: endpoint.host, port: endpoint.port) { end, _ in
+            accept(MemoryStream(end: end))
+        }
+        return MemoryPort(network: network, endpoint: Endpoint(host: endpoint.host, port: address.port), address: address)
+    }
+}
+
+/// A port the in-memory network listens on.
+struct MemoryPort: ListeningPort {
+    let network: MemoryNetwork
+    let endpoint: Endpoint
+    let address: SocketAddress
+
+    func close() {
+        network.stopListening(host: endpoint.host, port: endpoint.port)
     }
 }

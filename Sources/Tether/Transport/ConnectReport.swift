@@ -60,8 +60,8 @@ public struct ConnectReport: Sendable, Hashable, CustomStringConvertible {
     /// Every address tried, in the order they were started (at most one per address).
     public var attempts: [Attempt]
 
-    /// `IPv6` or `IPv4`: the family of ``address``.
-    public var family: String { address.isIPv6 ? "IPv6" : "IPv4" }
+    /// `IPv6`, `IPv4` or `Unix`: the family of ``address``.
+    public var family: String { address.unixPath != nil ? "Unix" : address.isIPv6 ? "IPv6" : "IPv4" }
 
     /// `connected to 127.0.0.1:9000 (IPv4) in 1.2 ms (resolved in 0.1 ms); 2 attempts: …`.
     public var description: String {

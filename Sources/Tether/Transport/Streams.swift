@@ -1,0 +1,184 @@
+// The seam where transports are chosen: connecting to an endpoint and listening on one,
+// each of which hands over an ``OpenedStream``, a connected byte stream that becomes a
+// ``ByteTransport`` on the loop that will drive it.
+//
+// Bottom transports (TCP with its address race, Unix domain sockets, the in-memory
+// network) implement ``StreamConnector`` and ``StreamListener``; layers (TLS, WebSocket,
+// the HTTP proxy, the protocol sniffer) are connectors and listeners over another one.
+// A client stacks them for each endpoint, a server for each port it listens on, and the
+// framed channel takes the transport at the top without knowing any of them by name.
+// The seam costs one call per connect attempt or accepted connection, nothing per frame.
+
+/// Which of its loop's read buffers the transport at the bottom of a stack borrows while
+/// it reads: the plain one, or the sealed one when a layer over it (TLS, WebSocket)
+/// borrows the plain one itself.
+package enum ReadBufferUse: Sendable {
+    case plain
+    case sealed
+}
+
+/// A byte stream a connector opened or a listener accepted, not yet a transport.
+///
+/// It becomes one on the loop that drives it (``makeTransport(on:reading:)``), or is
+/// refused unused (``refuse(notice:drainTimeout:on:)``). Dropped unused, whatever it holds
+/// is closed: a socket inside closes with its owner.
+package protocol OpenedStream: Sendable {
+    /// The peer's address.
+    var remoteAddress: SocketAddress { get }
+
+    /// The transport over this stream, not started, driven by `loop`; the caller is on
+    /// `loop`'s thread. Called at most once.
+    ///
+    /// - Parameters:
+    ///   - loop: The loop that drives the transport.
+    ///   - use: Which of the loop's read buffers the bottom transport borrows.
+    /// - Returns: The transport; it owns the stream from now on.
+    /// - Throws: ``TetherError`` when a layer cannot be made (a TLS session); the stream
+    ///   is closed then.
+    func makeTransport(on loop: EventLoop, reading use: ReadBufferUse) throws(TetherError) -> any ByteTransport
+
+    /// Ends the stream unused, after sending `notice` when the peer reads Tether frames
+    /// straight off this stream: one write that never waits, dropped when it does not fit.
+    /// Layers that change the bytes (TLS, WebSocket) drop the notice.
+    ///
+    /// - Parameters:
+    ///   - notice: What tells the peer why (``CloseNotice``), or `nil`.
+    ///   - drainTimeout: How long a stream without a kernel queue waits for the peer.
+    ///   - loop: The loop the stream would have run on.
+    func refuse(notice: [UInt8]?, drainTimeout: Duration, on loop: EventLoop)
+}
+
+/// What a connector needs to know for one connect attempt.
+package struct ConnectContext: Sendable {
+    /// The loop the connection runs on: where attempts are made and timed.
+    package var loop: EventLoop
+    /// When connecting began, on the loop's clock (monotonic nanoseconds).
+    package var began: UInt64
+    /// The bound on the whole attempt, resolving included.
+    package var timeout: Duration
+    /// How long one address's attempt runs before the next one starts beside it.
+    package var attemptDelay: Duration
+    /// Resolves names instead of the system's resolver, when set.
+    package var resolver: (any NameResolver)?
+    /// Whether a socket sets `TCP_NODELAY`.
+    package var noDelay: Bool
+
+    /// When the attempt must have ended, on the loop's clock.
+    package var deadline: UInt64 {
+        began &+ MonotonicTime.nanoseconds(of: timeout)
+    }
+
+    /// What is left of the timeout now.
+    package var remaining: Duration {
+        let now = loop.now
+        return MonotonicTime.duration(nanoseconds: deadline > now ? deadline - now : 0)
+    }
+}
+
+/// A stream that connected, and how the attempt went.
+package struct ConnectedStream: Sendable {
+    /// The stream, not yet a transport.
+    package var stream: any OpenedStream
+    /// The endpoint, the address reached and each attempt of the race.
+    package var report: ConnectReport
+}
+
+/// Opens byte streams to endpoints: TCP, a Unix domain socket, the in-memory network, or a
+/// layer over one of them.
+package protocol StreamConnector: Sendable {
+    /// Connects to `endpoint` within the context's timeout. Runs on the context's loop.
+    ///
+    /// - Parameters:
+    ///   - endpoint: Where to.
+    ///   - context: The loop, the clock and the bounds of the attempt.
+    ///   - isolation: The caller's actor, which runs on the context's loop.
+    /// - Returns: The connected stream, or an error that names the endpoint.
+    func connect(
+        to endpoint: Endpoint,
+        in context: ConnectContext,
+        isolation: isolated any Actor
+    ) async -> Result<ConnectedStream, TetherError>
+}
+
+/// What a listener needs to know to bind and accept.
+package struct ListenContext: Sendable {
+    /// The loop that accepts.
+    package let acceptLoop: EventLoop
+    /// The loops the accepted streams will run on.
+    package let group: EventLoopGroup
+    /// The listen queue's length.
+    package let backlog: Int
+    /// Whether accepted sockets set `TCP_NODELAY`.
+    package let noDelay: Bool
+}
+
+/// Takes byte streams from peers: a TCP port, a Unix domain socket's path, a port of the
+/// in-memory network, or a layer over one of them.
+package protocol StreamListener: Sendable {
+    /// Binds and starts taking streams; each goes to `accept`, on the accepting loop.
+    ///
+    /// - Parameters:
+    ///   - context: The loops and bounds.
+    ///   - accept: Owns each accepted stream from then on.
+    /// - Returns: The port, listening.
+    /// - Throws: ``TetherError`` with ``TetherError/Code/bindFailed`` when it cannot listen.
+    func listen(
+        in context: ListenContext,
+        accept: @escaping @Sendable (any OpenedStream) -> Void
+    ) async throws(TetherError) -> any ListeningPort
+}
+
+/// A listener that listens.
+package protocol ListeningPort: Sendable {
+    /// Where it listens, with the port the system picked.
+    var address: SocketAddress { get }
+    /// Stops taking streams and releases what it holds; streams already accepted stay.
+    /// Idempotent; on the accepting loop.
+    func close()
+}
+
+/// Where the bottom transports come from: the system's sockets, or a network in memory.
+package protocol StreamNetwork: Sendable {
+    /// The connector for `endpoint`: by its scheme on the system's sockets.
+    func connector(for endpoint: Endpoint) -> any StreamConnector
+    /// The listener for `endpoint`.
+    func listener(for endpoint: Endpoint) -> any StreamListener
+}
+
+/// A stream that is a layer over another: the peer and the refusal are those of the one
+/// below, and the notice goes only if the layer leaves the bytes as they are.
+package protocol LayeredStream: OpenedStream {
+    /// The stream below.
+    var below: any OpenedStream { get }
+    /// Whether the layer passes the bytes through unchanged (a sniffer).
+    var keepsBytes: Bool { get }
+}
+
+extension LayeredStream {
+    package var remoteAddress: SocketAddress { below.remoteAddress }
+
+    package func refuse(notice: [UInt8]?, drainTimeout: Duration, on loop: EventLoop) {
+        below.refuse(notice: keepsBytes ? notice : nil, drainTimeout: drainTimeout, on: loop)
+    }
+}
+
+/// A listener that layers each stream another one accepts.
+package struct LayeringListener: StreamListener {
+    let below: any StreamListener
+    let layer: @Sendable (any OpenedStream) -> any OpenedStream
+
+    /// - Parameters:
+    ///   - below: The listener that accepts.
+    ///   - layer: Makes the layer over each accepted stream.
+    package init(over below: any StreamListener, layer: @escaping @Sendable (any OpenedStream) -> any OpenedStream) {
+        self.below = below
+        self.layer = layer
+    }
+
+    package func listen(
+        in context: ListenContext,
+        accept: @escaping @Sendable (any OpenedStream) -> Void
+    ) async throws(TetherError) -> any ListeningPort {
+        try await below.listen(in: context) { [layer] stream in accept(layer(stream)) }
+    }
+}
