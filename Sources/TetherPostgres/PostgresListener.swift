@@ -27,7 +27,7 @@ final class PostgresListener: Sendable {
     private let onNotification: @Sendable (_ channel: String, _ payload: String) -> Void
     private let onConnection: @Sendable (_ up: Bool, _ error: String?) -> Void
     /// The wake pipe: `stop` writes to [1], the thread polls [0].
-    private let wake: (read: Int32, write: Int32)
+    private let wake: (read: Descriptor, write: Descriptor)
     private let state = Lock(State())
 
     private struct State {
@@ -60,13 +60,9 @@ final class PostgresListener: Sendable {
             _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
             _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
         }
-        wake = (descriptors[0], descriptors[1])
-    }
-
-    deinit {
-        // The thread holds `self` until it ends, so by now it has ended or never started.
-        close(wake.read)
-        close(wake.write)
+        // Closed when the listener goes: the thread holds `self` until it ends, so by then
+        // it has ended or never started.
+        wake = (Descriptor(adopting: descriptors[0]), Descriptor(adopting: descriptors[1]))
     }
 
     /// Starts the thread; once.
@@ -97,7 +93,7 @@ final class PostgresListener: Sendable {
                 return false
             }
             var byte: UInt8 = 1
-            _ = write(wake.write, &byte, 1)
+            _ = write(wake.write.raw, &byte, 1)
             if done { continuation.resume() }
         }
     }
@@ -110,7 +106,7 @@ final class PostgresListener: Sendable {
         let session = PostgresSession(
             configuration: configuration,
             endpoint: PostgresDatabase.endpoint(of: configuration.url),
-            wake: wake.read
+            wake: wake.read.raw
         )
         var delay = configuration.reconnectDelay
         var reportedDown = false
@@ -147,7 +143,7 @@ final class PostgresListener: Sendable {
             deliver(connection)
             var descriptors = [
                 pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0),
-                pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wake.read.raw, events: Int16(POLLIN), revents: 0),
             ]
             let ready = poll(&descriptors, 2, Int32(clamping: Self.idleCheck.postgresMilliseconds))
             if ready < 0 {
@@ -183,7 +179,7 @@ final class PostgresListener: Sendable {
         while !isStopping {
             let remaining = ContinuousClock.now.duration(to: deadline)
             if remaining <= .zero { return true }
-            var descriptor = pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)
+            var descriptor = pollfd(fd: wake.read.raw, events: Int16(POLLIN), revents: 0)
             if poll(&descriptor, 1, Int32(clamping: remaining.postgresMilliseconds)) > 0 { return false }
         }
         return false

@@ -12,35 +12,35 @@ extension FaultProxy {
 
     /// The acceptor thread: accepts until the proxy stops, then closes the listener and
     /// both ends of its wake pipe.
-    func acceptLoop(listener: Int32, wake: Int32) {
+    func acceptLoop(listener: Descriptor, wake: Descriptor) {
         var descriptors = [
-            pollfd(fd: listener, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wake, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: listener.raw, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wake.raw, events: Int16(POLLIN), revents: 0),
         ]
         while !state.withLock({ $0.stopping }) {
             _ = pollDescriptors(&descriptors, milliseconds: 250)
-            WakePipe.drain(wake)
+            WakePipe.drain(wake.raw)
             guard descriptors[0].revents != 0 else { continue }
-            while case .processed(let client)? = try? Syscall.acceptConnection(listener) {
-                admit(client)
+            while case .processed(let client)? = try? Syscall.acceptConnection(listener.raw) {
+                admit(Descriptor(adopting: client))
             }
         }
-        Syscall.closeDescriptor(listener)
+        listener.close()
         threadExited { state in
-            Syscall.closeDescriptor(state.acceptorWake)
-            state.acceptorWake = -1
+            state.acceptorWake?.close()
+            state.acceptorWake = nil
         }
-        Syscall.closeDescriptor(wake)
+        wake.close()
     }
 
     /// Registers an accepted client and starts its connection thread, unless the proxy is stopping.
-    private func admit(_ client: Int32) {
+    private func admit(_ client: Descriptor) {
         if state.withLock({ $0.refusing }) {
             resetAndClose(client)
             count { $0.refused += 1 }
             return
         }
-        setNoDelay(client)
+        setNoDelay(client.raw)
         guard let wake = try? WakePipe() else {
             resetAndClose(client)
             return
@@ -65,7 +65,7 @@ extension FaultProxy {
             let relay = Relay(proxy: self, link: link, client: client, wake: wake.readEnd)
             relay.run(upstreamPort: upstreamPort)
             link.closeWake()
-            Syscall.closeDescriptor(wake.readEnd)
+            wake.readEnd.close()
             threadExited { state in
                 state.links.removeValue(forKey: link.id)
                 state.counters.closed += 1
@@ -91,14 +91,14 @@ extension FaultProxy {
             var breakRequest: Break?
             var injectUpstream: [UInt8] = []
             var injectDownstream: [UInt8] = []
-            /// Write end of the connection thread's wake pipe; -1 once it closed it.
-            var wake: Int32
+            /// Write end of the connection thread's wake pipe; `nil` once it closed it.
+            var wake: Descriptor?
         }
 
         let id: Int
         let control: Lock<Control>
 
-        init(id: Int, mode: Mode, wake: Int32) {
+        init(id: Int, mode: Mode, wake: Descriptor) {
             self.id = id
             control = Lock(Control(mode: mode, cutRemaining: mode.cut?.afterBytes, wake: wake))
         }
@@ -125,7 +125,7 @@ extension FaultProxy {
 
         func inject(_ bytes: [UInt8], toward direction: Direction) -> Bool {
             control.withLock { control in
-                guard control.wake >= 0 else { return false }
+                guard control.wake != nil else { return false }
                 if direction == .upstream { control.injectUpstream += bytes } else { control.injectDownstream += bytes }
                 poke(control)
                 return true
@@ -135,13 +135,13 @@ extension FaultProxy {
         /// Called by the connection thread as it exits: nobody may write to the pipe after this.
         func closeWake() {
             control.withLock { control in
-                if control.wake >= 0 { Syscall.closeDescriptor(control.wake) }
-                control.wake = -1
+                control.wake?.close()
+                control.wake = nil
             }
         }
 
         private func poke(_ control: Control) {
-            if control.wake >= 0 { WakePipe.poke(control.wake) }
+            if let wake = control.wake { WakePipe.poke(wake.raw) }
         }
     }
 

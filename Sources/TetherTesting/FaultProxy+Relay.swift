@@ -21,18 +21,22 @@ extension FaultProxy {
     final class Relay {
         let proxy: FaultProxy
         let link: Link
-        let client: Int32
-        var server: Int32 = -1
-        let wake: Int32
+        /// The client's socket and the one to the server, owned by this thread.
+        let clientSocket: Descriptor
+        var serverSocket: Descriptor?
+        let wakeEnd: Descriptor
+        var client: Int32 { clientSocket.raw }
+        var server: Int32 { serverSocket?.raw ?? -1 }
+        var wake: Int32 { wakeEnd.raw }
         var up = Lane(.upstream)
         var down = Lane(.downstream)
         var readBuffer = [UInt8](repeating: 0, count: FaultProxy.laneLimit)
 
-        init(proxy: FaultProxy, link: Link, client: Int32, wake: Int32) {
+        init(proxy: FaultProxy, link: Link, client: Descriptor, wake: Descriptor) {
             self.proxy = proxy
             self.link = link
-            self.client = client
-            self.wake = wake
+            self.clientSocket = client
+            self.wakeEnd = wake
         }
 
         /// Connects upstream, forwards until the connection ends or breaks, and closes both
@@ -40,8 +44,8 @@ extension FaultProxy {
         func run(upstreamPort: Int) {
             guard connectUpstream(port: upstreamPort) else {
                 proxy.count { $0.upstreamFailed += 1 }
-                resetAndClose(client)
-                if server >= 0 { Syscall.closeDescriptor(server) }
+                resetAndClose(clientSocket)
+                serverSocket?.close()
                 return
             }
             proxy.count { $0.upstreamConnected += 1 }
@@ -52,7 +56,7 @@ extension FaultProxy {
         /// Connects to 127.0.0.1:`port` without blocking past a break request or 5 s.
         private func connectUpstream(port: Int) -> Bool {
             guard let fd = try? Syscall.makeSocket(family: AF_INET, type: SocketOptions.streamType) else { return false }
-            server = fd
+            serverSocket = Descriptor(adopting: fd)
             setNoDelay(fd)
             limitReceiveBuffer(fd)
             guard let connected = try? Syscall.startConnect(fd, SocketAddress(ipAddress: "127.0.0.1", port: port)!) else { return false }
@@ -204,20 +208,20 @@ extension FaultProxy {
         /// Closes both sockets at once: after discarding what is waiting to be read (so the
         /// close is a FIN, not an RST), or with `SO_LINGER` 0 (an RST).
         private func breakOff(_ kind: Break) {
-            for fd in [client, server] {
+            for socket in [clientSocket, serverSocket].compactMap({ $0 }) {
                 if kind == .reset {
-                    resetAndClose(fd)
+                    resetAndClose(socket)
                 } else {
-                    discardInput(fd)
-                    Syscall.closeDescriptor(fd)
+                    discardInput(socket.raw)
+                    socket.close()
                 }
             }
         }
 
         /// Closes both sockets after both directions ended normally.
         private func closeBoth() {
-            Syscall.closeDescriptor(client)
-            Syscall.closeDescriptor(server)
+            clientSocket.close()
+            serverSocket?.close()
         }
 
         /// The time from `now` to `deadline` for `poll(2)`, rounded up.

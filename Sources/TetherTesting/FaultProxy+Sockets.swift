@@ -10,11 +10,12 @@ import Tether
 // The few socket and pipe calls of the fault proxy that Tether's syscall layer has no
 // wrapper for.
 
-/// Closes `fd` with `SO_LINGER` 0, so its peer sees an RST instead of a FIN.
-func resetAndClose(_ fd: Int32) {
+/// Closes `socket` with `SO_LINGER` 0, so its peer sees an RST instead of a FIN.
+func resetAndClose(_ socket: Descriptor) {
+    guard socket.isOpen else { return }
     var option = linger(l_onoff: 1, l_linger: 0)
-    _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &option, socklen_t(MemoryLayout<linger>.size))
-    Syscall.closeDescriptor(fd)
+    _ = setsockopt(socket.raw, SOL_SOCKET, SO_LINGER, &option, socklen_t(MemoryLayout<linger>.size))
+    socket.close()
 }
 
 /// Sets a receive buffer of 64 KiB (`SO_RCVBUF`), so the kernel acknowledges little more
@@ -86,8 +87,8 @@ func pollDescriptors(_ descriptors: inout [pollfd], milliseconds: Int32) -> Bool
 
 /// A nonblocking pipe used to wake a thread out of `poll(2)`.
 struct WakePipe: Sendable {
-    let readEnd: Int32
-    let writeEnd: Int32
+    let readEnd: Descriptor
+    let writeEnd: Descriptor
 
     init() throws {
         var ends: [Int32] = [-1, -1]
@@ -96,13 +97,13 @@ struct WakePipe: Sendable {
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         }
-        readEnd = ends[0]
-        writeEnd = ends[1]
+        readEnd = Descriptor(adopting: ends[0])
+        writeEnd = Descriptor(adopting: ends[1])
     }
 
     func close() {
-        Syscall.closeDescriptor(readEnd)
-        Syscall.closeDescriptor(writeEnd)
+        readEnd.close()
+        writeEnd.close()
     }
 
     /// Writes one byte; a full pipe already wakes the reader, so `EAGAIN` is fine.

@@ -84,22 +84,18 @@ public final class FaultProxy: Sendable {
             throw TetherError(code: .invalidArgument, message: "the fault proxy cannot forward to port \(upstream.port) of 127.0.0.1")
         }
         _ = Syscall.ignoreBrokenPipe
-        let listener: Int32
+        let listener: Descriptor
         let wake: WakePipe
         do {
-            listener = try Syscall.makeSocket(family: AF_INET, type: SocketOptions.streamType)
-            do {
-                try Syscall.setOption(listener, level: SocketOptions.socketLevel, name: SocketOptions.reuseAddress, value: 1)
-                // Inherited by every accepted socket, before its window is offered.
-                limitReceiveBuffer(listener)
-                try Syscall.bindAddress(listener, SocketAddress(ipAddress: "127.0.0.1", port: 0)!)
-                try Syscall.startListening(listener, backlog: 64)
-                port = try Syscall.localAddress(listener).port
-                wake = try WakePipe()
-            } catch {
-                Syscall.closeDescriptor(listener)
-                throw error
-            }
+            // Closed when dropped, if anything below fails.
+            listener = Descriptor(adopting: try Syscall.makeSocket(family: AF_INET, type: SocketOptions.streamType))
+            try Syscall.setOption(listener.raw, level: SocketOptions.socketLevel, name: SocketOptions.reuseAddress, value: 1)
+            // Inherited by every accepted socket, before its window is offered.
+            limitReceiveBuffer(listener.raw)
+            try Syscall.bindAddress(listener.raw, SocketAddress(ipAddress: "127.0.0.1", port: 0)!)
+            try Syscall.startListening(listener.raw, backlog: 64)
+            port = try Syscall.localAddress(listener.raw).port
+            wake = try WakePipe()
         } catch {
             throw TetherError(code: .bindFailed, message: "the fault proxy cannot listen on 127.0.0.1: \(error)", underlying: error)
         }
@@ -195,7 +191,7 @@ public final class FaultProxy: Sendable {
     public func stop() async {
         let links = state.withLock { state -> [Link] in
             state.stopping = true
-            if state.acceptorWake >= 0 { WakePipe.poke(state.acceptorWake) }
+            if let wake = state.acceptorWake { WakePipe.poke(wake.raw) }
             return Array(state.links.values)
         }
         for link in links { link.requestBreak(.close) }
@@ -310,8 +306,8 @@ public final class FaultProxy: Sendable {
     struct State {
         var defaultMode: Mode
         var refusing = false
-        /// Write end of the acceptor's wake pipe; -1 once the acceptor closed it.
-        var acceptorWake: Int32
+        /// Write end of the acceptor's wake pipe; `nil` once the acceptor closed it.
+        var acceptorWake: Descriptor?
         var links: [Int: Link] = [:]
         var nextLinkID = 0
         var counters = Counters()
@@ -324,7 +320,7 @@ public final class FaultProxy: Sendable {
         var nextWaiterID = 0
         var observer: (@Sendable (Counters) -> Void)?
 
-        init(defaultMode: Mode, acceptorWake: Int32) {
+        init(defaultMode: Mode, acceptorWake: Descriptor) {
             self.defaultMode = defaultMode
             self.acceptorWake = acceptorWake
         }

@@ -50,8 +50,8 @@ public final class TestServer: Sendable {
     /// or the configuration's own when it named one.
     public let configuration: ServerConfiguration
     private let install: @Sendable (Server) -> Void
-    /// The socket that keeps the port reserved, or -1.
-    private let reservation: Int32
+    /// The socket that keeps the port reserved, or `nil`.
+    private let reservation: Descriptor?
     private let state: Lock<State>
 
     private struct State {
@@ -102,17 +102,13 @@ public final class TestServer: Sendable {
             reservation = fd
             configuration.port = port
         } else {
-            reservation = -1
+            reservation = nil
         }
         self.configuration = configuration
         install = handlers
         let server = Server(configuration: configuration)
         handlers(server)
         state = Lock(State(server: server, port: configuration.port))
-    }
-
-    deinit {
-        if reservation >= 0 { Syscall.closeDescriptor(reservation) }
     }
 
     /// The current server: the one running, or the last one stopped, or the one the next
@@ -216,20 +212,16 @@ public final class TestServer: Sendable {
 
     /// Binds a socket to `address` (port 0: a free one) with `SO_REUSEADDR`, without
     /// listening.
-    private static func reserve(_ address: SocketAddress) throws -> (Int32, Int) {
+    private static func reserve(_ address: SocketAddress) throws -> (Descriptor, Int) {
         do {
-            let fd = try Syscall.makeSocket(family: address.isIPv6 ? AF_INET6 : AF_INET, type: SocketOptions.streamType)
-            do {
-                try Syscall.setOption(fd, level: SocketOptions.socketLevel, name: SocketOptions.reuseAddress, value: 1)
-                if address.isIPv6 {
-                    try? Syscall.setOption(fd, level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1)
-                }
-                try Syscall.bindAddress(fd, address)
-                return (fd, try Syscall.localAddress(fd).port)
-            } catch {
-                Syscall.closeDescriptor(fd)
-                throw error
+            // Closed when dropped, if anything below fails.
+            let socket = Descriptor(adopting: try Syscall.makeSocket(family: address.isIPv6 ? AF_INET6 : AF_INET, type: SocketOptions.streamType))
+            try Syscall.setOption(socket.raw, level: SocketOptions.socketLevel, name: SocketOptions.reuseAddress, value: 1)
+            if address.isIPv6 {
+                try? Syscall.setOption(socket.raw, level: Int32(IPPROTO_IPV6), name: IPV6_V6ONLY, value: 1)
             }
+            try Syscall.bindAddress(socket.raw, address)
+            return (socket, try Syscall.localAddress(socket.raw).port)
         } catch {
             throw TetherError(code: .bindFailed, message: "cannot reserve port \(address.port) of \(address.ipAddress) for a test server: \(error)", underlying: error)
         }

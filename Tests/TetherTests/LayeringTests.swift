@@ -53,6 +53,98 @@ struct LayeringTests {
         #expect(violations.isEmpty, "upward references:\n\(violations.joined(separator: "\n"))")
     }
 
+    /// What each module of `Sources` may import besides the system's modules: the
+    /// dependencies `Package.swift` gives it, and nothing more. The library modules build
+    /// on `Tether` and never on each other; only the command-line tool puts them together,
+    /// and nothing ships code that imports `TetherTesting`.
+    static let moduleImports: [String: Set<String>] = [
+        "Tether": ["CTetherShims", "CZlib"],
+        "TetherTLS": ["Tether", "COpenSSL"],
+        "TetherSQLite": ["Tether", "CSQLite"],
+        "TetherPostgres": ["Tether", "CPostgres"],
+        "TetherHTTP": ["Tether"],
+        "TetherTesting": ["Tether"],
+        "tether": ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres"],
+    ]
+
+    /// Modules of the platform every module may import.
+    static let systemModules: Set<String> = ["Glibc", "Musl", "Darwin", "Dispatch", "Foundation", "FoundationNetworking", "Synchronization", "Network"]
+
+    static let allSources = sources.deletingLastPathComponent()
+
+    /// Every Swift file of every Swift module of `Sources`, by module.
+    static func moduleFiles() throws -> [(module: String, name: String, text: String)] {
+        let manager = FileManager.default
+        var files: [(module: String, name: String, text: String)] = []
+        for module in try manager.contentsOfDirectory(atPath: allSources.path).sorted() {
+            let directory = allSources.appendingPathComponent(module)
+            guard let enumerator = manager.enumerator(at: directory, includingPropertiesForKeys: nil) else { continue }
+            for case let url as URL in enumerator where url.pathExtension == "swift" {
+                files.append((module, String(url.path.dropFirst(allSources.path.count + 1)), try String(contentsOf: url, encoding: .utf8)))
+            }
+        }
+        return files
+    }
+
+    @Test("every module imports only what Package.swift gives it: the libraries build on Tether alone, only the tool combines them, and nothing in Sources imports TetherTesting but itself")
+    func moduleImportsFollowThePackage() throws {
+        let files = try Self.moduleFiles()
+        #expect(Set(files.map(\.module)) == Set(Self.moduleImports.keys), "modules with Swift code: \(Set(files.map(\.module)).sorted())")
+        var violations: [String] = []
+        for file in files {
+            let allowed = (Self.moduleImports[file.module] ?? []).union(Self.systemModules)
+            for (number, line) in Self.codeLines(of: file.text) {
+                let words = line.split(separator: " ").map(String.init)
+                guard let position = words.firstIndex(of: "import"), position + 1 < words.count else { continue }
+                // Only modifiers and attributes may come before `import`.
+                guard words[..<position].allSatisfy({ $0.hasPrefix("@") || ["public", "package", "internal", "private", "fileprivate"].contains($0) }) else { continue }
+                let module = words[position + 1].split(separator: ".").first.map(String.init) ?? ""
+                if !allowed.contains(module) { violations.append("\(file.name):\(number) imports \(module)") }
+                if words.contains("@testable") { violations.append("\(file.name):\(number) is a @testable import") }
+            }
+        }
+        #expect(violations.isEmpty, "imports beyond the package's dependencies:\n\(violations.joined(separator: "\n"))")
+    }
+
+    @Test("every file descriptor is owned: no module closes a raw descriptor outside Platform/ and the Socket value; the rest hold a Socket or a Descriptor")
+    func descriptorsAreOwned() throws {
+        let allowed: Set<String> = ["Tether/Platform", "Tether/Transport/Socket.swift"]
+        var violations: [String] = []
+        for file in try Self.moduleFiles() where !allowed.contains(where: { file.name.hasPrefix($0) }) {
+            // The C library's `close(2)` is in reach only of a file that imports it.
+            let importsLibC = ["import Glibc", "import Darwin", "import Musl"].contains { file.text.contains($0) }
+            for (number, line) in Self.codeLines(of: file.text) {
+                let calls = ["closeDescriptor(", "Glibc.close(", "Darwin.close(", "Musl.close("]
+                // A call of `close` with one unlabeled argument, not a method or a case.
+                var bare = false
+                if importsLibC, let range = line.range(of: "close(") {
+                    let before = line[..<range.lowerBound].last
+                    let argument = line[range.upperBound...].prefix { $0 != ")" }
+                    bare = !(before?.isLetter ?? false) && before != "." && before != "_" && !argument.isEmpty
+                        && !argument.contains(":") && !line.contains("case close(") && !line.contains("func close(") && !line.contains("await close(")
+                }
+                if bare || calls.contains(where: { line.contains($0) }) {
+                    violations.append("\(file.name):\(number): \(line.trimmingCharacters(in: .whitespaces))")
+                }
+            }
+        }
+        #expect(violations.isEmpty, "raw descriptors closed outside Platform/ and Socket:\n\(violations.joined(separator: "\n"))")
+    }
+
+    @Test("the in-memory network and the manual clock are test seams: no module but Tether, which declares them, and TetherTesting names them")
+    func testSeamsStayInTesting() throws {
+        let seams: Set<String> = ["MemoryNetwork", "MemoryLink", "InMemoryTransport", "ManualClock"]
+        var violations: [String] = []
+        for file in try Self.moduleFiles() where file.module != "Tether" && file.module != "TetherTesting" {
+            for (number, line) in Self.codeLines(of: file.text) {
+                for word in Self.identifiers(in: line) where seams.contains(word) {
+                    violations.append("\(file.name):\(number) uses \(word)")
+                }
+            }
+        }
+        #expect(violations.isEmpty, "test seams used outside the testing module:\n\(violations.joined(separator: "\n"))")
+    }
+
     struct SourceFile {
         var folder: String
         var name: String

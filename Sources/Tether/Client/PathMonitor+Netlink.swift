@@ -137,9 +137,9 @@ final class NetlinkSockets: NetlinkPathSource, @unchecked Sendable {
     /// kernel that does not, never expected to pass.
     static let dumpTimeout: Duration = .seconds(1)
 
-    private let events: Int32
-    private let queries: Int32
-    private let wakeup: Int32
+    private let events: Descriptor
+    private let queries: Descriptor
+    private let wakeup: Descriptor
     private var sequence: UInt32 = 0
     private var buffer = [UInt8](repeating: 0, count: 64 << 10)
 
@@ -148,34 +148,33 @@ final class NetlinkSockets: NetlinkPathSource, @unchecked Sendable {
     ///
     /// - Throws: ``TetherError/Code/systemCall`` when a socket cannot be opened.
     init() throws(TetherError) {
-        events = ctether_netlink_open(Netlink.watchedGroups)
+        // Each descriptor is owned once opened: a failure below closes those before it.
+        let events = ctether_netlink_open(Netlink.watchedGroups)
         guard events >= 0 else {
             throw TetherError(code: .systemCall, message: "cannot watch the network path: opening a netlink route socket failed: \(Errno.current)")
         }
-        queries = ctether_netlink_open(0)
+        self.events = Descriptor(adopting: events)
+        let queries = ctether_netlink_open(0)
         guard queries >= 0 else {
-            let error = Errno.current
-            Syscall.closeDescriptor(events)
-            throw TetherError(code: .systemCall, message: "cannot watch the network path: opening a netlink route socket failed: \(error)")
+            throw TetherError(code: .systemCall, message: "cannot watch the network path: opening a netlink route socket failed: \(Errno.current)")
         }
-        wakeup = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        self.queries = Descriptor(adopting: queries)
+        let wakeup = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
         guard wakeup >= 0 else {
-            let error = Errno.current
-            Syscall.closeDescriptor(events)
-            Syscall.closeDescriptor(queries)
-            throw TetherError(code: .systemCall, message: "cannot watch the network path: eventfd failed: \(error)")
+            throw TetherError(code: .systemCall, message: "cannot watch the network path: eventfd failed: \(Errno.current)")
         }
+        self.wakeup = Descriptor(adopting: wakeup)
     }
 
     func wake() {
         var one: UInt64 = 1
-        _ = withUnsafeBytes(of: &one) { write(wakeup, $0.baseAddress, $0.count) }
+        _ = withUnsafeBytes(of: &one) { write(wakeup.raw, $0.baseAddress, $0.count) }
     }
 
     func close() {
-        Syscall.closeDescriptor(events)
-        Syscall.closeDescriptor(queries)
-        Syscall.closeDescriptor(wakeup)
+        events.close()
+        queries.close()
+        wakeup.close()
     }
 
     /// Waits in `poll(2)` for `descriptor` or the eventfd, until `deadline`.
@@ -185,7 +184,7 @@ final class NetlinkSockets: NetlinkPathSource, @unchecked Sendable {
         while true {
             var descriptors = [
                 pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: wakeup, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wakeup.raw, events: Int16(POLLIN), revents: 0),
             ]
             var timeout: Int32 = -1
             if let deadline {
@@ -205,14 +204,14 @@ final class NetlinkSockets: NetlinkPathSource, @unchecked Sendable {
     }
 
     func waitForChange(until deadline: UInt64?) throws(TetherError) -> NetlinkWait {
-        switch try poll(events, until: deadline) {
+        switch try poll(events.raw, until: deadline) {
         case nil: return .stopped
         case false?: return .timedOut
         case true?: break
         }
         // Drain what arrived: any message, or a lost burst, means "look again".
         while true {
-            let count = buffer.withUnsafeMutableBytes { recv(events, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            let count = buffer.withUnsafeMutableBytes { recv(events.raw, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
             if count >= 0 { continue }
             let error = Errno.current
             switch error {
@@ -253,20 +252,20 @@ final class NetlinkSockets: NetlinkPathSource, @unchecked Sendable {
         sequence &+= 1
         let sequence = sequence
         let request = Netlink.dumpRequest(type, family: family, sequence: sequence)
-        let sent = request.withUnsafeBytes { send(queries, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        let sent = request.withUnsafeBytes { send(queries.raw, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
         guard sent == request.count else {
             throw TetherError(code: .systemCall, message: "cannot read the network path: sending a netlink dump request failed: \(Errno.current)")
         }
         let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(of: Self.dumpTimeout)
         while true {
-            let count = buffer.withUnsafeMutableBytes { recv(queries, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            let count = buffer.withUnsafeMutableBytes { recv(queries.raw, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
             if count < 0 {
                 let error = Errno.current
                 if error == .interrupted { continue }
                 guard error.isWouldBlock else {
                     throw TetherError(code: .systemCall, message: "cannot read the network path: reading a netlink dump failed: \(error)")
                 }
-                switch try poll(queries, until: deadline) {
+                switch try poll(queries.raw, until: deadline) {
                 case true?:
                     continue
                 case false?:

@@ -276,27 +276,8 @@ public final class Server: Sendable {
         announce(ports)
         listeningForDrain(on: acceptLoop, stopAccepting: stopListening)
 
-        // Each peer starts as an immediate child that prefers its event loop as task executor,
-        // so neither the peer nor its handler tasks ever wait for a cooperative thread. The
-        // preference costs each handler task one allocation but saves a hop through the global
-        // executor per request: measured, 27.8 µs against 42.8 µs p50 at one request in flight.
         await withTaskCancellationHandler {
-            await withDiscardingTaskGroup { tasks in
-                if let hub { tasks.addTask { await hub.run(timersOn: acceptLoop) } }
-                for await stream in accepted {
-                    guard let peer = admit(stream, loop: group.next()) else { continue }
-                    tasks.addTaskStartingNow(executorPreference: peer.loop.taskExecutor) { await peer.run() }
-                }
-                // A drain lets every peer finish and close by itself (bounded by its deadline).
-                if isDraining {
-                    await peersEnded()
-                } else {
-                    for peer in peers { await peer.shutdown() }
-                }
-                // Pushes already queued are still stored; later ones fail.
-                hub?.stop()
-            }
-            await hub?.leave()
+            await serve(accepted, on: group, timersOn: acceptLoop)
         } onCancel: {
             stopListening()
         }
@@ -306,6 +287,32 @@ public final class Server: Sendable {
         try? await acceptLoop.submit { [self] in closeListeners(ports) }
         state.withLock { $0.stopped = true }
         eventFeed.finish()
+    }
+
+    /// Makes a peer of each accepted stream until the listeners close, then lets the peers
+    /// finish (a drain) or shuts them down, and leaves the cluster.
+    ///
+    /// Each peer starts as an immediate child that prefers its event loop as task executor,
+    /// so neither the peer nor its handler tasks ever wait for a cooperative thread. The
+    /// preference costs each handler task one allocation but saves a hop through the global
+    /// executor per request: measured, 27.8 µs against 42.8 µs p50 at one request in flight.
+    private func serve(_ accepted: AsyncStream<Accepted>, on group: EventLoopGroup, timersOn acceptLoop: EventLoop) async {
+        await withDiscardingTaskGroup { tasks in
+            if let hub { tasks.addTask { await hub.run(timersOn: acceptLoop) } }
+            for await stream in accepted {
+                guard let peer = admit(stream, loop: group.next()) else { continue }
+                tasks.addTaskStartingNow(executorPreference: peer.loop.taskExecutor) { await peer.run() }
+            }
+            // A drain lets every peer finish and close by itself (bounded by its deadline).
+            if isDraining {
+                await peersEnded()
+            } else {
+                for peer in peers { await peer.shutdown() }
+            }
+            // Pushes already queued are still stored; later ones fail.
+            hub?.stop()
+        }
+        await hub?.leave()
     }
 
     /// Closes every listener (idempotent), then runs what waited for that. On the accept
