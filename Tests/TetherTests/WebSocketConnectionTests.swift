@@ -1,4 +1,5 @@
 import Testing
+import TetherTLS
 import TetherTesting
 @testable import Tether
 
@@ -16,6 +17,36 @@ func withWebSocketServer<T: Sendable>(
         let address = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
         return try await body(server, Endpoint(host: address.ipAddress, port: address.port, webSocketPath: "/tether"))
     }
+}
+
+/// Runs a server on `network` (`server:9000`) with a WebSocket port of its own
+/// (`server:8080`, path `/tether`) for the duration of `body`, which gets the server and the
+/// `ws://` endpoint: WebSocket over the in-memory network, on its manual clock.
+func withWebSocketServer<T: Sendable>(
+    on network: TestNetwork,
+    configure: (inout ServerConfiguration) -> Void = { _ in },
+    handlers: (Server) -> Void = echoHandlers,
+    _ body: (Server, Endpoint) async throws -> T
+) async throws -> T {
+    var configuration = ServerConfiguration.testing(on: network)
+    configuration.handshakeTimeout = nil
+    configuration.idleTimeout = nil
+    configuration.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
+    configure(&configuration)
+    let server = Server(configuration: configuration)
+    handlers(server)
+    let running = Task { try await server.run() }
+    let result: Result<T, any Error>
+    do {
+        let address = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
+        #expect(address.port == 8080)
+        result = .success(try await body(server, Endpoint(host: "server", port: 8080, webSocketPath: "/tether")))
+    } catch {
+        result = .failure(error)
+    }
+    running.cancel()
+    try await bounded("the server to stop after cancellation") { try await running.value }
+    return try result.get()
 }
 
 /// A raw client's upgrade request for `/tether`, with `lines` replacing the defaults.
@@ -66,59 +97,100 @@ func clientFrame(opcode: UInt8, payload: [UInt8], fin: Bool = true) -> [UInt8] {
 
 @Suite("Tether over WebSocket", .timeLimit(.guarded))
 struct WebSocketConnectionTests {
-    @Test("four 3 MB requests at once over ws://: each comes back whole")
+    @Test("four 3 MB requests at once over ws:// on the in-memory network: each comes back whole")
     func largeRequestsUnderBackpressure() async throws {
-        try await withWebSocketServer(handlers: { server in
-            server.handle(type: 0x405) { request, _ in Response(payload: request.payload) }
-        }) { _, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
-            let echoed = try await withThrowingTaskGroup(of: Bool.self) { group in
-                for index in 0..<4 {
-                    group.addTask {
-                        let payload = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* (index + 3)) }
-                        return try await connection.request(Request(type: 0x405, payload: payload)).payload == payload
+        try await withTestNetwork { network in
+            try await withWebSocketServer(on: network, handlers: { server in
+                server.handle(type: 0x405) { request, _ in Response(payload: request.payload) }
+            }) { _, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.use(network) })
+                let echoed = try await withThrowingTaskGroup(of: Bool.self) { group in
+                    for index in 0..<4 {
+                        group.addTask {
+                            let payload = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* (index + 3)) }
+                            return try await connection.request(Request(type: 0x405, payload: payload)).payload == payload
+                        }
                     }
+                    return try await group.reduce(into: [Bool]()) { $0.append($1) }
                 }
-                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+                #expect(echoed == [true, true, true, true])
+                #expect(network.links.count == 1)
+                await connection.close()
             }
-            #expect(echoed == [true, true, true, true])
-            await connection.close()
         }
     }
 
-    @Test("a Tether client and server over WebSocket: requests, a push to the peer and heartbeats")
+    @Test("a Tether client and server over WebSocket on the in-memory network: requests, a push to the peer and heartbeats on the manual clock")
     func endToEnd() async throws {
-        try await withWebSocketServer { server, endpoint in
-            let events = server.events
-            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration {
-                $0.heartbeat.isEnabled = true
-                $0.heartbeat.interval = .milliseconds(50)
-            })
-            let pushes = connection.notifications
-            let heartbeats = connection.heartbeats
-            for index in 0..<20 {
-                let reply = try await connection.request(Request(type: 0x402, json: ["n": .int(index)]))
-                #expect(reply.json == ["echo": ["n": .int(index)]])
+        try await withTestNetwork { network in
+            try await withWebSocketServer(on: network) { server, endpoint in
+                let events = server.events
+                let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration {
+                    $0.use(network)
+                    $0.heartbeat.isEnabled = true
+                    $0.heartbeat.interval = .milliseconds(50)
+                })
+                let pushes = connection.notifications
+                let heartbeats = connection.heartbeats
+                for index in 0..<20 {
+                    let reply = try await connection.request(Request(type: 0x402, json: ["n": .int(index)]))
+                    #expect(reply.json == ["echo": ["n": .int(index)]])
+                }
+                // A request larger than one outgoing message (1 MiB) crosses in several.
+                let large = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+                server.handle(type: 0x405) { request, _ in Response(payload: request.payload) }
+                let echoed = try await connection.request(Request(type: 0x405, payload: large))
+                #expect(echoed.payload == large)
+                let peer = try await firstEvent(events, "the peer") { $0.kind == .peerConnected }
+                try await server.push(Frame(type: 0x2, serial: 7, payload: Array("hi".utf8)), to: try #require(peer.peer))
+                let pushed = try await collect(1, from: pushes, "the push")
+                #expect(pushed[0].type == 0x2)
+                #expect(pushed[0].payload == Array("hi".utf8))
+                // Two intervals of the network's clock: two heartbeats, each acked.
+                await network.advance(by: .milliseconds(50))
+                await network.advance(by: .milliseconds(50))
+                let beats = try await collect(2, from: heartbeats, "two heartbeats")
+                #expect(beats.count == 2)
+                #expect(await connection.currentState.phase == .connected)
+                await connection.close()
+                let gone = try await firstEvent(events, "the peer to leave") { $0.kind == .peerDisconnected }
+                #expect(gone.peer == peer.peer)
+                // The client's graceful close sent a close frame with 1000.
+                #expect(gone.reason?.code == .peerClosed)
+                #expect(gone.reason?.message.hasSuffix("closed the WebSocket with 1000 (normal closure)") == true, "\(String(describing: gone.reason))")
             }
-            // A request larger than one outgoing message (1 MiB) crosses in several.
-            let large = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
-            server.handle(type: 0x405) { request, _ in Response(payload: request.payload) }
-            let echoed = try await connection.request(Request(type: 0x405, payload: large))
-            #expect(echoed.payload == large)
-            let peer = try await firstEvent(events, "the peer") { $0.kind == .peerConnected }
-            try await server.push(Frame(type: 0x2, serial: 7, payload: Array("hi".utf8)), to: try #require(peer.peer))
-            let pushed = try await collect(1, from: pushes, "the push")
-            #expect(pushed[0].type == 0x2)
-            #expect(pushed[0].payload == Array("hi".utf8))
-            let beats = try await collect(2, from: heartbeats, "two heartbeats")
-            #expect(beats.count == 2)
-            #expect(await connection.currentState.phase == .connected)
-            await connection.close()
-            let gone = try await firstEvent(events, "the peer to leave") { $0.kind == .peerDisconnected }
-            #expect(gone.peer == peer.peer)
-            // The client's graceful close sent a close frame with 1000.
-            #expect(gone.reason?.code == .peerClosed)
-            #expect(gone.reason?.message.hasSuffix("closed the WebSocket with 1000 (normal closure)") == true, "\(String(describing: gone.reason))")
+        }
+    }
+
+    @Test("wss:// on the in-memory network: TLS below WebSocket on both sides, the certificate verified, an echo and a push")
+    func secureOverTheTestNetwork() async throws {
+        let certificates = try await TestCertificates.shared()
+        try await withTestNetwork { network in
+            try await withWebSocketServer(on: network, configure: { $0.webSocket?.tls = webSocketServerTLS(certificates) }) { server, endpoint in
+                var secure = endpoint
+                secure.webSocketSecure = true
+                #expect(secure.description == "wss://server:8080/tether")
+                let events = server.events
+                // The network's host is `server`; the test certificate names `localhost`.
+                var options = TLSClientOptions()
+                options.handshakeTimeout = eventBound
+                options.trustRoots = .file(certificates.caCertificate)
+                options.serverName = "localhost"
+                let configuration = testConfiguration {
+                    $0.use(network)
+                    $0.tls = .client(options: options)
+                }
+                let connection = try await Connection.connect(to: secure, configuration: configuration)
+                #expect(await connection.tlsDetails?.version.hasPrefix("TLSv1.") == true)
+                let reply = try await connection.request(Request(type: 0x402, json: ["over": "wss"]))
+                #expect(reply.json == ["echo": ["over": "wss"]])
+                let peer = try await firstEvent(events, "the peer") { $0.kind == .peerConnected }
+                #expect(try await firstEvent(events, "the peer secured") { $0.kind == .peerSecured }.tls != nil)
+                let pushes = connection.notifications
+                try await server.push(Frame(type: 0x2, serial: 1, payload: Array("secret".utf8)), to: try #require(peer.peer))
+                #expect(try await collect(1, from: pushes, "the push")[0].payload == Array("secret".utf8))
+                await connection.close()
+            }
         }
     }
 
