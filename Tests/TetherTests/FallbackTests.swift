@@ -1,5 +1,6 @@
 import Synchronization
 import Testing
+import TetherTesting
 @testable import Tether
 
 /// Falling back to a WebSocket endpoint over real loopback sockets: a refused TCP endpoint
@@ -25,26 +26,38 @@ struct FallbackTests {
         }
     }
 
-    @Test("a refused TCP endpoint connects over the WebSocket fallback at once: one attempt, no reconnect, the state names the fallback")
+    @Test("a refused TCP endpoint on the in-memory network connects over the WebSocket fallback at once: one attempt, no reconnect, the state names the fallback")
     func fallsBack() async throws {
-        let (refusing, tcp) = try RawSocket.bindOnly()
-        defer { refusing.close() }
-        try await withBothPorts { _, webSocket in
-            let connection = try await Connection.connect(to: tcp, configuration: testConfiguration {
-                // Without the fallback a refused first connect would end the connection.
-                $0.fallback = FallbackPolicy(endpoint: webSocket)
-            })
-            let reply = try await connection.request(Request(type: 0x402, json: ["via": "fallback"]))
-            #expect(reply.json == ["echo": ["via": "fallback"]])
-            let report = try #require(await connection.connectReport)
-            #expect(report.endpoint == webSocket)
-            #expect(report.attempts.count == 1)
-            #expect(await connection.currentEndpoint == webSocket)
-            #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
-            let metrics = await connection.metrics
-            #expect(metrics.connects == 1)
-            #expect(metrics.reconnectAttempts == 0)
-            await connection.close()
+        try await withTestNetwork { network in
+            var configuration = ServerConfiguration(host: "server", port: 9000)
+            configuration.mailboxes = .inMemory
+            configuration.use(network)
+            configuration.handshakeTimeout = nil
+            configuration.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
+            let server = Server(configuration: configuration)
+            echoHandlers(server)
+            try await whileRunning(server) {
+                _ = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
+                let tcp = Endpoint(host: "server", port: 9000)
+                network.refuseConnections(to: tcp)
+                let webSocket = Endpoint(host: "server", port: 8080, webSocketPath: "/tether")
+                let connection = try await Connection.connect(to: tcp, configuration: testConfiguration {
+                    $0.use(network)
+                    // Without the fallback a refused first connect would end the connection.
+                    $0.fallback = FallbackPolicy(endpoint: webSocket)
+                })
+                let reply = try await connection.request(Request(type: 0x402, json: ["via": "fallback"]))
+                #expect(reply.json == ["echo": ["via": "fallback"]])
+                let report = try #require(await connection.connectReport)
+                #expect(report.endpoint == webSocket)
+                #expect(report.attempts.count == 1)
+                #expect(await connection.currentEndpoint == webSocket)
+                #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
+                let metrics = await connection.metrics
+                #expect(metrics.connects == 1)
+                #expect(metrics.reconnectAttempts == 0)
+                await connection.close()
+            }
         }
     }
 

@@ -234,22 +234,28 @@ struct WebSocketConnectionTests {
         }
     }
 
-    @Test("a ws:// alternate endpoint is reached after the TCP endpoint refuses, and requests flow over it")
+    @Test("a ws:// alternate endpoint on the in-memory network is reached after the TCP endpoint refuses, and requests flow over it")
     func alternateEndpoint() async throws {
-        let (refusing, tcp) = try RawSocket.bindOnly()
-        defer { refusing.close() }
-        try await withWebSocketServer { _, endpoint in
-            let connection = try await Connection.connect(to: tcp, configuration: testConfiguration {
-                $0.alternateEndpoints = [endpoint]
-                $0.reconnect = ReconnectPolicy()
-                $0.reconnect.initialDelay = .milliseconds(10)
-                $0.reconnect.jitter = 0
-                $0.reconnect.maximumAttempts = 4
-            })
-            let reply = try await connection.request(Request(type: 0x402, json: ["via": "ws"]))
-            #expect(reply.json == ["echo": ["via": "ws"]])
-            #expect(await connection.connectReport?.endpoint == endpoint)
-            await connection.close()
+        try await withTestNetwork { network in
+            // Nothing listens on server:7000: the network refuses the dial, as a host with
+            // nothing on the port does.
+            let tcp = Endpoint(host: "server", port: 7000)
+            try await withWebSocketServer(on: network) { _, endpoint in
+                let connection = try await Connection.connect(to: tcp, configuration: testConfiguration {
+                    $0.use(network)
+                    $0.alternateEndpoints = [endpoint]
+                    $0.reconnect = ReconnectPolicy()
+                    // The next attempt at once: no time of the network's clock passes.
+                    $0.reconnect.initialDelay = .zero
+                    $0.reconnect.jitter = 0
+                    $0.reconnect.maximumAttempts = 4
+                })
+                let reply = try await connection.request(Request(type: 0x402, json: ["via": "ws"]))
+                #expect(reply.json == ["echo": ["via": "ws"]])
+                #expect(await connection.connectReport?.endpoint == endpoint)
+                #expect(network.links.count == 1)
+                await connection.close()
+            }
         }
     }
 

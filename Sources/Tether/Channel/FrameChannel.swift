@@ -179,11 +179,13 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
             while isOpen, owner.channelAcceptsFrames(self) {
                 var frame: Frame
                 let size: Int
-                if let large = buffers.large, let body = large.incoming {
+                if let large = buffers.large, large.incoming != nil {
                     // A body in its own storage comes before anything read after it.
-                    guard let complete = large.takeCompleteBody() else { break }
-                    frame = complete
-                    size = body.headerLength + body.bytes.count
+                    guard let body = large.takeCompleteBody(), let header = tracking?.largeFrame else { break }
+                    tracking?.largeFrame = nil
+                    frame = header.frame
+                    frame.payload = body
+                    size = header.headerLength + body.count
                 } else {
                     let consumed = buffers.inbound.consumedTotal
                     guard let next = try codec.decode(&buffers.inbound) else { break }
@@ -206,31 +208,32 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
             return
         }
         guard isOpen else { return }
-        if buffers.carriesLargePayloads && !buffers.inbound.isEmpty { _ = transportTakesLargeBody() }
+        if buffers.carriesLargePayloads && !buffers.inbound.isEmpty { divertLargeBody() }
         if let progress = settings.progress { measureReceiveProgress(progress) }
         owner.channelDecoded(self, decoded: decoded, afterRead: afterRead)
     }
 
-    /// Moves the frame that starts the inbound buffer into storage of its own when its body
-    /// is large and an eighth of it has arrived (``LargePayloads``): the rest of it is then
-    /// read straight into the array the frame hands over. Only when nothing waits before it.
-    ///
-    /// - Returns: Whether it did.
-    func transportTakesLargeBody() -> Bool {
+    /// Moves the body of the frame that starts the inbound buffer into storage of its own
+    /// when it is large and an eighth of it has arrived (``LargePayloads``): the transport
+    /// then reads the rest of it straight into the array the frame hands over, and the
+    /// channel keeps the frame's header. Only when nothing waits before it. After every
+    /// decode of a transport that carries large payloads, which tells it of the bytes after
+    /// each read that filled its space.
+    private func divertLargeBody() {
         let inbound = buffers.inbound
         guard isOpen, buffers.large?.incoming == nil, inbound.readableBytes >= LargePayloads.threshold / LargePayloads.arrivedFraction,
               let split = codec as? any SplitFrameCodec,
               let (frame, headerLength, bodyLength) = split.header(in: inbound),
               bodyLength >= LargePayloads.threshold
-        else { return false }
+        else { return }
         let arrived = inbound.readableBytes - headerLength
-        guard arrived < bodyLength, arrived * LargePayloads.arrivedFraction >= bodyLength else { return false }
+        guard arrived < bodyLength, arrived * LargePayloads.arrivedFraction >= bodyLength else { return }
         let body = inbound.withReadableBytes { raw in
-            IncomingBody(frame: frame, headerLength: headerLength, length: bodyLength, start: UnsafeRawBufferPointer(rebasing: raw[headerLength...]))
+            IncomingBody(length: bodyLength, start: UnsafeRawBufferPointer(rebasing: raw[headerLength...]))
         }
+        tracked.largeFrame = (frame, headerLength)
         buffers.largePayloads.incoming = body
         buffers.inbound.moveReaderIndex(forwardBy: inbound.readableBytes)
-        return true
     }
 
     func transportClosed(_ error: TetherError) {
@@ -248,15 +251,16 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
         var reason = error
         if error.code == .peerClosed {
             do throws(TetherError) {
-                if let large = buffers.large, let body = large.incoming {
+                if let large = buffers.large, let body = large.incoming, let header = tracking?.largeFrame {
                     large.incoming = nil
+                    tracking?.largeFrame = nil
                     guard body.isComplete else {
                         throw TetherError(
                             code: .truncatedFrame,
-                            message: "stream ended inside a frame: \(body.headerLength + body.received) bytes of an incomplete frame"
+                            message: "stream ended inside a frame: \(header.headerLength + body.received) bytes of an incomplete frame"
                         )
                     }
-                    var frame = body.frame
+                    var frame = header.frame
                     frame.payload = body.bytes
                     owner.channel(self, received: frame)
                 }
@@ -306,7 +310,7 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     var bufferedInboundBytes: Int {
         let assembled = chunkAssembler?.receivedBytes ?? 0
         guard let body = buffers.large?.incoming else { return assembled + buffers.inbound.readableBytes }
-        return assembled + body.headerLength + body.received + buffers.inbound.readableBytes
+        return assembled + (tracking?.largeFrame?.headerLength ?? 0) + body.received + buffers.inbound.readableBytes
     }
 
     // MARK: Writing

@@ -114,11 +114,11 @@ extension FrameChannel {
             serial = assembly.frame.serial
             received = assembly.frame.payload.count
             total = assembly.declared
-        } else if let body = buffers.large?.incoming {
-            type = body.frame.type
-            serial = body.frame.serial
-            received = body.headerLength + body.received
-            total = body.headerLength + body.bytes.count
+        } else if let body = buffers.large?.incoming, let header = tracking?.largeFrame {
+            type = header.frame.type
+            serial = header.frame.serial
+            received = header.headerLength + body.received
+            total = header.headerLength + body.bytes.count
         } else if buffers.inbound.readableBytes >= progress.step, let split = codec as? any SplitFrameCodec,
                   let (frame, headerLength, bodyLength) = split.header(in: buffers.inbound) {
             type = frame.type

@@ -64,6 +64,9 @@ final class ChannelTracking {
     var writeWaiters: [WriteWaiter] = []
     var sendProgress: [SendProgress] = []
     var receiveProgress: ReceiveProgress?
+    /// The frame whose large body the transport is reading into storage of its own
+    /// (``LargePayloads/incoming``), without its payload, and its header's length.
+    var largeFrame: (frame: Frame, headerLength: Int)?
     /// Payload bytes told so far of the frame being sent in chunks.
     var chunkReported = 0
     /// Set on the bottom buffers while a wait or a frame sent needs the socket's writes.

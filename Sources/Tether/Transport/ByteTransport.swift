@@ -153,12 +153,6 @@ package protocol ByteTransportHandler: AnyObject {
     func transportWritable()
     /// The TLS handshake finished: ``ByteTransport/security`` holds its details.
     func transportSecured()
-    /// Between two reads, asked by a transport that reads large bodies into their own
-    /// storage (``TransportBuffers/carriesLargePayloads``): the handler may move the frame
-    /// that starts `inbound` there (``LargePayloads/incoming``), leaving `inbound` empty.
-    ///
-    /// - Returns: Whether it did: the transport then reads the rest of the body into it.
-    func transportTakesLargeBody() -> Bool
     /// The transport this handler sits on took itself out of the stack
     /// (``ProtocolSniffer``): `transport`, already pointing at this handler, is the one to
     /// read from and write to from now on. Only a framed channel sits over such a layer.
@@ -168,11 +162,6 @@ package protocol ByteTransportHandler: AnyObject {
 }
 
 extension ByteTransportHandler {
-    /// Default: large bodies go through `inbound` like any other bytes.
-    ///
-    /// - Returns: `false`.
-    package func transportTakesLargeBody() -> Bool { false }
-
     /// Default: a handler that never sits over a layer that replaces itself.
     ///
     /// - Parameter transport: The transport that replaces the old one.

@@ -7,9 +7,10 @@
 /// (``TransportBuffers/sendGathering(to:)``).
 ///
 /// Coming in, once a frame's header declares a body of ``threshold`` bytes or more and an
-/// eighth of that body has arrived, the body gets its final storage, the array the frame
-/// hands over, and the rest of it is read from the socket straight into that array
-/// (``IncomingBody``). The eighth bounds what a peer that announces a large body and sends
+/// eighth of that body has arrived, the channel gives the body its final storage, the array
+/// the frame hands over, and the transport reads the rest of it from the socket straight
+/// into that array (``IncomingBody``): the channel keeps the frame's header, the transport
+/// knows a count of bytes. The eighth bounds what a peer that announces a large body and sends
 /// little of it can make the connection hold: at most eight times the bytes it sent, and
 /// never more than the codec's maximum payload length, which is checked before.
 ///
@@ -47,16 +48,13 @@ package final class LargePayloads {
     /// The body being read into its own storage, if any.
     var incoming: IncomingBody?
 
-    /// Takes the frame of the body under way once all of it has arrived.
+    /// Takes the body under way once all of it has arrived.
     ///
-    /// - Returns: The frame with its payload, or `nil` while the body is incomplete (or
-    ///   there is none).
-    func takeCompleteBody() -> Frame? {
+    /// - Returns: Its bytes, or `nil` while the body is incomplete (or there is none).
+    func takeCompleteBody() -> [UInt8]? {
         guard let body = incoming, body.isComplete else { return nil }
         incoming = nil
-        var frame = body.frame
-        frame.payload = body.bytes
-        return frame
+        return body.bytes
     }
 
     /// Whether a body is under way and not complete. Holds no copy of it: the reads that
@@ -157,17 +155,15 @@ package final class LargePayloads {
     }
 }
 
-/// A frame whose body is being read straight into the array it will hand over.
+/// The next bytes of the stream, read straight into the array they will be handed over
+/// in: the layer above said how many (a frame's body) and what had arrived of them. The
+/// transport knows only the count; what the bytes are is the layer above's business.
 struct IncomingBody {
-    /// The frame its header describes, without its payload.
-    var frame: Frame
     /// The body's final storage: its first ``received`` bytes have arrived, the rest is
-    /// written by the reads that follow before the frame is handed over.
+    /// written by the reads that follow before the layer above takes it.
     var bytes: [UInt8]
     /// How many bytes of the body have arrived.
     var received: Int
-    /// The header's length, for the count of the frame's bytes received.
-    let headerLength: Int
 
     /// Whether the whole body has arrived.
     var isComplete: Bool { received == bytes.count }
@@ -177,10 +173,8 @@ struct IncomingBody {
     /// The array is made at its final length and the bytes past `start` are left as they
     /// are, not zeroed: reads fill them before the frame is handed over, and writing zeros
     /// first would touch every byte once more.
-    init(frame: Frame, headerLength: Int, length: Int, start: UnsafeRawBufferPointer) {
+    init(length: Int, start: UnsafeRawBufferPointer) {
         precondition(start.count < length, "a body whose bytes have all arrived needs no storage of its own")
-        self.frame = frame
-        self.headerLength = headerLength
         self.received = start.count
         self.bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
             if let base = start.baseAddress, start.count > 0 {

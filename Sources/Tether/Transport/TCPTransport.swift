@@ -113,7 +113,9 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
     /// Reads what the socket holds, four reads at most: into a large body's own storage
     /// while one is under way, into `inbound` otherwise. The handler hears of the bytes after
     /// each run of reads into one place, so a body completed is handed over before the
-    /// bytes after it are read.
+    /// bytes after it are read; with large payloads, also after each read that filled its
+    /// space, so the layer above can give a large body its own storage
+    /// (``LargePayloads/incoming``) before the rest of it is read.
     private func readNow() {
         let buffers = self.buffers
         var reads = 4
@@ -135,7 +137,7 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
                 if isOpen { closeReporting(closeError) }
                 return
             }
-            guard outcome.bodyTaken, reads > 0, isOpen, !isReadingPaused else { return }
+            guard outcome.more, reads > 0, isOpen, !isReadingPaused else { return }
         }
     }
 
@@ -166,13 +168,10 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
     }
 
     /// Reads what the socket holds now into `inbound`, up to `reads` times 16 KiB or more;
-    /// returns the byte count, whether the handler took a large body after a read (the rest
-    /// of it is to be read into its own storage), and the error that ends the transport, if
-    /// any (end of stream included).
-    ///
-    /// `inbound` is reached anew for each read, not held across them: between two reads the
-    /// handler may move its bytes.
-    private func readSocket(reads: inout Int) -> (count: Int, bodyTaken: Bool, error: TetherError?) {
+    /// returns the byte count, whether more is waiting that the layer above should hear of
+    /// first (a read filled its space on a transport that carries large payloads), and the
+    /// error that ends the transport, if any (end of stream included).
+    private func readSocket(reads: inout Int) -> (count: Int, more: Bool, error: TetherError?) {
         var total = 0
         let fd = descriptor
         while reads > 0 {
@@ -197,9 +196,10 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
                 total += count
                 bytesRead += count
                 if !full { break }
-                // More is waiting: when it continues a large body, it goes to the body's
-                // own storage rather than through this buffer.
-                if reads > 0, let handler, handler.transportTakesLargeBody() { return (total, true, nil) }
+                // More is waiting: the layer above hears of these bytes first, so that what
+                // continues a large body goes to the body's own storage rather than through
+                // this buffer.
+                if reads > 0, carriesLargePayloads { return (total, true, nil) }
             } catch {
                 return (total, false, socketError(error, doing: "reading from"))
             }
