@@ -26,21 +26,36 @@ struct FallbackTests {
         }
     }
 
+    /// The same on `network`: the server's TCP endpoint is `server:9000`, its WebSocket
+    /// endpoint `ws://server:8080/tether`.
+    func withBothPorts<T: Sendable>(
+        on network: TestNetwork,
+        gate: HandlerGate = HandlerGate(),
+        _ body: (Endpoint, Endpoint) async throws -> T
+    ) async throws -> T {
+        var configuration = ServerConfiguration(host: "server", port: 9000)
+        configuration.mailboxes = .inMemory
+        configuration.use(network)
+        configuration.handshakeTimeout = nil
+        configuration.idleTimeout = nil
+        configuration.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
+        let server = Server(configuration: configuration)
+        echoHandlers(server)
+        server.handle(type: 0x405) { request, _ in
+            await gate.pass()
+            return Response(json: ["echo": request.json ?? nil])
+        }
+        return try await whileRunning(server) {
+            _ = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
+            return try await body(Endpoint(host: "server", port: 9000), Endpoint(host: "server", port: 8080, webSocketPath: "/tether"))
+        }
+    }
+
     @Test("a refused TCP endpoint on the in-memory network connects over the WebSocket fallback at once: one attempt, no reconnect, the state names the fallback")
     func fallsBack() async throws {
         try await withTestNetwork { network in
-            var configuration = ServerConfiguration(host: "server", port: 9000)
-            configuration.mailboxes = .inMemory
-            configuration.use(network)
-            configuration.handshakeTimeout = nil
-            configuration.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
-            let server = Server(configuration: configuration)
-            echoHandlers(server)
-            try await whileRunning(server) {
-                _ = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
-                let tcp = Endpoint(host: "server", port: 9000)
+            try await withBothPorts(on: network) { tcp, webSocket in
                 network.refuseConnections(to: tcp)
-                let webSocket = Endpoint(host: "server", port: 8080, webSocketPath: "/tether")
                 let connection = try await Connection.connect(to: tcp, configuration: testConfiguration {
                     $0.use(network)
                     // Without the fallback a refused first connect would end the connection.
@@ -110,34 +125,26 @@ struct FallbackTests {
         }
     }
 
-    @Test("after the primary retry interval, and not before, the connection leaves the fallback for the TCP endpoint, with no reconnect counted")
+    @Test("after the primary retry interval, and not before, a connection on the in-memory network leaves the fallback for the TCP endpoint, with no reconnect counted")
     func primaryComesBack() async throws {
-        let (refusing, refused) = try RawSocket.bindOnly()
-        defer { refusing.close() }
-        try await withBothPorts { tcp, webSocket in
-            try await withManualLoop { clock, group in
-                // The main endpoint's name resolves to a port that refuses until the test
-                // points it at the server.
-                let primary = Endpoint(host: "primary.test", port: 1)
-                let target = Mutex(SocketAddress(ipAddress: refused.host, port: refused.port)!)
-                let connection = try await Connection.connect(to: primary, configuration: testConfiguration {
-                    $0.eventLoopGroup = group
+        try await withTestNetwork { network in
+            try await withBothPorts(on: network) { tcp, webSocket in
+                // The main endpoint refuses until the test lets it through.
+                network.refuseConnections(to: tcp)
+                let connection = try await Connection.connect(to: tcp, configuration: testConfiguration {
+                    $0.use(network)
                     $0.fallback = FallbackPolicy(endpoint: webSocket, primaryRetryInterval: .seconds(60))
-                    $0.resolver = .list { endpoint throws(TetherError) in
-                        if endpoint == primary { return [target.withLock { $0 }] }
-                        return [SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!]
-                    }
                 })
                 #expect(await connection.currentEndpoint == webSocket)
                 let states = connection.states
-                target.withLock { $0 = SocketAddress(ipAddress: tcp.host, port: tcp.port)! }
+                network.restoreConnections(to: tcp)
 
-                await clock.advance(by: .seconds(60) - .nanoseconds(1))
+                await network.advance(by: .seconds(60) - .nanoseconds(1))
                 #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
-                await clock.advance(by: .nanoseconds(1))
+                await network.advance(by: .nanoseconds(1))
                 let seen = try await collect(3, from: states, "the reconnect to the main endpoint")
                 #expect(seen == [ConnectionState(phase: .connected, endpoint: webSocket), .connecting, .connected])
-                #expect(await connection.currentEndpoint == primary)
+                #expect(await connection.currentEndpoint == tcp)
                 let reply = try await connection.request(Request(type: 0x402, json: ["via": "tcp"]))
                 #expect(reply.json == ["echo": ["via": "tcp"]])
                 let metrics = await connection.metrics
