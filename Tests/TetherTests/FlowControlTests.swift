@@ -144,68 +144,75 @@ extension FlowControlTests {
     @Test("while a subscriber lags, the server keeps the client's pushes in the mailbox: requests get their responses, heartbeats are acked, and every push arrives once, in order, when it reads")
     func requestsAndHeartbeatsGetThrough() async throws {
         let bound = 64
-        try await withServer(configure: flowServer(maximumMessages: 1_000, highWaterMark: 64 << 10), handlers: echoHandlers) { server, endpoint in
-            let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("lagging") {
-                $0.session?.maximumPendingPushes = bound
-                $0.heartbeat = .every(.milliseconds(100), timeout: .seconds(2), maximumMissed: 1)
-                $0.requestTimeout = .seconds(5)
-            })
-            let notifications = connection.notifications
-            let before = await connection.metrics
-            try await awaitClient("lagging", on: server)
-            let early = 100
-            for number in 1...early {
-                try await server.push(indexed(number), toClient: "lagging")
-            }
-            try await pushesHeld(connection)
-            // Behind the hold on the socket: once answered, the server has it.
-            let first = try await connection.request(Request(type: 0x402, json: ["while": "lagging"]))
-            #expect(first.json == ["echo": ["while": "lagging"]])
-            let total = 500
-            for number in (early + 1)...total {
-                try await server.push(indexed(number), toClient: "lagging")
-            }
-            // What the server wrote before it had the hold came before the first response;
-            // nothing after it was written: the second response came with none before it.
-            let live = await connection.lastSequence
-            #expect(live > UInt64(bound) && live <= UInt64(early))
-            let second = try await connection.request(Request(type: 0x402, json: ["still": "lagging"]))
-            #expect(second.json == ["echo": ["still": "lagging"]])
-            #expect(await connection.lastSequence == live)
-            let heartbeats = connection.heartbeats
-            let acked = try await bounded("three heartbeats acked while the subscriber lags") {
-                var count = 0
-                for await event in heartbeats where event.outcome == .acked {
-                    count += 1
-                    if count == 3 { return count }
+        // Both sides on a manual clock: a heartbeat goes when the test moves the clock, so a
+        // busy machine that keeps this process from reading an ack for the timeout's real
+        // seconds cannot make it count as missed.
+        try await withManualLoop { clock, group in
+            try await withServer(configure: {
+                flowServer(maximumMessages: 1_000, highWaterMark: 64 << 10)(&$0)
+                $0.eventLoopGroup = group
+            }, handlers: echoHandlers) { server, endpoint in
+                let connection = try await Connection.connect(to: endpoint, configuration: sessionConfiguration("lagging") {
+                    $0.eventLoopGroup = group
+                    $0.session?.maximumPendingPushes = bound
+                    $0.heartbeat = .every(.milliseconds(100), timeout: .seconds(2), maximumMissed: 1)
+                    $0.requestTimeout = .seconds(5)
+                })
+                let notifications = connection.notifications
+                let before = await connection.metrics
+                try await awaitClient("lagging", on: server)
+                let early = 100
+                for number in 1...early {
+                    try await server.push(indexed(number), toClient: "lagging")
                 }
-                return count
-            }
-            #expect(acked == 3)
-            var serverMetrics = await server.metrics()
-            #expect(serverMetrics.pushHolds == 1)
-            #expect(serverMetrics.notificationsReplayed == 0)
-            let lagging = await connection.metrics
-            #expect(lagging.pushHolds == 1)
-            #expect(lagging.readPauses == 0)
-            #expect(lagging.heartbeatsMissed == before.heartbeatsMissed)
+                try await pushesHeld(connection)
+                // Behind the hold on the socket: once answered, the server has it.
+                let first = try await connection.request(Request(type: 0x402, json: ["while": "lagging"]))
+                #expect(first.json == ["echo": ["while": "lagging"]])
+                let total = 500
+                for number in (early + 1)...total {
+                    try await server.push(indexed(number), toClient: "lagging")
+                }
+                // What the server wrote before it had the hold came before the first response;
+                // nothing after it was written: the second response came with none before it.
+                let live = await connection.lastSequence
+                #expect(live > UInt64(bound) && live <= UInt64(early))
+                let second = try await connection.request(Request(type: 0x402, json: ["still": "lagging"]))
+                #expect(second.json == ["echo": ["still": "lagging"]])
+                #expect(await connection.lastSequence == live)
+                // Three heartbeats, one interval of the clock each, each acked before the next.
+                var acked = 0
+                for _ in 1...3 {
+                    let heartbeats = connection.heartbeats.filter { $0.outcome == .acked }
+                    await clock.advance(by: .milliseconds(100))
+                    acked += try await collect(1, from: heartbeats, "a heartbeat acked while the subscriber lags").count
+                }
+                #expect(acked == 3)
+                var serverMetrics = await server.metrics()
+                #expect(serverMetrics.pushHolds == 1)
+                #expect(serverMetrics.notificationsReplayed == 0)
+                let lagging = await connection.metrics
+                #expect(lagging.pushHolds == 1)
+                #expect(lagging.readPauses == 0)
+                #expect(lagging.heartbeatsMissed == before.heartbeatsMissed)
 
-            let received = try await collect(total, from: notifications, "every push")
-            #expect(received.map(index(of:)) == Array(1...total))
-            #expect(received.map(\.serial) == (1...total).map { UInt32($0) })
-            let after = try await connection.request(Request(type: 0x402, json: ["after": "lag"]))
-            #expect(after.json == ["echo": ["after": "lag"]])
-            // Catching up, the subscriber may fall behind the replay again: more holds then.
-            let metrics = await connection.metrics
-            #expect(metrics.heartbeatsMissed == before.heartbeatsMissed)
-            #expect(metrics.requestsTimedOut == before.requestsTimedOut)
-            #expect(metrics.connects == before.connects)
-            #expect(metrics.notificationsReceived == total)
-            #expect(metrics.duplicateNotifications == 0)
-            #expect(await connection.lastSequence == UInt64(total))
-            serverMetrics = await server.metrics()
-            #expect(serverMetrics.notificationsReplayed == total - Int(live))
-            await connection.close()
+                let received = try await collect(total, from: notifications, "every push")
+                #expect(received.map(index(of:)) == Array(1...total))
+                #expect(received.map(\.serial) == (1...total).map { UInt32($0) })
+                let after = try await connection.request(Request(type: 0x402, json: ["after": "lag"]))
+                #expect(after.json == ["echo": ["after": "lag"]])
+                // Catching up, the subscriber may fall behind the replay again: more holds then.
+                let metrics = await connection.metrics
+                #expect(metrics.heartbeatsMissed == before.heartbeatsMissed)
+                #expect(metrics.requestsTimedOut == before.requestsTimedOut)
+                #expect(metrics.connects == before.connects)
+                #expect(metrics.notificationsReceived == total)
+                #expect(metrics.duplicateNotifications == 0)
+                #expect(await connection.lastSequence == UInt64(total))
+                serverMetrics = await server.metrics()
+                #expect(serverMetrics.notificationsReplayed == total - Int(live))
+                await connection.close()
+            }
         }
     }
 
