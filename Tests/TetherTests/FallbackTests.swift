@@ -33,21 +33,20 @@ struct FallbackTests {
         gate: HandlerGate = HandlerGate(),
         _ body: (Endpoint, Endpoint) async throws -> T
     ) async throws -> T {
-        var configuration = ServerConfiguration(host: "server", port: 9000)
-        configuration.mailboxes = .inMemory
-        configuration.use(network)
-        configuration.handshakeTimeout = nil
-        configuration.idleTimeout = nil
-        configuration.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
-        let server = Server(configuration: configuration)
-        echoHandlers(server)
-        server.handle(type: 0x405) { request, _ in
-            await gate.pass()
-            return Response(json: ["echo": request.json ?? nil])
-        }
-        return try await whileRunning(server) {
+        try await withNetworkServer(on: network, configure: {
+            $0.mailboxes = .inMemory
+            $0.handshakeTimeout = nil
+            $0.idleTimeout = nil
+            $0.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
+        }, handlers: { server in
+            echoHandlers(server)
+            server.handle(type: 0x405) { request, _ in
+                await gate.pass()
+                return Response(json: ["echo": request.json ?? nil])
+            }
+        }) { server, tcp in
             _ = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
-            return try await body(Endpoint(host: "server", port: 9000), Endpoint(host: "server", port: 8080, webSocketPath: "/tether"))
+            return try await body(tcp, Endpoint(host: "server", port: 8080, webSocketPath: "/tether"))
         }
     }
 

@@ -28,25 +28,16 @@ func withWebSocketServer<T: Sendable>(
     handlers: (Server) -> Void = echoHandlers,
     _ body: (Server, Endpoint) async throws -> T
 ) async throws -> T {
-    var configuration = ServerConfiguration.testing(on: network)
-    configuration.handshakeTimeout = nil
-    configuration.idleTimeout = nil
-    configuration.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
-    configure(&configuration)
-    let server = Server(configuration: configuration)
-    handlers(server)
-    let running = Task { try await server.run() }
-    let result: Result<T, any Error>
-    do {
+    try await withNetworkServer(on: network, configure: { configuration in
+        configuration.handshakeTimeout = nil
+        configuration.idleTimeout = nil
+        configuration.webSocket = WebSocketServerConfiguration(port: 8080, path: "/tether")
+        configure(&configuration)
+    }, handlers: handlers) { server, _ in
         let address = try await bounded("the WebSocket port") { try await server.webSocketAddress() }
         #expect(address.port == 8080)
-        result = .success(try await body(server, Endpoint(host: "server", port: 8080, webSocketPath: "/tether")))
-    } catch {
-        result = .failure(error)
+        return try await body(server, Endpoint(host: "server", port: 8080, webSocketPath: "/tether"))
     }
-    running.cancel()
-    try await bounded("the server to stop after cancellation") { try await running.value }
-    return try result.get()
 }
 
 /// A raw client's upgrade request for `/tether`, with `lines` replacing the defaults.

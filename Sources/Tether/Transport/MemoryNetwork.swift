@@ -324,13 +324,25 @@ struct MemoryListener: StreamListener {
     }
 }
 
-/// A port the in-memory network listens on.
-struct MemoryPort: ListeningPort {
+/// A port the in-memory network listens on. Closes once: a server closes its ports more
+/// than once as it stops, and a later close must not take the port from a server that
+/// listens there since.
+final class MemoryPort: ListeningPort, @unchecked Sendable {
+    // @unchecked Sendable: `close()` runs on the network's loop only.
     let network: MemoryNetwork
     let endpoint: Endpoint
     let address: SocketAddress
+    private var closed = false
+
+    init(network: MemoryNetwork, endpoint: Endpoint, address: SocketAddress) {
+        self.network = network
+        self.endpoint = endpoint
+        self.address = address
+    }
 
     func close() {
+        guard !closed else { return }
+        closed = true
         network.stopListening(host: endpoint.host, port: endpoint.port)
     }
 }
