@@ -57,29 +57,19 @@
 /// once, as the same attempt; a second rejection in a row ends (failed). ⁹ The new identity
 /// is taken for the first connect, and the switcher answered at once. ¹⁰ The fallback, at
 /// once, for a connection over the main endpoint that never proved healthy.
-/// ¹¹ A planned reconnect; see *the server's drain* below. ¹² Closed, with the takeover as
+/// ¹¹ A planned reconnect; see *the server's drain* in `ConnectionStateMachine+Path.swift`. ¹² Closed, with the takeover as
 /// the reason, failing what is in flight; with ``Settings/reconnectsWhenTakenOver`` it is
 /// `lost` instead (in preparing too, where it ends likewise).
 ///
-/// **The app's preparation** (``Settings/prepares``): where the table says connected after
-/// `attached`, `tlsEstablished` or `helloAccepted`, the machine goes to preparing instead and
-/// asks for ``Action/prepare(_:)``; `prepared(t)` then makes it connected, and
-/// `preparationFailed(t)` is a failed attempt (no fallback: the server answered). Otherwise
-/// preparing answers events as greeting does, except that `lost` also fails the requests in
-/// flight (the preparation's), and `helloAccepted`, `helloRefused` are illegal in it.
-/// A *failed attempt* goes to backingOff, or ends
-/// (closed) for a first connect the policy does not retry or a disabled policy, or ends
-/// (failed) once the policy's attempts are spent, or, when no usable path exists, goes to
-/// waitingForNetwork without spending an attempt.
+/// A *failed attempt* goes to backingOff, or ends (closed) for a first connect the policy
+/// does not retry or a disabled policy, or ends (failed) once the policy's attempts are spent,
+/// or, when no usable path exists, goes to waitingForNetwork without spending an attempt.
 ///
-/// **The network path** comes from the connection's ``PathMonitor``, as `pathUpdated` when
-/// it differs from the last one: `usable` says whether a way out exists now, `changed`
-/// whether it differs from the one before (the first report is not a change). The machine
-/// starts by assuming a usable path. While none exists, nothing counts down: a failed
-/// attempt, a lost connection and a backoff that ends all wait in waitingForNetwork (with
-/// the reason of the last failure) for a usable path or `reconnectNow()`, and then dial a
-/// fresh attempt. A connected connection stays connected when the path goes away: only its
-/// heartbeats decide.
+/// Each concern is decided in a file of its own: dialing, the handshakes, retries and the
+/// fallback in `ConnectionStateMachine+Dialing.swift`; the hello, the identity, the app's
+/// preparation, a takeover and a switch of session in `+Session`; the network path and the
+/// server's drain in `+Path`, each with the rules behind its footnotes. This file holds the
+/// types, the user's calls and the steps they share.
 ///
 /// **Stale events** get no action: a dial result, TLS or hello timeout, or backoff expiry
 /// whose token (``Token``, handed out with each dial and backoff) is not the current one (an
@@ -91,33 +81,6 @@
 /// identity provider's failure for an attempt that is not the current one; a cancellation of
 /// `switchSession(to:)` after it returned. A stale dial success leaves the dialed socket with
 /// the actor, which closes it.
-///
-/// **The fallback** (``Settings/fallback``): a `dialFailed` (while dialing or attaching), a
-/// `lost` while securing or greeting, or a `helloTimedOut`, on a dial that was not the
-/// fallback's, dials the fallback at once (``Action/dialFallback(_:)``) as the same attempt,
-/// publishing nothing; its failure is the attempt's. A `lost` while connected over the main
-/// endpoint before it proved healthy (nothing ever arrived) dials the fallback at once too,
-/// publishing connecting and counting no attempt. Ready over the fallback publishes `connected` with the fallback's endpoint and
-/// arms the primary retry (``Action/schedulePrimaryRetry(_:after:)``); `primaryRetryDue` with
-/// its token, while still connected, detaches gracefully and dials afresh as attempt 0 (a
-/// planned reconnect: connecting, not reconnecting). Any other new attempt forgets the
-/// primary retry, and a `primaryRetryDue` in another phase or with another token is stale.
-///
-/// **The server's drain**: `departureAnnounced` (the server's ``DrainNotice``) while
-/// connected marks the connection departing: the actor writes nothing new on it (requests
-/// and frames queue for the next connection) and arms ``Action/awaitDeparture``, which
-/// reports `departureDue` once no request is in flight (or its wait runs out). Then, or on a
-/// `lost` while departing (the server closed first), the channel goes and the connection
-/// reconnects as planned: attempt 0, on the next endpoint, no failure counted and no backoff
-/// spent; it publishes connecting, and dials at once or after the notice's delay (a backoff
-/// whose state stays connecting). While greeting the same happens at once. With a policy
-/// that is not enabled it ends (closed) instead.
-///
-/// **Switching session** (`switchSession`) drops what is under way (a graceful detach, so
-/// the earlier user's deliveries are acknowledged first), fails every request and frame
-/// made before it, has the actor start the new user's session state (``Action/resetSession``)
-/// and dials at once as attempt 0; its caller (the *switcher*) is answered when a hello is
-/// next accepted, and fails when the connection ends or is suspended first.
 ///
 /// **Illegal events** stop the process with a message naming the phase and the event: an
 /// event the actor only sends in one phase arriving in another. That is `connectStarted` or
@@ -332,40 +295,40 @@ struct ConnectionStateMachine: Sendable {
     /// What it knows of the configuration; ``Settings/secured`` is set for each attempt,
     /// as the endpoint it dialed needs a handshake or not.
     var settings: Settings
-    private(set) var phase: Phase = .idle
+    var phase: Phase = .idle
     /// The number of the attempt in progress or scheduled (0: made at once).
-    private(set) var attempt = 0
+    var attempt = 0
     /// Counts failures to rotate through the endpoints; the next dial goes to this one
     /// modulo their number.
-    private(set) var endpointIndex = 0
+    var endpointIndex = 0
     /// Whether `connect()` was called.
-    private(set) var opened = false
+    var opened = false
     /// Whether the caller of `connect()` waits.
-    private(set) var openerWaiting = false
+    var openerWaiting = false
     /// Whether a connection ever became ready.
-    private(set) var hasConnected = false
+    var hasConnected = false
     /// Whether the path monitor last said a usable network path exists; `true` until it
     /// says otherwise.
-    private(set) var pathUsable = true
+    var pathUsable = true
     /// Whether the hello's identity is asked of a provider.
-    private(set) var asksIdentity: Bool
+    var asksIdentity: Bool
     /// The server's last rejection for good, while the retry with a fresh identity it
     /// prompted has not been accepted: a second one ends the connection.
-    private(set) var rejection: TetherError?
+    var rejection: TetherError?
     /// Whether the caller of `switchSession(to:)` waits.
-    private(set) var switchWaiting = false
+    var switchWaiting = false
     /// Whether the dial, the handshake or the connection under way is the fallback's.
-    private(set) var onFallback = false
+    var onFallback = false
     /// The primary retry armed for the connection over the fallback.
-    private(set) var primaryRetry: Token?
+    var primaryRetry: Token?
     /// Set while connected to a server that announced its drain: the delay it asked for
     /// before the reconnect, and why the connection goes.
-    private(set) var departure: (delay: Duration, reason: TetherError)?
+    var departure: (delay: Duration, reason: TetherError)?
     /// Counts the events that changed something: the actor stops carrying out the actions of
     /// one event as soon as a later event (reported by one of those actions) has changed it.
-    private(set) var transitions: UInt64 = 0
-    private var lastToken: UInt64 = 0
-    private var random: BackoffRandom
+    var transitions: UInt64 = 0
+    var lastToken: UInt64 = 0
+    var random: BackoffRandom
 
     /// A machine in ``Phase/idle``.
     ///
@@ -435,7 +398,7 @@ struct ConnectionStateMachine: Sendable {
         return actions
     }
 
-    private mutating func transition(_ event: Event) -> [Action] {
+    mutating func transition(_ event: Event) -> [Action] {
         if case .attaching(let token) = phase {
             switch event {
             case .attached(token):
@@ -454,6 +417,21 @@ struct ConnectionStateMachine: Sendable {
                 illegal(event)
             }
         }
+        switch event {
+        case .connectRequested, .connectAborted, .connectStarted, .connectCancelled, .suspend, .resume, .reconnectNow, .close:
+            return userCall(event)
+        case .dialSucceeded, .dialFailed, .attached, .tlsEstablished, .provedHealthy, .lost, .backoffElapsed, .primaryRetryDue:
+            return dialingEvent(event)
+        case .helloAccepted, .prepared, .preparationFailed, .helloRefused, .helloTimedOut, .identityFailed, .takenOver, .switchSession, .switchCancelled:
+            return sessionEvent(event)
+        case .pathUpdated, .departureAnnounced, .departureDue:
+            return pathOrDrainEvent(event)
+        }
+    }
+
+    /// The user's calls: `connect()` and its cancellation, `suspend()`, `resume()`,
+    /// `reconnectNow()`, `close()`.
+    mutating func userCall(_ event: Event) -> [Action] {
         switch event {
         case .connectRequested:
             if opened { return [.refuseConnect] }
@@ -480,100 +458,6 @@ struct ConnectionStateMachine: Sendable {
             openerWaiting = false
             let reason = TetherError(code: .connectFailed, message: "connecting to \(settings.endpoint) was cancelled")
             return [.failOpener(.cancelled)] + release(graceful: false) + end(reason, failed: false)
-        case .dialSucceeded(let token):
-            guard case .dialing(token) = phase else { return [] }
-            phase = .attaching(token)
-            return [.dialFinished, .attach(token)]
-        case .dialFailed(let token, let error):
-            guard case .dialing(token) = phase else { return [] }
-            return [.dialFinished] + attemptFailed(error, fallingBack: true)
-        case .attached:
-            illegal(event)
-        case .tlsEstablished:
-            guard case .securing(let token) = phase else { illegal(event) }
-            return secured(token)
-        case .helloAccepted:
-            guard case .greeting(let token) = phase else { illegal(event) }
-            rejection = nil
-            if settings.prepares {
-                phase = .preparing(token)
-                return [.stopHelloTimer, .prepare(token)]
-            }
-            return [.stopHelloTimer] + ready()
-        case .prepared(let token):
-            guard case .preparing(token) = phase else { return [] }
-            return ready()
-        case .preparationFailed(let token, let reason):
-            guard case .preparing(token) = phase else { return [] }
-            // The server is there and answered: no reason to try the fallback.
-            return [.detach(graceful: false)] + attemptFailed(reason)
-        case .helloRefused(let reason, let retryable):
-            guard case .greeting = phase else { illegal(event) }
-            if retryable { return [.detach(graceful: false)] + attemptFailed(reason) }
-            if asksIdentity, rejection == nil {
-                // The provider may have a fresher credential: ask it once more, at once.
-                rejection = reason
-                return [.detach(graceful: false)] + redial()
-            }
-            return release(graceful: false) + end(reason, failed: true)
-        case .helloTimedOut(let token, let reason):
-            guard case .greeting(token) = phase else { return [] }
-            return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
-        case .provedHealthy:
-            switch phase {
-            case .connected(healthy: false):
-                phase = .connected(healthy: true)
-                attempt = 0
-                return []
-            case .connected(healthy: true), .securing, .greeting, .preparing:
-                return []
-            default:
-                illegal(event)
-            }
-        case .lost(let reason):
-            switch phase {
-            case .securing:
-                // Lost in the TLS handshake: a failed attempt, not a lost connection, and a
-                // reason to try the fallback.
-                return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
-            case .greeting:
-                // Lost before the hello was answered: a failed attempt, not a lost connection,
-                // and a reason to try the fallback (a middlebox that accepts and resets).
-                return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
-            case .preparing:
-                // Lost before the connection was ready: a failed attempt.
-                return [.detach(graceful: false), .failInFlight(reason)] + attemptFailed(reason)
-            case .connected where departure != nil:
-                // The draining server closed first: what is still in flight is lost.
-                return depart(graceful: false, failing: reason)
-            case .connected(healthy: false) where settings.fallback != nil && !onFallback:
-                // Nothing ever arrived over the main endpoint (a middlebox that accepts and
-                // then resets or drops): the fallback at once, as a planned reconnect.
-                return [.detach(graceful: false), .failInFlight(reason), .publish(.connecting)] + dialFallback()
-            case .connected(let healthy):
-                // A connection that never proved healthy (an HTTP server, a proxy whose
-                // backend is down, a server at its limit) counts as one more failed attempt,
-                // and the next attempt moves on to the next endpoint.
-                let next = healthy ? 1 : attempt + 1
-                if !healthy { endpointIndex += 1 }
-                return [.detach(graceful: false), .failInFlight(reason)] + scheduleReconnect(attempt: next, reason: reason)
-            default:
-                return []
-            }
-        case .takenOver(let reason):
-            guard isAttached else { return [] }
-            // Reconnecting would take the session back from the newer connection, which
-            // would do the same: the two would displace each other for as long as both run.
-            if settings.reconnectsWhenTakenOver { return transition(.lost(reason)) }
-            return [.detach(graceful: false), .failInFlight(reason)] + end(reason, failed: false)
-        case .backoffElapsed(let token):
-            guard case .backingOff(token, let state) = phase else { return [] }
-            // The timer fired: nothing to cancel.
-            if !pathUsable, let reason = state.reason { return waitForNetwork(reason) }
-            // After a planned reconnect's delay the state is connecting already.
-            return startAttempt(cancellingBackoff: false, publishing: state != .connecting)
-        case .pathUpdated(let usable, let changed):
-            return pathUpdated(usable: usable, changed: changed)
         case .suspend(let reason):
             switch phase {
             case .idle, .suspended, .ended:
@@ -612,234 +496,22 @@ struct ConnectionStateMachine: Sendable {
         case .close(let reason):
             if case .ended = phase { return [] }
             return release(graceful: true) + end(reason, failed: false)
-        case .identityFailed(let token, let reason):
-            guard case .greeting(token) = phase else { return [] }
-            return [.detach(graceful: false)] + attemptFailed(reason, fallingBack: true)
-        case .switchSession(let reason, let asks):
-            switch phase {
-            case .idle:
-                asksIdentity = asks
-                rejection = nil
-                return [.resetSession, .resumeSwitcher]
-            case .ended:
-                return [.failSwitcher(.notConnected)]
-            default:
-                asksIdentity = asks
-                rejection = nil
-                switchWaiting = true
-                attempt = 0
-                let wasConnecting = state == .connecting
-                var actions = release(graceful: true) + [.failWaiting(reason), .resetSession]
-                let dial = startAttempt(cancellingBackoff: false)
-                // Already connecting: the new attempt is no new state.
-                actions += wasConnecting ? dial.filter { $0 != .publish(.connecting) } : dial
-                return actions
-            }
-        case .switchCancelled:
-            guard switchWaiting else { return [] }
-            switchWaiting = false
-            return [.failSwitcher(.cancelled)]
-        case .primaryRetryDue(let token):
-            guard case .connected = phase, onFallback, primaryRetry == token else { return [] }
-            // A planned reconnect: nothing failed, so nothing is counted. The actor reports it
-            // when nothing is in flight; should something be, it fails rather than waits on a
-            // channel that is gone.
-            attempt = 0
-            let reason = TetherError(code: .connectionLost, message: "the connection over the fallback \(settings.fallback.map { "\($0.endpoint)" } ?? "") was closed to go back to \(settings.endpoint)")
-            return release(graceful: true) + [.failInFlight(reason)] + startAttempt()
-        case .departureAnnounced(let delay, let reason):
-            switch phase {
-            case .connected:
-                guard departure == nil else { return [] }
-                departure = (delay, reason)
-                // "Elsewhere": the next attempt goes to the next endpoint, if there is one.
-                endpointIndex += 1
-                return [.awaitDeparture]
-            case .greeting, .preparing:
-                // Nothing was sent but the hello and the preparation's requests: leave at once.
-                departure = (delay, reason)
-                endpointIndex += 1
-                return depart(graceful: true, failing: reason, publishing: false)
-            default:
-                return []
-            }
-        case .departureDue(let reason):
-            guard case .connected = phase, departure != nil else { return [] }
-            return depart(graceful: true, failing: reason)
+        default:
+            preconditionFailure("\(event) is not a user's call")
         }
-    }
-
-    /// Leaves the server that announced its drain: a planned reconnect, attempt 0, no
-    /// failure counted; at once, or after the delay it asked for. Ends (closed) with a
-    /// policy that is not enabled.
-    private mutating func depart(graceful: Bool, failing reason: TetherError, publishing: Bool = true) -> [Action] {
-        let delay = departure?.delay ?? .zero
-        departure = nil
-        var actions: [Action] = [.detach(graceful: graceful), .failInFlight(reason)]
-        guard settings.policy.isEnabled else { return actions + end(reason, failed: false) }
-        attempt = 0
-        guard delay > .zero else { return actions + startAttempt(publishing: publishing) }
-        let token = nextToken()
-        phase = .backingOff(token, .connecting)
-        onFallback = false
-        primaryRetry = nil
-        if publishing { actions.append(.publish(.connecting)) }
-        actions.append(.scheduleBackoff(token, after: delay))
-        return actions
     }
 
     // MARK: Steps
 
-    private var isAttached: Bool {
+    var isAttached: Bool {
         switch phase {
         case .securing, .greeting, .preparing, .connected: true
         default: false
         }
     }
 
-    /// Records the path's usability and acts on a change; see the table.
-    private mutating func pathUpdated(usable: Bool, changed: Bool) -> [Action] {
-        pathUsable = usable
-        switch phase {
-        case .connected:
-            return changed ? [.verifyConnection] : []
-        case .waitingForNetwork:
-            guard usable else { return [] }
-            attempt = 0
-            return startAttempt()
-        case .backingOff, .dialing, .securing, .greeting, .preparing:
-            // The attempt under way may be on the old path: start afresh on the new one.
-            guard usable, changed else { return [] }
-            let abandoned = release(graceful: false).filter { $0 != .cancelBackoff }
-            attempt = 0
-            return abandoned + startAttempt()
-        case .idle, .attaching, .suspended, .ended:
-            return []
-        }
-    }
-
-    /// Waits for a usable path before the next attempt, spending none meanwhile.
-    private mutating func waitForNetwork(_ reason: TetherError) -> [Action] {
-        let state = ConnectionState.waitingForNetwork(reason: reason)
-        phase = .waitingForNetwork(state)
-        return [.publish(state)]
-    }
-
-    /// Dials the next endpoint as attempt ``attempt``, cancelling a backoff under way.
-    private mutating func startAttempt(cancellingBackoff: Bool = true, publishing: Bool = true) -> [Action] {
-        var actions: [Action] = []
-        if cancellingBackoff, case .backingOff = phase { actions.append(.cancelBackoff) }
-        let token = nextToken()
-        phase = .dialing(token)
-        onFallback = false
-        primaryRetry = nil
-        if publishing { actions.append(.publish(.connecting)) }
-        actions.append(.dial(token, endpoint: endpointIndex % max(1, settings.endpointCount), attempt: attempt))
-        return actions
-    }
-
-    /// Dials the same endpoint again at once, as the same attempt: the retry a rejection
-    /// prompts. The state stays connecting.
-    private mutating func redial() -> [Action] {
-        let token = nextToken()
-        phase = .dialing(token)
-        if onFallback { return [.dialFallback(token)] }
-        return [.dial(token, endpoint: endpointIndex % max(1, settings.endpointCount), attempt: attempt)]
-    }
-
-    /// Dials the fallback at once, as the same attempt: the attempt's endpoint could not
-    /// connect. The state stays connecting.
-    private mutating func dialFallback() -> [Action] {
-        let token = nextToken()
-        phase = .dialing(token)
-        onFallback = true
-        return [.dialFallback(token)]
-    }
-
-    /// The channel is up and, with TLS, secured: greet, or be ready.
-    private mutating func secured(_ token: Token) -> [Action] {
-        if settings.greets {
-            phase = .greeting(token)
-            return [.sendHello(token), .startHeartbeats]
-        }
-        if settings.prepares {
-            phase = .preparing(token)
-            return [.startHeartbeats, .prepare(token)]
-        }
-        return [.startHeartbeats] + ready()
-    }
-
-    /// The connection is up (and its session accepted): requests may go. The attempt count
-    /// stays: being connected proves only that something accepted.
-    private mutating func ready() -> [Action] {
-        hasConnected = true
-        phase = .connected(healthy: false)
-        var actions: [Action] = [.countConnection]
-        if onFallback, let fallback = settings.fallback {
-            let token = nextToken()
-            primaryRetry = token
-            actions.append(.publish(state))
-            actions.append(.schedulePrimaryRetry(token, after: fallback.primaryRetryInterval))
-        } else {
-            actions.append(.publish(.connected))
-        }
-        if openerWaiting {
-            openerWaiting = false
-            actions.append(.resumeOpener)
-        }
-        if switchWaiting {
-            switchWaiting = false
-            actions.append(.resumeSwitcher)
-        }
-        actions.append(.writeQueued)
-        return actions
-    }
-
-    /// An attempt failed before it became ready: try the fallback at once when the attempt's
-    /// endpoint could not connect (`fallingBack`) and there is one not tried yet; otherwise
-    /// the next endpoint by the policy, or give up.
-    private mutating func attemptFailed(_ reason: TetherError, fallingBack: Bool = false) -> [Action] {
-        if fallingBack, settings.fallback != nil, !onFallback { return dialFallback() }
-        endpointIndex += 1
-        if !hasConnected && !settings.policy.appliesToFirstConnect {
-            return end(reason, failed: false)
-        }
-        return scheduleReconnect(attempt: attempt + 1, reason: reason)
-    }
-
-    /// Waits out the backoff before attempt `next`, or ends when the policy allows no more.
-    private mutating func scheduleReconnect(attempt next: Int, reason: TetherError) -> [Action] {
-        let policy = settings.policy
-        if !policy.isEnabled { return end(reason, failed: false) }
-        if !pathUsable { return waitForNetwork(reason) }
-        if let limit = policy.maximumAttempts, next > limit {
-            let tried = next - 1
-            return end(TetherError(
-                code: reason.code,
-                message: "gave up on \(settings.endpoint) after \(tried) reconnect attempt\(tried == 1 ? "" : "s"): \(reason.message)",
-                underlying: reason
-            ), failed: true)
-        }
-        attempt = next
-        let delay = policy.delay(forAttempt: next, using: &random)
-        let token = nextToken()
-        let state = ConnectionState.reconnecting(attempt: next, after: delay, reason: reason)
-        phase = .backingOff(token, state)
-        return [.publish(state), .scheduleBackoff(token, after: delay)]
-    }
-
-    /// Stops what the phase has under way: the dial, the backoff or the channel.
-    private func release(graceful: Bool) -> [Action] {
-        switch phase {
-        case .dialing: return [.abandonDial]
-        case .backingOff: return [.cancelBackoff]
-        case .securing, .greeting, .preparing, .connected: return [.detach(graceful: graceful)]
-        case .idle, .attaching, .waitingForNetwork, .suspended, .ended: return []
-        }
-    }
-
     /// Ends the connection for `reason` (nothing under way any more) and fails all that waits.
-    private mutating func end(_ reason: TetherError, failed: Bool) -> [Action] {
+    mutating func end(_ reason: TetherError, failed: Bool) -> [Action] {
         var actions: [Action] = [.failWaiting(reason)]
         if openerWaiting {
             openerWaiting = false
@@ -856,19 +528,19 @@ struct ConnectionStateMachine: Sendable {
         return actions
     }
 
-    private mutating func nextToken() -> Token {
+    mutating func nextToken() -> Token {
         lastToken &+= 1
         return Token(value: lastToken)
     }
 
-    private func illegal(_ event: Event) -> Never {
+    func illegal(_ event: Event) -> Never {
         preconditionFailure("ConnectionStateMachine: \(event) is not valid in phase \(phase)")
     }
 }
 
 /// SplitMix64: the jitter of the backoff delays, seeded once per connection.
 struct BackoffRandom: RandomNumberGenerator, Sendable, Hashable {
-    private var state: UInt64
+    var state: UInt64
 
     init(seed: UInt64) { state = seed }
 

@@ -1,6 +1,6 @@
 /// How far a peer is in its server's drain. One byte in every peer: the deadline itself is
 /// the server's (``DrainState/order``).
-enum PeerDrainPhase: Sendable {
+enum PeerDrainPhase: Hashable, Sendable {
     /// No drain: serving.
     case serving
     /// Draining: handlers finish. `quiet` when the client could not be told (its profile
@@ -39,18 +39,21 @@ extension Peer {
     /// what runs. Called once when the drain begins, and again at its deadline.
     func drain(_ order: PeerDrainOrder) {
         guard closeReason == nil, let channel else { return }
-        if case .serving = drainPhase {
-            if let notice = order.notice, let type = configuration.profile.heartbeatType {
-                drainPhase = .draining(quiet: false)
+        let heartbeat = configuration.profile.heartbeatType
+        for action in lifecycle.handle(.drainBegan(notifies: order.notice != nil && heartbeat != nil)) {
+            switch action {
+            case .writeDrainNotice:
+                guard let notice = order.notice, let heartbeat else { continue }
                 do {
-                    try write(notice.frame(heartbeatType: type), on: channel)
+                    try write(notice.frame(heartbeatType: heartbeat), on: channel)
                 } catch {
                     end(error, graceful: false)
                     return
                 }
-            } else {
-                drainPhase = .draining(quiet: true)
+            case .endIfIdle:
                 closeIfDrained()
+            default:
+                perform([action])
             }
         }
         if order.deadlinePassed { drainDeadlinePassed() }
@@ -59,29 +62,38 @@ extension Peer {
     /// Closes the connection of a client that cannot be told, once none of its requests is
     /// being handled or waits to be.
     func closeIfDrained() {
-        guard drainPhase.closesWhenIdle, closeReason == nil, running == 0, inbox.isEmpty, !waitingForSlot else { return }
-        drainEnded()
+        guard closeReason == nil, running == 0, inbox.isEmpty, !waitingForSlot else { return }
+        for action in lifecycle.handle(.handlersIdle) {
+            if case .endIfIdle = action { drainEnded() } else { perform([action]) }
+        }
     }
 
     /// The deadline passed: requests not started are answered with an error now, handlers
     /// still running are cancelled (each of their requests gets the same error as it ends),
     /// and the connection closes once none runs.
     private func drainDeadlinePassed() {
-        guard closeReason == nil, !drainPhase.hasExpired else { return }
-        drainPhase = .expired
-        let waiting = inbox
-        inbox.removeAll()
-        leaveSlotQueue()
-        for frame in waiting { respond(drainExpiredResponse(to: frame), to: frame) }
         guard closeReason == nil else { return }
-        if running == 0 {
-            drainEnded()
-            return
-        }
-        // The run loop sees the deadline and cancels the handler tasks.
-        if let waiter = inboxWaiter {
-            inboxWaiter = nil
-            waiter.resume(returning: false)
+        for action in lifecycle.handle(.drainDeadlinePassed) {
+            switch action {
+            case .refuseWaitingRequests:
+                let waiting = inbox
+                inbox.removeAll()
+                leaveSlotQueue()
+                for frame in waiting { respond(drainExpiredResponse(to: frame), to: frame) }
+            case .stopHandlers:
+                guard closeReason == nil else { return }
+                if running == 0 {
+                    drainEnded()
+                    return
+                }
+                // The run loop sees the deadline and cancels the handler tasks.
+                if let waiter = inboxWaiter {
+                    inboxWaiter = nil
+                    waiter.resume(returning: false)
+                }
+            default:
+                perform([action])
+            }
         }
     }
 

@@ -1,4 +1,7 @@
-/// A client identified on a peer: where its pushes stand on this connection.
+/// A client identified on a peer: where its pushes stand on this connection. Whether they
+/// are held (the client's app is behind: they stay in the mailbox, ``replaying`` with no
+/// replay running, until it releases them) and whether a newer connection took the session
+/// over are the peer's lifecycle's (``PeerStateMachine/Identity``).
 struct PeerSession {
     let clientID: String
     /// The highest sequence written to this connection.
@@ -8,11 +11,6 @@ struct PeerSession {
     /// The replay ends once it has written this far: the store's last sequence when the
     /// session began, raised by each live push that arrives during the replay.
     var replayTarget: UInt64
-    /// Set once a newer connection of the same client took the session over.
-    var takenOver = false
-    /// Whether the client asked for its pushes to be held: its app is behind. Pushes stay in
-    /// the mailbox (``replaying`` with no replay running) until it releases them.
-    var held = false
 }
 
 extension Peer {
@@ -22,8 +20,8 @@ extension Peer {
     /// Handles a session hello: checks it, asks the server's authenticator, and has the
     /// hub register the session. The answer is written by ``beginSession(clientID:plan:helloSerial:)``.
     func hello(_ frame: Frame, hub: MailboxHub) async {
-        guard claimedClientID == nil else {
-            refuse(frame, "this connection is already identified as \(claimedClientID ?? "")", rejected: true)
+        if let current = claimedClientID {
+            refuse(frame, "this connection is already identified as \(current)", rejected: true)
             return
         }
         guard let hello = SessionWire.decode(SessionWire.Hello.self, from: frame.payload) else {
@@ -34,18 +32,21 @@ extension Peer {
             refuse(frame, "client id must be 1 to \(SessionWire.maximumClientIDLength) bytes", rejected: true)
             return
         }
-        claimedClientID = hello.clientID
+        let holds = hello.hold == true && !configuration.ignoresPushHolds
+        for case .refuseHello(let current) in lifecycle.handle(.helloReceived(clientID: hello.clientID, holds: holds, takesChunks: hello.chunkBytes != nil)) {
+            // Another hello was claimed while this one decoded.
+            refuse(frame, "this connection is already identified as \(current)", rejected: true)
+            return
+        }
         // Taken before anything awaits: which of two connections of one client is the newer
         // is the order their hellos were read in, not the order their claims finish.
         let ticket = hub.helloTicket()
-        helloHoldsPushes = hello.hold == true && !configuration.ignoresPushHolds
-        helloTakesChunks = hello.chunkBytes != nil
         if let authenticate = hub.authenticator {
             let check = ClientHello(clientID: hello.clientID, token: hello.token, lastSequence: hello.lastSequence, peer: id, address: remoteAddress)
             do {
                 try await authenticate(check)
             } catch {
-                claimedClientID = nil
+                perform(lifecycle.handle(.helloAbandoned))
                 if drainPhase.hasExpired {
                     // Cancelled at the drain's deadline: no verdict on the client.
                     respond(drainExpiredResponse(to: frame), to: frame)
@@ -71,7 +72,7 @@ extension Peer {
                 ticket: ticket
             ))
         } catch {
-            claimedClientID = nil
+            perform(lifecycle.handle(.helloAbandoned))
             let reason = (error as? TetherError)?.message ?? String(describing: error)
             refuse(frame, reason, rejected: false)
         }
@@ -91,14 +92,21 @@ extension Peer {
             clientID: clientID,
             lastWritten: plan.resumeAfter,
             replaying: plan.lastSequence > plan.resumeAfter,
-            replayTarget: plan.lastSequence,
-            held: helloHoldsPushes
+            replayTarget: plan.lastSequence
         )
-        if helloHoldsPushes { counts.pushHolds += 1 }
         let hello = hub?.configuration.wireTypes.hello ?? 0
         var welcome = plan.welcome(for: clientID)
-        if helloTakesChunks, let size = configuration.limits.chunkSize, size > 0, FrameChunk.carried(by: configuration.profile) {
-            welcome.chunkBytes = size
+        for action in lifecycle.handle(.sessionBegan) {
+            switch action {
+            case .countHold:
+                counts.pushHolds += 1
+            case .offerChunks:
+                if let size = configuration.limits.chunkSize, size > 0, FrameChunk.carried(by: configuration.profile) {
+                    welcome.chunkBytes = size
+                }
+            default:
+                perform([action])
+            }
         }
         do {
             try write(Frame(type: hello, serial: helloSerial, payload: SessionWire.encode(welcome)), on: channel)
@@ -118,7 +126,7 @@ extension Peer {
             clientID: clientID,
             pushesToReplay: plan.lastSequence > plan.resumeAfter ? plan.lastSequence - plan.resumeAfter : 0
         ))
-        if let session, session.replaying, !session.held { startReplay() }
+        if let session, session.replaying, !lifecycle.isHeld { startReplay() }
     }
 
     /// A push stored for this peer's client: written at once when it is the next of the
@@ -131,7 +139,7 @@ extension Peer {
             return
         }
         guard sequence > current.lastWritten else { return }
-        if current.held {
+        if lifecycle.isHeld {
             // Kept in the mailbox until the client releases it.
             current.replaying = true
             current.replayTarget = sequence
@@ -160,7 +168,7 @@ extension Peer {
     func catchUp(through sequence: UInt64, for clientID: String) {
         guard var current = session, current.clientID == clientID, channel != nil, sequence > current.lastWritten else { return }
         current.replayTarget = max(current.replayTarget, sequence)
-        let start = !current.replaying && !current.held
+        let start = !current.replaying && !lifecycle.isHeld
         current.replaying = true
         session = current
         if start { startReplay() }
@@ -175,7 +183,7 @@ extension Peer {
     private func replay() async {
         guard let hub else { return }
         let batchSize = max(1, hub.configuration.replayBatchSize)
-        while !Task.isCancelled, let current = session, current.replaying, !current.held, let channel {
+        while !Task.isCancelled, let current = session, current.replaying, !lifecycle.isHeld, let channel {
             if channel.pendingOutboundBytes > configuration.limits.outboundHighWaterMark {
                 await outboundDrained(channel)
                 continue
@@ -190,7 +198,7 @@ extension Peer {
             }
             guard !Task.isCancelled, var latest = session, latest.clientID == current.clientID, let channel = self.channel else { return }
             // Held while the page was read: it waits in the store with the rest.
-            if latest.held { break }
+            if lifecycle.isHeld { break }
             for message in page where message.sequence > latest.lastWritten {
                 let frame = Frame(type: message.type, serial: UInt32(truncatingIfNeeded: message.sequence), payload: message.payload)
                 do {
@@ -231,24 +239,27 @@ extension Peer {
     /// A flow signal from the client, if it carries one: hold its pushes in the mailbox, or
     /// write them again from where it stands.
     func acknowledged(_ frame: Frame, hub: MailboxHub) {
-        guard var current = session else { return }
+        guard let current = session else { return }
         let (through, hold) = SessionWire.acknowledgement(frame.payload)
         if let through { hub.acknowledge(current.clientID, through: min(through, current.lastWritten)) }
-        guard let hold, hold != current.held, !configuration.ignoresPushHolds else { return }
-        current.held = hold
-        session = current
-        if hold {
-            counts.pushHolds += 1
-        } else if current.replaying && replayTask == nil {
-            // What was kept meanwhile is read from the mailbox, page by page.
-            startReplay()
+        guard let hold, !configuration.ignoresPushHolds else { return }
+        for action in lifecycle.handle(.holdRequested(hold)) {
+            switch action {
+            case .countHold:
+                counts.pushHolds += 1
+            case .replayHeld:
+                // What was kept meanwhile is read from the mailbox, page by page.
+                if current.replaying && replayTask == nil { startReplay() }
+            default:
+                perform([action])
+            }
         }
     }
 
     /// The same client id connected again on another peer: this older connection goes.
     func replaced(clientID: String, by address: SocketAddress) {
-        guard session?.clientID == clientID || claimedClientID == clientID else { return }
-        takenOver(TetherError(
+        guard claimedClientID == clientID else { return }
+        takenOver(clientID, TetherError(
             code: .sessionTakenOver,
             message: "client \(clientID) connected again from \(address); closed its older connection from \(remoteAddress)"
         ))
@@ -256,8 +267,8 @@ extension Peer {
 
     /// Another node of the cluster claimed this peer's client: this connection goes.
     func replaced(clientID: String, byNode node: String) {
-        guard session?.clientID == clientID || claimedClientID == clientID else { return }
-        takenOver(TetherError(
+        guard claimedClientID == clientID else { return }
+        takenOver(clientID, TetherError(
             code: .sessionTakenOver,
             message: "client \(clientID) connected again on node \(node); closed its older connection from \(remoteAddress)"
         ))
@@ -265,28 +276,27 @@ extension Peer {
 
     /// A newer connection took this peer's client over: say so (an event, and the notice
     /// that tells the client not to come back), then close.
-    private func takenOver(_ reason: TetherError) {
-        if var current = session, closeReason == nil {
-            current.takenOver = true
-            session = current
-            server?.publish(ServerEvent(kind: .sessionTakenOver, address: remoteAddress, peer: id, reason: reason, clientID: current.clientID))
+    private func takenOver(_ clientID: String, _ reason: TetherError) {
+        for action in lifecycle.handle(.takenOver(clientID: clientID)) {
+            switch action {
+            case .publishTakeover(let clientID):
+                server?.publish(ServerEvent(kind: .sessionTakenOver, address: remoteAddress, peer: id, reason: reason, clientID: clientID))
+            case .closeForTakeover:
+                close(for: reason)
+            default:
+                perform([action])
+            }
         }
-        close(for: reason)
     }
 
-    /// The peer is ending: stop the replay and take the client off the hub.
-    func endSession() {
-        if let session, !session.takenOver {
-            server?.publish(ServerEvent(kind: .sessionEnded, address: remoteAddress, peer: id, reason: closeReason, clientID: session.clientID))
-        }
+    /// The session ends with the peer: the replay stops, and what waits for the outbound
+    /// buffer is woken.
+    func stopReplay() {
         replayTask?.cancel()
         replayTask = nil
         if let waiter = writableWaiter {
             writableWaiter = nil
             waiter.resume()
-        }
-        if let hub, let clientID = claimedClientID {
-            hub.detach(clientID, peer: self)
         }
     }
 
@@ -302,6 +312,6 @@ extension Peer {
     /// The state of the session's writing, for a test's failure message.
     var sessionStateForTesting: String {
         guard let session else { return "no session" }
-        return "\(channel?.pendingOutboundBytes ?? 0) bytes outbound, written through \(session.lastWritten), replaying \(session.replaying) to \(session.replayTarget), held \(session.held)"
+        return "\(channel?.pendingOutboundBytes ?? 0) bytes outbound, written through \(session.lastWritten), replaying \(session.replaying) to \(session.replayTarget), held \(lifecycle.isHeld)"
     }
 }

@@ -30,20 +30,21 @@ public actor Peer {
     @exclusivity(unchecked) var channel: Channel?
     /// For profiles without serials on the wire: keeps each type's responses in request order.
     @exclusivity(unchecked) private var sequencer = ResponseSequencer()
-    var closeReason: TetherError?
+    /// Where the peer is: its stage, its session's identity and the server's drain. The
+    /// handles below belong to the phases that need them, and the machine's actions release
+    /// them as the peer leaves those phases.
+    @exclusivity(unchecked) var lifecycle = PeerStateMachine()
+    /// Why the peer ended, once it has.
+    var closeReason: TetherError? { lifecycle.closeReason }
     /// Set once, as the peer ends; read by the mailbox hub from other threads.
     private let ended = Atomic<Bool>(false)
     /// The client identified on this connection, once its hello was accepted.
     var session: PeerSession?
     /// The client id of a hello under way or accepted: what to detach at the end.
-    var claimedClientID: String?
-    /// Whether the hello under way asked for the client's pushes to be held.
-    var helloHoldsPushes = false
-    /// Whether the session hello said the client understands chunked frames (``FrameChunk``).
-    var helloTakesChunks = false
-    /// The task replaying stored pushes, while one runs.
+    var claimedClientID: String? { lifecycle.clientID }
+    /// The task replaying stored pushes, while one runs: the session's.
     var replayTask: Task<Void, Never>?
-    /// The replay waiting for the outbound buffer to drain.
+    /// The replay waiting for the outbound buffer to drain: the session's.
     var writableWaiter: UnsafeContinuation<Void, Never>?
     /// Requests decoded and not yet handed to a handler task, and the run loop waiting for them.
     @exclusivity(unchecked) var inbox: [Frame] = []
@@ -68,10 +69,10 @@ public actor Peer {
     /// The socket's bytes read when ``partialFrameSince`` was set: what arrived since is the
     /// frame's progress (``ServerConfiguration/minimumFrameRate``).
     var partialFrameBytes = 0
-    /// Set while the frame completion check is scheduled.
+    /// Set while the frame completion check is scheduled: the serving stage's.
     var frameTimer: LoopTimer?
     /// Whether the server drains, and how far: see ``drain(_:)``.
-    var drainPhase = PeerDrainPhase.serving
+    var drainPhase: PeerDrainPhase { lifecycle.drain }
     /// This peer's counters; the byte counts are taken from the socket when asked for, and
     /// kept here when the peer ends.
     @exclusivity(unchecked) var counts = PeerMetrics()
@@ -88,7 +89,7 @@ public actor Peer {
     /// Set while the idle check is scheduled. The loop recycles these timer objects: each is
     /// dropped as soon as it fires or is cancelled.
     private var idleTimer: LoopTimer?
-    /// Set from the start until the first complete frame.
+    /// Set from the start until the first complete frame: the handshake stage's.
     private var handshakeTimer: LoopTimer?
     /// What the TLS handshake settled, once it has: version, cipher, ALPN and the client's
     /// certificate, when it sent one. `nil` without ``ServerConfiguration/tls``.
@@ -143,7 +144,7 @@ public actor Peer {
             server?.peerDisconnected(self, reason: error, metrics: counts)
             return false
         }
-        startTimers()
+        perform(lifecycle.handle(.attached(handshakeTimeout: configuration.handshakeTimeout != nil)))
         if let order = server?.peerConnected(self) { drain(order) }
         return true
     }
@@ -415,36 +416,67 @@ public actor Peer {
 
     func end(_ reason: TetherError, graceful: Bool) {
         guard closeReason == nil else { return }
-        closeReason = reason
+        let actions = lifecycle.handle(.ended(reason, graceful: graceful))
         ended.store(true, ordering: .sequentiallyConsistent)
-        endSession()
-        inbox.removeAll()
-        leaveSlotQueue()
-        if let waiter = inboxWaiter {
-            inboxWaiter = nil
-            waiter.resume(returning: false)
+        perform(actions)
+    }
+
+    /// Carries out what the lifecycle decided that needs no context of the event's.
+    func perform(_ actions: [PeerStateMachine.Action]) {
+        for action in actions { perform(action) }
+    }
+
+    private func perform(_ action: PeerStateMachine.Action) {
+        switch action {
+        case .armTimers(let handshake):
+            startTimers(handshake: handshake)
+        case .cancelHandshakeTimer:
+            cancelHandshakeTimer()
+        case .publishSessionEnded(let clientID):
+            server?.publish(ServerEvent(kind: .sessionEnded, address: remoteAddress, peer: id, reason: closeReason, clientID: clientID))
+        case .stopReplay:
+            stopReplay()
+        case .detach(let clientID):
+            hub?.detach(clientID, peer: self)
+        case .releaseRequests:
+            inbox.removeAll()
+            leaveSlotQueue()
+            if let waiter = inboxWaiter {
+                inboxWaiter = nil
+                waiter.resume(returning: false)
+            }
+        case .cancelTimers(let handshake):
+            if let idleTimer {
+                loop.cancel(idleTimer)
+                self.idleTimer = nil
+            }
+            if let frameTimer {
+                loop.cancel(frameTimer)
+                self.frameTimer = nil
+            }
+            assert(handshake || handshakeTimer == nil, "\(id) has a handshake timer after its handshake")
+            cancelHandshakeTimer()
+        case .closeChannel(let graceful):
+            guard let channel else { return }
+            counts.bytesIn = channel.bytesRead
+            counts.bytesOut = channel.bytesWritten
+            self.channel = nil
+            if graceful {
+                channel.closeAfterFlush()
+            } else {
+                channel.close()
+            }
+        case .extendHandshakeTimer, .closeForHandshakeTimeout, .endUnsniffed, .refuseHello, .countHold, .replayHeld,
+             .offerChunks, .publishTakeover, .closeForTakeover, .writeDrainNotice, .endIfIdle, .refuseWaitingRequests,
+             .stopHandlers:
+            preconditionFailure("\(action) is carried out where its event is fed")
         }
-        if let idleTimer {
-            loop.cancel(idleTimer)
-            self.idleTimer = nil
-        }
-        if let handshakeTimer {
-            loop.cancel(handshakeTimer)
-            self.handshakeTimer = nil
-        }
-        if let frameTimer {
-            loop.cancel(frameTimer)
-            self.frameTimer = nil
-        }
-        guard let channel else { return }
-        counts.bytesIn = channel.bytesRead
-        counts.bytesOut = channel.bytesWritten
-        self.channel = nil
-        if graceful {
-            channel.closeAfterFlush()
-        } else {
-            channel.close()
-        }
+    }
+
+    private func cancelHandshakeTimer() {
+        guard let handshakeTimer else { return }
+        loop.cancel(handshakeTimer)
+        self.handshakeTimer = nil
     }
 }
 
@@ -489,10 +521,7 @@ extension Peer: FrameChannelOwner {
             guard self.channel === channel else { return }
         }
         if afterRead, idleNanoseconds != nil { lastRead = loop.lastWake }
-        if let handshakeTimer, counts.framesIn > 0 {
-            loop.cancel(handshakeTimer)
-            self.handshakeTimer = nil
-        }
+        if lifecycle.awaitsFirstFrame, counts.framesIn > 0 { perform(lifecycle.handle(.frameReceived)) }
         if isAtRequestLimit {
             if !channel.isReadingPaused {
                 channel.pauseReading()
@@ -583,14 +612,15 @@ extension Peer: TimerTarget {
     private static let handshakeTag: UInt64 = 2
     static let frameTag: UInt64 = 4
 
-    /// Arms the idle check and the handshake timeout, as the socket is attached.
-    private func startTimers() {
+    /// Arms the idle check, and the handshake timeout when `handshake`, as the socket is
+    /// attached.
+    private func startTimers(handshake: Bool) {
         let now = loop.now
         lastRead = now
         if let idleNanoseconds {
             idleTimer = loop.schedule(at: now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
         }
-        if let timeout = configuration.handshakeTimeout {
+        if handshake, let timeout = configuration.handshakeTimeout {
             handshakeTimer = loop.schedule(at: now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.handshakeTag, detail: 0)
         }
     }
@@ -664,24 +694,30 @@ extension Peer: TimerTarget {
         // Bytes that arrived after this turn's readiness check may complete the first frame.
         channel.readPending()
         guard self.channel === channel, counts.framesIn == 0 else { return }
-        if let timeout = configuration.handshakeTimeout, channel.holdsPartialInput, !(channel.transport is ProtocolSniffer),
-           progressing(channel, since: loop.now &- MonotonicTime.nanoseconds(of: timeout), from: windowStartBytes) {
-            let bytes = UInt32(clamping: channel.bytesRead)
-            handshakeTimer = loop.schedule(at: loop.now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.handshakeTag, detail: bytes)
-            return
+        let sniffer = channel.transport as? ProtocolSniffer
+        let timeout = configuration.handshakeTimeout
+        let progressing = sniffer == nil && timeout != nil && channel.holdsPartialInput
+            && progressing(channel, since: loop.now &- MonotonicTime.nanoseconds(of: timeout ?? .zero), from: windowStartBytes)
+        let described = timeout.map(describe) ?? "its handshake timeout"
+        for action in lifecycle.handle(.handshakeExpired(sniffing: sniffer != nil, progressing: progressing)) {
+            switch action {
+            case .extendHandshakeTimer:
+                let bytes = UInt32(clamping: channel.bytesRead)
+                handshakeTimer = loop.schedule(at: loop.now &+ MonotonicTime.nanoseconds(of: timeout ?? .zero), target: self, tag: Self.handshakeTag, detail: bytes)
+            case .endUnsniffed:
+                // On a main port shared with WebSocket, still waiting for the first four bytes.
+                end(TetherError(
+                    code: .handshakeTimeout,
+                    message: "peer \(channel.remoteAddress) sent \(sniffer?.bytesWaiting ?? 0) of the 4 bytes that tell Tether frames from a WebSocket upgrade within \(described) of connecting"
+                ), graceful: false)
+            case .closeForHandshakeTimeout:
+                close(for: TetherError(
+                    code: .handshakeTimeout,
+                    message: "peer \(channel.remoteAddress) sent no complete frame within \(described) of connecting"
+                ))
+            default:
+                perform(action)
+            }
         }
-        let timeout = configuration.handshakeTimeout.map(describe) ?? "its handshake timeout"
-        if let sniffer = channel.transport as? ProtocolSniffer {
-            // On a main port shared with WebSocket, still waiting for the first four bytes.
-            end(TetherError(
-                code: .handshakeTimeout,
-                message: "peer \(channel.remoteAddress) sent \(sniffer.bytesWaiting) of the 4 bytes that tell Tether frames from a WebSocket upgrade within \(timeout) of connecting"
-            ), graceful: false)
-            return
-        }
-        close(for: TetherError(
-            code: .handshakeTimeout,
-            message: "peer \(channel.remoteAddress) sent no complete frame within \(timeout) of connecting"
-        ))
     }
 }
