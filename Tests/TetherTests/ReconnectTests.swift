@@ -512,8 +512,8 @@ extension Connection {
     /// The deadline of the reconnect backoff's timer, on the loop's clock, and whether a
     /// connect attempt is under way; `nil` when no backoff is pending.
     fileprivate var backoff: (deadline: UInt64, connecting: Bool)? {
-        guard let backoffTimer else { return nil }
-        return (backoffTimer.deadline, connectTask != nil)
+        guard let backoffTimer = reconnectHandles.backoffTimer else { return nil }
+        return (backoffTimer.deadline, attemptHandles.connectTask != nil)
     }
 }
 

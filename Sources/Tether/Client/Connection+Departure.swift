@@ -15,9 +15,9 @@ extension Connection {
     func awaitDeparture() {
         let limit = configuration.serverDrainTimeout
         let server = channel?.remoteAddress.description ?? currentEndpoint.description
-        departureTimer = loop.schedule(after: limit) { [self] in
+        reconnectHandles.departureTimer = loop.schedule(after: limit) { [self] in
             assumeIsolated { connection in
-                connection.departureTimer = nil
+                connection.reconnectHandles.departureTimer = nil
                 connection.handle(.departureDue(TetherError(
                     code: .connectionLost,
                     message: "\(server) announced that it drains and did not answer within \(describe(limit)) (serverDrainTimeout)"

@@ -15,8 +15,8 @@ extension Connection {
             if !channel.isReadingPaused {
                 channel.pauseReading()
                 counters.readPauses += 1
-                let waiters = readPauseWaiters
-                readPauseWaiters = []
+                let waiters = testWaiters.readPauses
+                testWaiters.readPauses = []
                 for waiter in waiters { waiter.resume() }
             }
             return
@@ -70,14 +70,14 @@ extension Connection {
     /// connection was made: for tests, which would otherwise have to ask again and again.
     func readPausedForTesting() async {
         if counters.readPauses > 0 { return }
-        await withCheckedContinuation { readPauseWaiters.append($0) }
+        await withCheckedContinuation { testWaiters.readPauses.append($0) }
     }
 
     /// Counts a request to hold pushes, and wakes the tests waiting for one.
     func heldPushes() {
         counters.pushHolds += 1
-        let waiters = holdWaiters
-        holdWaiters = []
+        let waiters = testWaiters.holds
+        testWaiters.holds = []
         for waiter in waiters { waiter.resume() }
     }
 
@@ -85,7 +85,7 @@ extension Connection {
     /// for tests.
     func pushesHeldForTesting() async {
         if counters.pushHolds > 0 { return }
-        await withCheckedContinuation { holdWaiters.append($0) }
+        await withCheckedContinuation { testWaiters.holds.append($0) }
     }
 
     /// Whether a heartbeat sent at `sentAt` that got no ack in time is excused: reading was

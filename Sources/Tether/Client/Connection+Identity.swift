@@ -155,9 +155,9 @@ extension Connection {
             endpoint: currentEndpoint
         )
         let timeout = settings.helloTimeout ?? configuration.connectTimeout
-        helloTimer = loop.schedule(after: timeout) { [self] in
+        attemptHandles.helloTimer = loop.schedule(after: timeout) { [self] in
             assumeIsolated { connection in
-                connection.helloTimer = nil
+                connection.attemptHandles.helloTimer = nil
                 connection.handle(.helloTimedOut(token, TetherError(
                     code: .timedOut,
                     message: "the session identity provider did not answer within \(describe(timeout)) (greeting \(connection.currentEndpoint))"
@@ -191,8 +191,8 @@ extension Connection {
         guard identity.asking?.token == token else { return }
         identity.asking = nil
         guard lifecycle.phase == .greeting(token), let channel else { return }
-        if let helloTimer { loop.cancel(helloTimer) }
-        helloTimer = nil
+        if let timer = attemptHandles.helloTimer { loop.cancel(timer) }
+        attemptHandles.helloTimer = nil
         switch answer {
         case .success(let given):
             guard !given.clientID.isEmpty, given.clientID.utf8.count <= SessionWire.maximumClientIDLength else {

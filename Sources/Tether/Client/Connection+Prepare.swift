@@ -23,7 +23,7 @@ extension Connection {
         let timeout = configuration.prepareTimeout
         let server = remoteAddress?.description ?? currentEndpoint.description
         let identity = ObjectIdentifier(self)
-        preparationTask = Task { [weak self] in
+        attemptHandles.preparationTask = Task { [weak self] in
             guard let self else { return }
             let outcome: TetherError?
             do {
@@ -38,9 +38,9 @@ extension Connection {
             }
             await self.preparationEnded(token, outcome)
         }
-        preparationTimer = loop.schedule(after: timeout) { [self] in
+        attemptHandles.preparationTimer = loop.schedule(after: timeout) { [self] in
             assumeIsolated { connection in
-                connection.preparationTimer = nil
+                connection.attemptHandles.preparationTimer = nil
                 connection.preparationEnded(token, TetherError(
                     code: .timedOut,
                     message: "the preparation of the connection to \(server) did not finish within \(describe(timeout))"
@@ -62,9 +62,9 @@ extension Connection {
     /// Cancels the preparation under way and its timer: the channel is going, or the
     /// preparation ended.
     func stopPreparation() {
-        preparationTask?.cancel()
-        preparationTask = nil
-        if let preparationTimer { loop.cancel(preparationTimer) }
-        preparationTimer = nil
+        attemptHandles.preparationTask?.cancel()
+        attemptHandles.preparationTask = nil
+        if let timer = attemptHandles.preparationTimer { loop.cancel(timer) }
+        attemptHandles.preparationTimer = nil
     }
 }

@@ -97,9 +97,9 @@ extension Connection {
             return
         }
         let timeout = settings.helloTimeout ?? configuration.connectTimeout
-        helloTimer = loop.schedule(after: timeout) { [self] in
+        attemptHandles.helloTimer = loop.schedule(after: timeout) { [self] in
             assumeIsolated { connection in
-                connection.helloTimer = nil
+                connection.attemptHandles.helloTimer = nil
                 guard let channel = connection.channel else { return }
                 // The answer may have arrived after this turn's readiness check.
                 channel.readPending()
@@ -228,8 +228,8 @@ extension Connection {
 
     /// The socket is going: the hello and acknowledgement timers go with it.
     func stopSession() {
-        if let helloTimer { loop.cancel(helloTimer) }
-        helloTimer = nil
+        if let timer = attemptHandles.helloTimer { loop.cancel(timer) }
+        attemptHandles.helloTimer = nil
         stopAskingIdentity()
         if let acknowledgeTimer { loop.cancel(acknowledgeTimer) }
         acknowledgeTimer = nil

@@ -85,16 +85,11 @@ public actor Connection {
     /// What had moved when the outstanding heartbeat went out (see
     /// ``markHeartbeatProgress(on:)``): bytes of a frame moving since excuse its missing ack.
     var heartbeatProgressMark = (read: 0, ahead: 0, delivered: 0, receiving: false)
-    /// The app's preparation of the current connection, while it runs, and its timer.
-    var preparationTask: Task<Void, Never>?
-    var preparationTimer: LoopTimer?
     /// Whether the server was asked to hold this client's pushes on the current connection
     /// (by the hello, or by a flow signal since).
     var pushesHeld = false
-    /// Tests waiting for a request to hold pushes (``pushesHeldForTesting()``).
-    var holdWaiters: [CheckedContinuation<Void, Never>] = []
-    /// Tests waiting for reading to stop for a slow subscriber (``readPausedForTesting()``).
-    var readPauseWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Tests waiting for the connection to hold pushes or to stop reading.
+    var testWaiters = TestWaiters()
     var heartbeatTimer: LoopTimer?
     /// Frames from ``send(_:)`` waiting for a connection or for the outbound buffer to drain.
     @exclusivity(unchecked) var sendQueue: [QueuedSend] = []
@@ -104,23 +99,15 @@ public actor Connection {
     /// Bytes moved by sockets of earlier connections, for the metrics.
     var earlierBytesIn = 0
     var earlierBytesOut = 0
-    /// The connect in progress; at most one at any time.
-    var connectTask: Task<Void, Never>?
-    /// The socket the connect task opened, until it becomes the channel.
-    var dialedSocket: (dialed: Dialed, endpoint: Endpoint)?
-    var backoffTimer: LoopTimer?
-    /// The timer after which a connection over the fallback goes back to the main endpoint.
-    var primaryRetryTimer: LoopTimer?
-    /// The primary retry whose timer fired while requests were in flight or queued: it is
-    /// due as soon as none is.
-    var primaryRetryWaiting: ConnectionStateMachine.Token?
-    /// Bounds the wait for the responses in flight once the server announced its drain.
-    var departureTimer: LoopTimer?
+    /// What the attempt under way holds, from its dial until it is ready or abandoned.
+    var attemptHandles = AttemptHandles()
+    /// The timers of the reconnects the connection plans: the backoff, the return from the
+    /// fallback, the departure from a draining server.
+    var reconnectHandles = ReconnectHandles()
     /// The caller of ``connect(to:configuration:)`` while the first connect is under way.
     var openWaiter: CheckedContinuation<Void, any Error>?
     /// Where the session stands, with ``ConnectionConfiguration/session``.
     var session: ClientSessionState?
-    var helloTimer: LoopTimer?
     /// Where the hello's identity comes from; see ``switchSession(to:resumeAfter:resumeEpoch:)``.
     var identity: ConnectionIdentity
     /// The caller of ``switchSession(to:resumeAfter:resumeEpoch:)`` while the switch is under way.
@@ -135,6 +122,54 @@ public actor Connection {
     var pathObservation: PathObservation?
     /// The last network path the connection was told.
     var lastPath: NetworkPath?
+
+
+    /// What one attempt holds. The connect task and its socket go when the dial ends (the
+    /// socket becomes the channel); the hello's timer when the server answers; the
+    /// preparation and its timer when it returns; all of them when the attempt is abandoned
+    /// (``ConnectionStateMachine/Action/abandonDial``, ``ConnectionStateMachine/Action/detach(graceful:)``).
+    struct AttemptHandles {
+        /// The connect in progress; at most one at any time.
+        var connectTask: Task<Void, Never>?
+        /// The socket the connect task opened, until it becomes the channel.
+        var dialedSocket: (dialed: Dialed, endpoint: Endpoint)?
+        /// Bounds the wait for the server's answer to the session hello.
+        var helloTimer: LoopTimer?
+        /// The app's preparation of the new connection, while it runs, and its timer.
+        var preparationTask: Task<Void, Never>?
+        var preparationTimer: LoopTimer?
+    }
+
+    /// The timers of planned reconnects. The backoff belongs to backing off and goes with it;
+    /// the primary retry and the departure belong to one connection and go when its channel
+    /// is detached.
+    struct ReconnectHandles {
+        var backoffTimer: LoopTimer?
+        /// The timer after which a connection over the fallback goes back to the main endpoint.
+        var primaryRetryTimer: LoopTimer?
+        /// The primary retry whose timer fired while requests were in flight or queued: it is
+        /// due as soon as none is.
+        var primaryRetryWaiting: ConnectionStateMachine.Token?
+        /// Bounds the wait for the responses in flight once the server announced its drain.
+        var departureTimer: LoopTimer?
+
+        /// The connection's channel goes: its primary retry and its departure go with it.
+        mutating func releaseConnection(on loop: EventLoop) {
+            if let primaryRetryTimer { loop.cancel(primaryRetryTimer) }
+            primaryRetryTimer = nil
+            primaryRetryWaiting = nil
+            if let departureTimer { loop.cancel(departureTimer) }
+            departureTimer = nil
+        }
+    }
+
+    /// Tests waiting for the connection to reach a point: no production path appends here.
+    struct TestWaiters {
+        /// Waiting for a request to hold pushes (``pushesHeldForTesting()``).
+        var holds: [CheckedContinuation<Void, Never>] = []
+        /// Waiting for reading to stop for a slow subscriber (``readPausedForTesting()``).
+        var readPauses: [CheckedContinuation<Void, Never>] = []
+    }
 
     struct QueuedSend {
         var id: UInt64
@@ -378,7 +413,7 @@ public actor Connection {
 
     /// Starts the connect task of attempt `token` to `target`.
     private func startDial(_ token: ConnectionStateMachine.Token, to target: Endpoint) {
-        connectTask = Task(executorPreference: loop.taskExecutor) { [self] in
+        attemptHandles.connectTask = Task(executorPreference: loop.taskExecutor) { [self] in
             await runAttempt(token, endpoint: target)
         }
     }
@@ -386,11 +421,11 @@ public actor Connection {
     private func runAttempt(_ token: ConnectionStateMachine.Token, endpoint: Endpoint) async {
         switch await dial(endpoint) {
         case .success(let connected):
-            dialedSocket = (connected, endpoint)
+            attemptHandles.dialedSocket = (connected, endpoint)
             handle(.dialSucceeded(token))
             // Abandoned meanwhile (closed, suspended) when still here: the socket is nobody's,
             // and dropping it closes it.
-            dialedSocket = nil
+            attemptHandles.dialedSocket = nil
         case .failure(let error):
             handle(.dialFailed(token, error))
         }
@@ -398,8 +433,8 @@ public actor Connection {
 
     /// Makes the dialed socket of attempt `token` the channel.
     private func attachDialed(_ token: ConnectionStateMachine.Token) {
-        guard let connected = dialedSocket else { preconditionFailure("no dialed socket to attach for attempt \(token)") }
-        dialedSocket = nil
+        guard let connected = attemptHandles.dialedSocket else { preconditionFailure("no dialed socket to attach for attempt \(token)") }
+        attemptHandles.dialedSocket = nil
         do {
             try attach(connected.dialed.stream, endpoint: connected.endpoint)
         } catch {
@@ -449,11 +484,7 @@ public actor Connection {
     /// Drops the socket and stops its heartbeats; the rest of the connection stays.
     private func detachChannel(graceful: Bool) {
         stopPreparation()
-        if let primaryRetryTimer { loop.cancel(primaryRetryTimer) }
-        primaryRetryTimer = nil
-        primaryRetryWaiting = nil
-        if let departureTimer { loop.cancel(departureTimer) }
-        departureTimer = nil
+        reconnectHandles.releaseConnection(on: loop)
         if let heartbeatTimer { loop.cancel(heartbeatTimer) }
         heartbeatTimer = nil
         heartbeatsEnded(lost: !graceful)
@@ -696,25 +727,25 @@ public actor Connection {
             guard let fallback = configuration.fallback else { preconditionFailure("a fallback dial without a fallback") }
             startDial(token, to: fallback.endpoint)
         case .schedulePrimaryRetry(let token, let delay):
-            primaryRetryTimer = loop.schedule(after: delay) { [self] in
+            reconnectHandles.primaryRetryTimer = loop.schedule(after: delay) { [self] in
                 assumeIsolated { connection in
-                    connection.primaryRetryTimer = nil
-                    connection.primaryRetryWaiting = token
+                    connection.reconnectHandles.primaryRetryTimer = nil
+                    connection.reconnectHandles.primaryRetryWaiting = token
                     connection.retryPrimaryIfIdle()
                 }
             }
         case .dialFinished:
-            connectTask = nil
+            attemptHandles.connectTask = nil
         case .abandonDial:
-            connectTask?.cancel()
-            connectTask = nil
+            attemptHandles.connectTask?.cancel()
+            attemptHandles.connectTask = nil
         case .attach(let token):
             attachDialed(token)
         case .sendHello(let token):
             if let channel { start(on: channel, token: token) }
         case .stopHelloTimer:
-            if let helloTimer { loop.cancel(helloTimer) }
-            helloTimer = nil
+            if let timer = attemptHandles.helloTimer { loop.cancel(timer) }
+            attemptHandles.helloTimer = nil
         case .prepare(let token):
             startPreparation(token)
         case .startHeartbeats:
@@ -738,15 +769,15 @@ public actor Connection {
             case .error(let error): waiter.resume(throwing: error)
             }
         case .scheduleBackoff(let token, let delay):
-            backoffTimer = loop.schedule(after: delay) { [self] in
+            reconnectHandles.backoffTimer = loop.schedule(after: delay) { [self] in
                 assumeIsolated { connection in
-                    connection.backoffTimer = nil
+                    connection.reconnectHandles.backoffTimer = nil
                     connection.handle(.backoffElapsed(token))
                 }
             }
         case .cancelBackoff:
-            if let backoffTimer { loop.cancel(backoffTimer) }
-            backoffTimer = nil
+            if let timer = reconnectHandles.backoffTimer { loop.cancel(timer) }
+            reconnectHandles.backoffTimer = nil
         case .detach(let graceful):
             detachChannel(graceful: graceful)
         case .failInFlight(let reason):

@@ -99,15 +99,15 @@ extension Peer {
     func trackPartialFrame(in channel: Channel, afterDecoding decoded: Bool, readAt: UInt64) {
         guard let timeout = configuration.frameCompletionTimeout else { return }
         guard channel.holdsPartialInput else {
-            partialFrameSince = nil
+            frameWatch.since = nil
             return
         }
-        if decoded || partialFrameSince == nil {
-            partialFrameSince = readAt
-            partialFrameBytes = channel.bytesRead
+        if decoded || frameWatch.since == nil {
+            frameWatch.since = readAt
+            frameWatch.bytes = channel.bytesRead
         }
-        if frameTimer == nil, let since = partialFrameSince {
-            frameTimer = loop.schedule(at: since &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.frameTag, detail: 0)
+        if frameWatch.timer == nil, let since = frameWatch.since {
+            frameWatch.timer = loop.schedule(at: since &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.frameTag, detail: 0)
         }
     }
 
@@ -118,21 +118,21 @@ extension Peer {
     ///
     /// - Parameter extended: Whether the frame was given another timeout before.
     func frameExpired(extended: Bool) {
-        frameTimer = nil
+        frameWatch.timer = nil
         guard let channel, let timeout = configuration.frameCompletionTimeout else { return }
         // Bytes that arrived after this turn's readiness check may finish the frame.
         channel.readPending()
-        guard self.channel === channel, let since = partialFrameSince else { return }
+        guard self.channel === channel, let since = frameWatch.since else { return }
         let deadline = since &+ MonotonicTime.nanoseconds(of: timeout)
         if deadline > loop.now {
-            frameTimer = loop.schedule(at: deadline, target: self, tag: Self.frameTag, detail: 0)
+            frameWatch.timer = loop.schedule(at: deadline, target: self, tag: Self.frameTag, detail: 0)
             return
         }
-        if progressing(channel, since: since, from: partialFrameBytes) {
+        if progressing(channel, since: since, from: frameWatch.bytes) {
             // A large frame on a slow link: it gets another timeout from now, measured again then.
-            partialFrameSince = loop.now
-            partialFrameBytes = channel.bytesRead
-            frameTimer = loop.schedule(at: loop.now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.frameTag, detail: 1)
+            frameWatch.since = loop.now
+            frameWatch.bytes = channel.bytesRead
+            frameWatch.timer = loop.schedule(at: loop.now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.frameTag, detail: 1)
             return
         }
         if extended, let rate = configuration.minimumFrameRate {

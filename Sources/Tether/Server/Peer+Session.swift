@@ -87,7 +87,7 @@ extension Peer {
     /// `resuming` says whether the client's hello resumes after pushes it already has.
     func beginSession(clientID: String, plan: ResumePlan, helloSerial: UInt32, resuming: Bool) {
         guard let channel, closeReason == nil else { return }
-        replayTask?.cancel()
+        replayHandles.task?.cancel()
         session = PeerSession(
             clientID: clientID,
             lastWritten: plan.resumeAfter,
@@ -175,7 +175,7 @@ extension Peer {
     }
 
     private func startReplay() {
-        replayTask = Task(executorPreference: loop.taskExecutor) { [self] in await replay() }
+        replayHandles.task = Task(executorPreference: loop.taskExecutor) { [self] in await replay() }
     }
 
     /// Writes stored pushes after ``PeerSession/lastWritten`` page by page, waiting for the
@@ -217,7 +217,7 @@ extension Peer {
             }
             session = latest
         }
-        replayTask = nil
+        replayHandles.task = nil
     }
 
     /// Bytes waiting to be written to this peer, for tests.
@@ -226,11 +226,11 @@ extension Peer {
     /// Waits until the outbound buffer is down to half the high-water mark, or the peer ends.
     private func outboundDrained(_ channel: Channel) async {
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            guard self.channel === channel, closeReason == nil, writableWaiter == nil else {
+            guard self.channel === channel, closeReason == nil, replayHandles.writableWaiter == nil else {
                 continuation.resume()
                 return
             }
-            writableWaiter = continuation
+            replayHandles.writableWaiter = continuation
             channel.writableThreshold = configuration.limits.outboundHighWaterMark / 2
         }
     }
@@ -249,7 +249,7 @@ extension Peer {
                 counts.pushHolds += 1
             case .replayHeld:
                 // What was kept meanwhile is read from the mailbox, page by page.
-                if current.replaying && replayTask == nil { startReplay() }
+                if current.replaying && replayHandles.task == nil { startReplay() }
             default:
                 perform([action])
             }
@@ -292,10 +292,10 @@ extension Peer {
     /// The session ends with the peer: the replay stops, and what waits for the outbound
     /// buffer is woken.
     func stopReplay() {
-        replayTask?.cancel()
-        replayTask = nil
-        if let waiter = writableWaiter {
-            writableWaiter = nil
+        replayHandles.task?.cancel()
+        replayHandles.task = nil
+        if let waiter = replayHandles.writableWaiter {
+            replayHandles.writableWaiter = nil
             waiter.resume()
         }
     }

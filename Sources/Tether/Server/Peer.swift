@@ -40,12 +40,10 @@ public actor Peer {
     private let ended = Atomic<Bool>(false)
     /// The client identified on this connection, once its hello was accepted.
     var session: PeerSession?
+    /// The session's replay and what it waits for; stopped as the session ends.
+    var replayHandles = PeerReplay()
     /// The client id of a hello under way or accepted: what to detach at the end.
     var claimedClientID: String? { lifecycle.clientID }
-    /// The task replaying stored pushes, while one runs: the session's.
-    var replayTask: Task<Void, Never>?
-    /// The replay waiting for the outbound buffer to drain: the session's.
-    var writableWaiter: UnsafeContinuation<Void, Never>?
     /// Requests decoded and not yet handed to a handler task, and the run loop waiting for them.
     @exclusivity(unchecked) var inbox: [Frame] = []
     /// The batch being handled; swapped with ``inbox`` so taking a batch copies nothing.
@@ -63,32 +61,17 @@ public actor Peer {
     var waitingForSlot = false
     /// Places handed to this peer by another's release, not used yet.
     var grantedSlots = 0
-    /// When the first bytes of the frame being received arrived (monotonic nanoseconds);
-    /// `nil` between frames and while the socket is not read.
-    var partialFrameSince: UInt64?
-    /// The socket's bytes read when ``partialFrameSince`` was set: what arrived since is the
-    /// frame's progress (``ServerConfiguration/minimumFrameRate``).
-    var partialFrameBytes = 0
-    /// Set while the frame completion check is scheduled: the serving stage's.
-    var frameTimer: LoopTimer?
     /// Whether the server drains, and how far: see ``drain(_:)``.
     var drainPhase: PeerDrainPhase { lifecycle.drain }
+    /// The check that a frame under way is finished in time; the serving stage's.
+    var frameWatch = FrameWatch()
+    /// The idle check; every open stage's.
+    private var idleWatch = IdleWatch()
     /// This peer's counters; the byte counts are taken from the socket when asked for, and
     /// kept here when the peer ends.
     @exclusivity(unchecked) var counts = PeerMetrics()
     /// ``ServerConfiguration/idleTimeout`` in nanoseconds; `nil` when there is none.
     private let idleNanoseconds: UInt64?
-    /// When the socket last read something (monotonic nanoseconds); kept only with an idle
-    /// timeout, once per read, not per frame.
-    private var lastRead: UInt64 = 0
-    /// With an idle timeout: when the idle check first found bytes waiting for the peer
-    /// that it had taken none of since (``UInt64/max`` while none wait), and how many bytes
-    /// the socket had written then.
-    private var writesStalledSince: UInt64 = .max
-    private var writtenAtStall = 0
-    /// Set while the idle check is scheduled. The loop recycles these timer objects: each is
-    /// dropped as soon as it fires or is cancelled.
-    private var idleTimer: LoopTimer?
     /// Set from the start until the first complete frame: the handshake stage's.
     private var handshakeTimer: LoopTimer?
     /// What the TLS handshake settled, once it has: version, cipher, ALPN and the client's
@@ -446,13 +429,13 @@ public actor Peer {
                 waiter.resume(returning: false)
             }
         case .cancelTimers(let handshake):
-            if let idleTimer {
-                loop.cancel(idleTimer)
-                self.idleTimer = nil
+            if let timer = idleWatch.timer {
+                loop.cancel(timer)
+                idleWatch.timer = nil
             }
-            if let frameTimer {
-                loop.cancel(frameTimer)
-                self.frameTimer = nil
+            if let timer = frameWatch.timer {
+                loop.cancel(timer)
+                frameWatch.timer = nil
             }
             assert(handshake || handshakeTimer == nil, "\(id) has a handshake timer after its handshake")
             cancelHandshakeTimer()
@@ -492,8 +475,8 @@ extension Peer: FrameChannelOwner {
     }
 
     func channelWritable(_ channel: Channel) {
-        guard self.channel === channel, let waiter = writableWaiter else { return }
-        writableWaiter = nil
+        guard self.channel === channel, let waiter = replayHandles.writableWaiter else { return }
+        replayHandles.writableWaiter = nil
         waiter.resume()
     }
 
@@ -520,7 +503,7 @@ extension Peer: FrameChannelOwner {
             closeIfDrained()
             guard self.channel === channel else { return }
         }
-        if afterRead, idleNanoseconds != nil { lastRead = loop.lastWake }
+        if afterRead, idleNanoseconds != nil { idleWatch.lastRead = loop.lastWake }
         if lifecycle.awaitsFirstFrame, counts.framesIn > 0 { perform(lifecycle.handle(.frameReceived)) }
         if isAtRequestLimit {
             if !channel.isReadingPaused {
@@ -528,7 +511,7 @@ extension Peer: FrameChannelOwner {
                 counts.readPauses += 1
             }
             // The server is not reading: time from now on is not the peer's to account for.
-            partialFrameSince = nil
+            frameWatch.since = nil
             return
         }
         var readAt = loop.lastWake
@@ -536,7 +519,7 @@ extension Peer: FrameChannelOwner {
             channel.resumeReading()
             // Bytes held while the server did not read count from now, for both timeouts.
             readAt = loop.now
-            if idleNanoseconds != nil { lastRead = readAt }
+            if idleNanoseconds != nil { idleWatch.lastRead = readAt }
         }
         trackPartialFrame(in: channel, afterDecoding: decoded, readAt: readAt)
     }
@@ -616,9 +599,9 @@ extension Peer: TimerTarget {
     /// attached.
     private func startTimers(handshake: Bool) {
         let now = loop.now
-        lastRead = now
+        idleWatch.lastRead = now
         if let idleNanoseconds {
-            idleTimer = loop.schedule(at: now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
+            idleWatch.timer = loop.schedule(at: now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
         }
         if handshake, let timeout = configuration.handshakeTimeout {
             handshakeTimer = loop.schedule(at: now &+ MonotonicTime.nanoseconds(of: timeout), target: self, tag: Self.handshakeTag, detail: 0)
@@ -629,7 +612,7 @@ extension Peer: TimerTarget {
     /// peer that read since it was armed gets a new one for its last read plus the timeout,
     /// so a busy peer costs one timer per timeout and a quiet one is closed on time.
     private func idleCheck() {
-        idleTimer = nil
+        idleWatch.timer = nil
         guard let channel, let idleNanoseconds else { return }
         // Bytes that arrived after this turn's readiness check are activity too. Reading
         // them stamps the turn's wake, which may be a turn or more before they arrived when
@@ -637,19 +620,19 @@ extension Peer: TimerTarget {
         let readBefore = channel.bytesRead
         channel.readPending()
         guard self.channel === channel else { return }
-        if channel.bytesRead != readBefore { lastRead = loop.now }
+        if channel.bytesRead != readBefore { idleWatch.lastRead = loop.now }
         if let stalled = stalledWrites(on: channel, within: idleNanoseconds) {
             end(stalled, graceful: false)
             return
         }
         if channel.isReadingPaused {
             // The server stopped reading the peer, which may well be sending: not idle.
-            idleTimer = loop.schedule(at: loop.now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
+            idleWatch.timer = loop.schedule(at: loop.now &+ idleNanoseconds, target: self, tag: Self.idleTag, detail: 0)
             return
         }
-        let deadline = lastRead &+ idleNanoseconds
+        let deadline = idleWatch.lastRead &+ idleNanoseconds
         if deadline > loop.now {
-            idleTimer = loop.schedule(at: deadline, target: self, tag: Self.idleTag, detail: 0)
+            idleWatch.timer = loop.schedule(at: deadline, target: self, tag: Self.idleTag, detail: 0)
             return
         }
         let timeout = configuration.idleTimeout.map(describe) ?? "its idle timeout"
@@ -667,16 +650,16 @@ extension Peer: TimerTarget {
     private func stalledWrites(on channel: Channel, within timeout: UInt64) -> TetherError? {
         let pending = channel.pendingOutboundBytes
         guard pending > 0 else {
-            writesStalledSince = .max
+            idleWatch.writesStalledSince = .max
             return nil
         }
         let written = channel.bytesWritten
-        guard writesStalledSince != .max, written == writtenAtStall else {
-            writesStalledSince = loop.now
-            writtenAtStall = written
+        guard idleWatch.writesStalledSince != .max, written == idleWatch.writtenAtStall else {
+            idleWatch.writesStalledSince = loop.now
+            idleWatch.writtenAtStall = written
             return nil
         }
-        guard loop.now &- writesStalledSince >= timeout else { return nil }
+        guard loop.now &- idleWatch.writesStalledSince >= timeout else { return nil }
         let limit = configuration.idleTimeout.map(describe) ?? "its idle timeout"
         return TetherError(
             code: .idleTimeout,
@@ -720,4 +703,38 @@ extension Peer: TimerTarget {
             }
         }
     }
+}
+
+/// What the idle check of a peer keeps (``ServerConfiguration/idleTimeout``).
+struct IdleWatch {
+    /// When the socket last read something (monotonic nanoseconds); kept only with an idle
+    /// timeout, once per read, not per frame.
+    var lastRead: UInt64 = 0
+    /// When the idle check first found bytes waiting for the peer that it had taken none of
+    /// since (``UInt64/max`` while none wait), and how many bytes the socket had written then.
+    var writesStalledSince: UInt64 = .max
+    var writtenAtStall = 0
+    /// Set while the idle check is scheduled. The loop recycles these timer objects: each is
+    /// dropped as soon as it fires or is cancelled.
+    var timer: LoopTimer?
+}
+
+/// What the frame completion check of a peer keeps (``ServerConfiguration/frameCompletionTimeout``).
+struct FrameWatch {
+    /// When the first bytes of the frame being received arrived (monotonic nanoseconds);
+    /// `nil` between frames and while the socket is not read.
+    var since: UInt64?
+    /// The socket's bytes read when ``since`` was set: what arrived since is the frame's
+    /// progress (``ServerConfiguration/minimumFrameRate``).
+    var bytes = 0
+    /// Set while the check is scheduled.
+    var timer: LoopTimer?
+}
+
+/// A session's replay of stored pushes.
+struct PeerReplay {
+    /// The task replaying, while one runs.
+    var task: Task<Void, Never>?
+    /// The replay waiting for the outbound buffer to drain.
+    var writableWaiter: UnsafeContinuation<Void, Never>?
 }
