@@ -131,6 +131,7 @@ struct PeerStateMachineTests {
             #expect(machine.handle(event) == [], "\(event)")
         }
         #expect(machine.closeReason == Self.closed)
+        #expect(!machine.isOpen)
         #expect(machine.identity == .identified(clientID: "ada", held: false))
         #expect(machine.drain == .serving)
     }
@@ -141,7 +142,10 @@ struct PeerStateMachineTests {
     func anonymousHello() {
         var machine = Self.serving()
         #expect(machine.clientID == nil)
+        #expect(!machine.hasClientID)
+        #expect(machine.isOpen)
         #expect(machine.handle(.helloReceived(clientID: "ada", holds: true, takesChunks: true)) == [])
+        #expect(machine.hasClientID)
         #expect(machine.identity == .greeting(clientID: "ada", holds: true, takesChunks: true))
         #expect(machine.clientID == "ada")
         #expect(!machine.isHeld)

@@ -8,7 +8,7 @@ extension Peer {
     ///
     /// - Parameter reason: Why the server closes; its code and message go to the client.
     func close(for reason: TetherError) {
-        guard closeReason == nil, let channel, channel.canWriteCloseNotice(in: configuration.profile) else {
+        guard lifecycle.isOpen, let channel, channel.canWriteCloseNotice(in: configuration.profile) else {
             end(reason, graceful: false)
             return
         }

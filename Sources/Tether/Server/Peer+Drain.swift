@@ -38,7 +38,7 @@ extension Peer {
     /// serving what it sends until it leaves or the deadline passes; at the deadline, cancel
     /// what runs. Called once when the drain begins, and again at its deadline.
     func drain(_ order: PeerDrainOrder) {
-        guard closeReason == nil, let channel else { return }
+        guard lifecycle.isOpen, let channel else { return }
         let heartbeat = configuration.profile.heartbeatType
         for action in lifecycle.handle(.drainBegan(notifies: order.notice != nil && heartbeat != nil)) {
             switch action {
@@ -62,7 +62,7 @@ extension Peer {
     /// Closes the connection of a client that cannot be told, once none of its requests is
     /// being handled or waits to be.
     func closeIfDrained() {
-        guard closeReason == nil, running == 0, inbox.isEmpty, !waitingForSlot else { return }
+        guard lifecycle.isOpen, running == 0, inbox.isEmpty, !waitingForSlot else { return }
         for action in lifecycle.handle(.handlersIdle) {
             if case .endIfIdle = action { drainEnded() } else { perform([action]) }
         }
@@ -72,7 +72,7 @@ extension Peer {
     /// still running are cancelled (each of their requests gets the same error as it ends),
     /// and the connection closes once none runs.
     private func drainDeadlinePassed() {
-        guard closeReason == nil else { return }
+        guard lifecycle.isOpen else { return }
         for action in lifecycle.handle(.drainDeadlinePassed) {
             switch action {
             case .refuseWaitingRequests:
@@ -81,7 +81,7 @@ extension Peer {
                 leaveSlotQueue()
                 for frame in waiting { respond(drainExpiredResponse(to: frame), to: frame) }
             case .stopHandlers:
-                guard closeReason == nil else { return }
+                guard lifecycle.isOpen else { return }
                 if running == 0 {
                     drainEnded()
                     return

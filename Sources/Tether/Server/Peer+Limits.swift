@@ -56,7 +56,7 @@ extension Peer {
     /// Another peer's handler released its place to this peer: the requests waiting for it
     /// start. A peer that ended meanwhile passes the place on.
     func slotGranted() {
-        guard closeReason == nil else {
+        guard lifecycle.isOpen else {
             Self.releaseSlot(slots)
             return
         }

@@ -60,7 +60,7 @@ extension Peer {
                 return
             }
         }
-        guard closeReason == nil else { return }
+        guard lifecycle.isOpen else { return }
         do {
             try await hub.resume(MailboxHub.Resume(
                 clientID: hello.clientID,
@@ -86,7 +86,7 @@ extension Peer {
     /// client missed. Runs in the hub's order, before any live push that follows it.
     /// `resuming` says whether the client's hello resumes after pushes it already has.
     func beginSession(clientID: String, plan: ResumePlan, helloSerial: UInt32, resuming: Bool) {
-        guard let channel, closeReason == nil else { return }
+        guard let channel, lifecycle.isOpen else { return }
         replayHandles.task?.cancel()
         session = PeerSession(
             clientID: clientID,
@@ -226,7 +226,7 @@ extension Peer {
     /// Waits until the outbound buffer is down to half the high-water mark, or the peer ends.
     private func outboundDrained(_ channel: Channel) async {
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            guard self.channel === channel, closeReason == nil, replayHandles.writableWaiter == nil else {
+            guard self.channel === channel, lifecycle.isOpen, replayHandles.writableWaiter == nil else {
                 continuation.resume()
                 return
             }

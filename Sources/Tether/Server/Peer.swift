@@ -110,7 +110,7 @@ public actor Peer {
         await serve()
         // Serving ends with the connection, or at a drain's deadline once the handlers
         // cancelled then have answered.
-        if closeReason == nil { drainEnded() }
+        if lifecycle.isOpen { drainEnded() }
         detach()
     }
 
@@ -192,7 +192,7 @@ public actor Peer {
     private func answerBatch() {
         for frame in batch {
             // A handler answered just before may have closed the peer.
-            guard closeReason == nil else { return }
+            guard lifecycle.isOpen else { return }
             if let entry = handlers.handler(for: frame.type), case .immediate(let handler) = entry.kind {
                 answer(frame, with: handler)
             }
@@ -233,7 +233,7 @@ public actor Peer {
     private func startBatch(in tasks: inout DiscardingTaskGroup) {
         for index in batch.indices {
             // A handler started just before may have closed the peer.
-            guard closeReason == nil else { return }
+            guard lifecycle.isOpen else { return }
             let frame = batch[index]
             if let hub, frame.type == hub.configuration.wireTypes.hello {
                 guard takeSlot() else { return requeue(from: index) }
@@ -273,8 +273,8 @@ public actor Peer {
     private func nextBatch() async -> Bool {
         batch.removeAll(keepingCapacity: true)
         let open = await withUnsafeContinuation { continuation in
-            if (!inbox.isEmpty && !waitingForSlot) || closeReason != nil || drainPhase.hasExpired {
-                continuation.resume(returning: closeReason == nil && !drainPhase.hasExpired)
+            if (!inbox.isEmpty && !waitingForSlot) || !lifecycle.isOpen || drainPhase.hasExpired {
+                continuation.resume(returning: lifecycle.isOpen && !drainPhase.hasExpired)
             } else {
                 inboxWaiter = continuation
             }
@@ -373,7 +373,7 @@ public actor Peer {
         guard let channel else {
             throw TetherError(code: .notConnected, message: "\(id) at \(remoteAddress) is not connected")
         }
-        if claimedClientID != nil, frame.serial != 0, configuration.profile.classify(frame.type) == .notification {
+        if lifecycle.hasClientID, frame.serial != 0, configuration.profile.classify(frame.type) == .notification {
             var plain = frame
             plain.serial = 0
             try write(plain, on: channel)
@@ -398,7 +398,7 @@ public actor Peer {
     }
 
     func end(_ reason: TetherError, graceful: Bool) {
-        guard closeReason == nil else { return }
+        guard lifecycle.isOpen else { return }
         let actions = lifecycle.handle(.ended(reason, graceful: graceful))
         ended.store(true, ordering: .sequentiallyConsistent)
         perform(actions)

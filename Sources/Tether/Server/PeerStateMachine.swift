@@ -166,8 +166,24 @@ struct PeerStateMachine: Sendable {
         return nil
     }
 
+    /// Whether the peer has not ended; unlike ``closeReason``, it copies nothing, for the
+    /// checks made per frame.
+    var isOpen: Bool {
+        if case .closed = stage { return false }
+        return true
+    }
+
+    /// Whether a hello is under way or was accepted (or taken over); copies nothing.
+    var hasClientID: Bool {
+        if case .anonymous = identity { return false }
+        return true
+    }
+
     /// Whether the peer waits for its first complete frame.
-    var awaitsFirstFrame: Bool { stage == .handshake }
+    var awaitsFirstFrame: Bool {
+        if case .handshake = stage { return true }
+        return false
+    }
 
     /// The client id of a hello under way or accepted (or taken over): what the hub knows
     /// this peer by.

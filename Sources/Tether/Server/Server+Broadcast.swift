@@ -228,7 +228,7 @@ extension Peer {
     ///   outbound buffer has no room.
     func writeBroadcast(_ broadcast: EncodedBroadcast) -> Bool {
         guard let channel else { return false }
-        let plain = claimedClientID != nil && broadcast.plain != nil
+        let plain = lifecycle.hasClientID && broadcast.plain != nil
         do {
             if let sender = channel.chunkSender, channel.waitsForChunks(broadcast.frame, sender) {
                 // Large, or a push behind chunks still under way: through the chunk queue.
