@@ -67,6 +67,10 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     /// The way to the peer through a ``MemoryLink``, where its faults act; `nil` for a pair
     /// made directly, whose bytes go straight into the peer's queue.
     var lane: LinkLane?
+    /// Set while an exchange before the transport (``MemoryExchange``) waits for what the
+    /// peer sends: called on the loop as bytes or the end of the stream arrive, while the
+    /// end is not started.
+    var arrivalBeforeStart: (() -> Void)?
 
     private init(loop: EventLoop, local: SocketAddress, remote: SocketAddress, capacity: Int, sealed: Bool) {
         self.loop = loop
@@ -207,6 +211,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         }
         bytes.moveReaderIndex(forwardBy: count)
         scheduleRead()
+        announceArrivalBeforeStart()
         return count
     }
 
@@ -215,6 +220,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         guard isOpen, !bytes.isEmpty else { return }
         received.writeBytes(bytes)
         scheduleRead()
+        announceArrivalBeforeStart()
     }
 
     func receiveEndOfStream(reset: Bool = false) {
@@ -222,6 +228,30 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
         endOfStream = true
         self.reset = reset
         scheduleRead()
+        announceArrivalBeforeStart()
+    }
+
+    private func announceArrivalBeforeStart() {
+        guard !started, arrivalBeforeStart != nil else { return }
+        loop.execute { [self] in
+            if !started { arrivalBeforeStart?() }
+        }
+    }
+
+    /// What the peer sent before this end started, and whether its stream ended (and was
+    /// reset) behind it: for an exchange before the transport.
+    func receivedBeforeStart<R>(_ body: (UnsafeRawBufferPointer, _ ended: Bool, _ reset: Bool) -> R) -> R {
+        precondition(!started, "an exchange reads an in-memory end before it starts")
+        return received.withReadableBytes { body($0, endOfStream, reset) }
+    }
+
+    /// Takes every byte received before this end started: they were the exchange's answer.
+    func takeReceivedBeforeStart() -> [UInt8] {
+        precondition(!started, "an exchange reads an in-memory end before it starts")
+        let bytes = Array(received.readableBytesView)
+        bytesRead += bytes.count
+        received.clear()
+        return bytes
     }
 
     // MARK: Writing

@@ -46,6 +46,63 @@ package protocol OpenedStream: Sendable {
     ///   - drainTimeout: How long a stream without a kernel queue waits for the peer.
     ///   - loop: The loop the stream would have run on.
     func refuse(notice: [UInt8]?, drainTimeout: Duration, on loop: EventLoop)
+
+    /// A short exchange on the stream before it becomes a transport: writes `request`,
+    /// then reads until `headEnd` finds where the answer's head ends (the byte after it) in
+    /// what arrived, within `timeout`; an HTTP proxy's `CONNECT`. The caller is on
+    /// `loop`'s thread. On a failure the stream is closed.
+    ///
+    /// - Parameters:
+    ///   - request: The bytes to write first.
+    ///   - headEnd: Where the head ends in the bytes read so far, or `nil` while it has not.
+    ///   - limit: The most bytes the head may take.
+    ///   - timeout: The bound on the whole exchange.
+    ///   - loop: The loop the stream runs on.
+    /// - Returns: The stream to make the transport from, and every byte read (the head,
+    ///   then whatever followed it); or why the exchange failed.
+    func exchange(
+        _ request: [UInt8],
+        headEnd: @escaping @Sendable (UnsafeRawBufferPointer) -> Int?,
+        limit: Int,
+        timeout: Duration,
+        on loop: EventLoop,
+        isolation: isolated any Actor
+    ) async -> Result<(stream: any OpenedStream, answer: [UInt8]), StreamExchangeFailure>
+}
+
+extension OpenedStream {
+    /// A stream that cannot carry an exchange before its transport (a layer's): refused.
+    package func exchange(
+        _ request: [UInt8],
+        headEnd: @escaping @Sendable (UnsafeRawBufferPointer) -> Int?,
+        limit: Int,
+        timeout: Duration,
+        on loop: EventLoop,
+        isolation: isolated any Actor
+    ) async -> Result<(stream: any OpenedStream, answer: [UInt8]), StreamExchangeFailure> {
+        .failure(.unsupported)
+    }
+}
+
+/// Why an exchange before the transport (``OpenedStream/exchange(_:headEnd:limit:timeout:on:isolation:)``)
+/// failed; the caller names the exchange in its error.
+package enum StreamExchangeFailure: Error, Sendable {
+    /// The stream cannot carry one.
+    case unsupported
+    /// The stream could not be watched for readiness.
+    case unwatchable(any Error & Sendable)
+    /// Writing the request failed.
+    case writeFailed(any Error & Sendable)
+    /// Reading the answer failed.
+    case readFailed(any Error & Sendable)
+    /// The peer closed the stream before the head ended.
+    case closed
+    /// The head did not end within the limit.
+    case headTooLarge
+    /// The timeout passed.
+    case timedOut
+    /// The task waiting for it was cancelled.
+    case cancelled
 }
 
 /// What a connector needs to know for one connect attempt.

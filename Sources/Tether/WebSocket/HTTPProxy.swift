@@ -79,33 +79,10 @@ public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
     public var description: String { "http://\(endpoint)" }
 }
 
-/// The `CONNECT` exchange with a proxy on a connected socket, with a deadline. Loop thread
-/// only.
-final class ProxyTunnel: IOHandler, @unchecked Sendable {
-    // @unchecked Sendable: touched only on `loop`'s thread; Sendable so the cancellation
-    // handler can send it to the loop.
-
-    private let loop: EventLoop
-    private let proxy: HTTPProxy
-    private var socket: Socket?
-    private let fd: Int32
-    private var request: [UInt8]
-    /// `host:port` of the endpoint, as the request names it.
-    private let authority: String
-    private var sent = 0
-    private var answer: [UInt8] = []
-    private var timer: LoopTimer?
-    private var continuation: CheckedContinuation<Result<SocketBox, TetherError>, Never>?
-
-    private init(loop: EventLoop, proxy: HTTPProxy, target: Endpoint, socket: consuming Socket) {
-        self.loop = loop
-        self.proxy = proxy
-        self.fd = socket.descriptor
-        self.socket = .some(socket)
-        self.authority = Self.authority(of: target)
-        self.request = Self.request(for: target, headers: proxy.headers)
-    }
-
+/// The `CONNECT` exchange with a proxy, over any stream that carries an exchange before its
+/// transport (``OpenedStream/exchange(_:headEnd:limit:timeout:on:isolation:)``): a socket,
+/// or an end of the in-memory network.
+enum ProxyTunnel {
     /// `host:port`, with brackets around an IPv6 address.
     static func authority(of target: Endpoint) -> String {
         target.host.contains(":") ? "[\(target.host)]:\(target.port)" : "\(target.host):\(target.port)"
@@ -120,131 +97,81 @@ final class ProxyTunnel: IOHandler, @unchecked Sendable {
         return Array(text.utf8)
     }
 
-    /// Asks `proxy`, on the connected `box`, for a tunnel to `target` within `timeout`.
-    ///
-    /// Must be called on `loop`'s executor. Returns the socket, now a tunnel, or an error
-    /// that names the proxy and quotes its answer; the socket is closed then.
+    /// Asks `proxy`, on `stream` (connected to it), for a tunnel to `target` within
+    /// `timeout`. Returns the stream, now a tunnel, or an error that names the proxy and
+    /// quotes its answer; the stream is closed then.
     static func open(
-        _ box: SocketBox,
+        _ stream: any OpenedStream,
         through proxy: HTTPProxy,
         to target: Endpoint,
         timeout: Duration,
         on loop: EventLoop,
         isolation: isolated any Actor
-    ) async -> Result<SocketBox, TetherError> {
-        loop.preconditionInLoop()
-        let tunnel = ProxyTunnel(loop: loop, proxy: proxy, target: target, socket: box.take())
-        return await withTaskCancellationHandler {
-            _ = isolation
-            return await withCheckedContinuation { continuation in
-                tunnel.start(continuation, timeout: timeout)
-            }
-        } onCancel: {
-            loop.execute {
-                tunnel.finish(.failure(TetherError(code: .connectFailed, message: "connecting to \(Self.authority(of: target)) through the proxy \(proxy) was cancelled", underlying: CancellationError())))
-            }
-        }
-    }
-
-    private func start(_ continuation: CheckedContinuation<Result<SocketBox, TetherError>, Never>, timeout: Duration) {
-        self.continuation = continuation
-        do {
-            try loop.register(fd, interest: .write, handler: self)
-        } catch {
-            finish(.failure(TetherError(code: .systemCall, message: "cannot watch the socket to the proxy \(proxy): \(error)")))
-            return
-        }
-        timer = loop.schedule(after: timeout) { [self] in
-            timer = nil
-            finish(.failure(TetherError(code: .connectTimedOut, message: "the proxy \(proxy) did not answer CONNECT \(authority) within \(describe(timeout))")))
-        }
-    }
-
-    func handleReadiness(_ event: ReadinessEvent) {
-        if sent < request.count {
-            guard event.writable || event.hangup else { return }
-            writeRequest()
-        } else {
-            guard event.readable || event.hangup else { return }
-            readAnswer()
-        }
-    }
-
-    private func writeRequest() {
-        do {
-            while sent < request.count {
-                let result = try request.withUnsafeBytes { bytes throws(Errno) in
-                    try Syscall.sendBytes(fd, bytes.baseAddress! + sent, bytes.count - sent)
-                }
-                guard case .processed(let count) = result else { return }
-                sent += count
-            }
-            try loop.reregister(fd, interest: .read)
-        } catch {
-            finish(.failure(TetherError(code: .connectFailed, message: "cannot send CONNECT \(authority) to the proxy \(proxy): \(error)", underlying: error)))
-        }
-    }
-
-    private func readAnswer() {
+    ) async -> Result<any OpenedStream, TetherError> {
+        let authority = authority(of: target)
         let limit = proxy.maximumResponseHeadSize
-        var chunk = [UInt8](repeating: 0, count: 2048)
-        while true {
-            let result: IOResult<Int>
-            do {
-                result = try chunk.withUnsafeMutableBytes { bytes throws(Errno) in
-                    try Syscall.readBytes(fd, bytes.baseAddress!, bytes.count)
-                }
-            } catch {
-                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) broke the connection before answering CONNECT \(authority): \(error)", underlying: error)))
-                return
+        let outcome = await stream.exchange(
+            request(for: target, headers: proxy.headers),
+            headEnd: { WebSocketHandshake.endOfHead($0) },
+            limit: limit,
+            timeout: timeout,
+            on: loop,
+            isolation: isolation
+        )
+        switch outcome {
+        case .success(let (tunnel, answer)):
+            guard let end = answer.withUnsafeBytes({ WebSocketHandshake.endOfHead($0) }) else {
+                preconditionFailure("an exchange ended before the head did")
             }
-            guard case .processed(let count) = result else { return }
-            if count == 0 {
-                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) closed the connection without answering CONNECT \(authority)")))
-                return
+            let head = String(decoding: answer[..<(end - 4)], as: UTF8.self)
+            if let error = verdict(on: head, extra: answer.count - end, proxy: proxy, authority: authority) {
+                tunnel.refuse(notice: nil, drainTimeout: .zero, on: loop)
+                return .failure(error)
             }
-            answer.append(contentsOf: chunk[..<count])
-            if let end = answer.withUnsafeBytes({ WebSocketHandshake.endOfHead($0) }), end <= limit {
-                // The server behind says nothing before the client speaks (TLS, the
-                // WebSocket upgrade): bytes after the head cannot belong to the tunnel.
-                finish(verdict(on: String(decoding: answer[..<(end - 4)], as: UTF8.self), extra: answer.count - end))
-                return
-            }
-            if answer.count > limit {
-                finish(.failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) answered CONNECT \(authority) with a head over \(limit) bytes")))
-                return
-            }
+            return .success(tunnel)
+        case .failure(let failure):
+            return .failure(error(for: failure, proxy: proxy, authority: authority, timeout: timeout, limit: limit))
         }
     }
 
-    /// The tunnel for a `2xx` answer; the attempt's failure for any other.
-    private func verdict(on head: String, extra: Int) -> Result<SocketBox, TetherError> {
+    /// The error for an exchange that did not get the proxy's whole answer.
+    private static func error(for failure: StreamExchangeFailure, proxy: HTTPProxy, authority: String, timeout: Duration, limit: Int) -> TetherError {
+        switch failure {
+        case .unsupported:
+            TetherError(code: .invalidArgument, message: "cannot reach \(authority) through the proxy \(proxy): the stream to the proxy cannot carry CONNECT")
+        case .unwatchable(let error):
+            TetherError(code: .systemCall, message: "cannot watch the socket to the proxy \(proxy): \(error)")
+        case .writeFailed(let error):
+            TetherError(code: .connectFailed, message: "cannot send CONNECT \(authority) to the proxy \(proxy): \(error)", underlying: error)
+        case .readFailed(let error):
+            TetherError(code: .connectFailed, message: "the proxy \(proxy) broke the connection before answering CONNECT \(authority): \(error)", underlying: error)
+        case .closed:
+            TetherError(code: .connectFailed, message: "the proxy \(proxy) closed the connection without answering CONNECT \(authority)")
+        case .headTooLarge:
+            TetherError(code: .connectFailed, message: "the proxy \(proxy) answered CONNECT \(authority) with a head over \(limit) bytes")
+        case .timedOut:
+            TetherError(code: .connectTimedOut, message: "the proxy \(proxy) did not answer CONNECT \(authority) within \(describe(timeout))")
+        case .cancelled:
+            TetherError(code: .connectFailed, message: "connecting to \(authority) through the proxy \(proxy) was cancelled", underlying: CancellationError())
+        }
+    }
+
+    /// `nil` for a `2xx` answer with nothing after it; the attempt's failure otherwise.
+    private static func verdict(on head: String, extra: Int, proxy: HTTPProxy, authority: String) -> TetherError? {
         let (start, _) = WebSocketHandshake.parseHead(head)
         let parts = start.split(separator: " ", maxSplits: 2)
         guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), let status = Int(parts[1]) else {
-            return .failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) did not answer CONNECT \(authority) with HTTP (first line \"\(start.prefix(80))\")"))
+            return TetherError(code: .connectFailed, message: "the proxy \(proxy) did not answer CONNECT \(authority) with HTTP (first line \"\(start.prefix(80))\")")
         }
         guard (200...299).contains(status) else {
             let hint = status == 407 ? ": it wants credentials (HTTPProxy.headers, Proxy-Authorization)" : ""
-            return .failure(TetherError(code: .connectFailed, message: "the proxy \(proxy) refused CONNECT \(authority) with \"\(start.prefix(80))\"\(hint)"))
+            return TetherError(code: .connectFailed, message: "the proxy \(proxy) refused CONNECT \(authority) with \"\(start.prefix(80))\"\(hint)")
         }
         // The server behind says nothing before the client speaks (TLS, the WebSocket
         // upgrade): bytes after the head cannot belong to the tunnel.
         guard extra == 0 else {
-            return .failure(TetherError(code: .protocolError, message: "the proxy \(proxy) sent \(extra) bytes after its answer to CONNECT \(authority), before the tunnel carried anything"))
+            return TetherError(code: .protocolError, message: "the proxy \(proxy) sent \(extra) bytes after its answer to CONNECT \(authority), before the tunnel carried anything")
         }
-        guard let socket = socket.take() else { preconditionFailure("the tunnel's socket was already handed over") }
-        return .success(SocketBox(socket))
-    }
-
-    /// Ends the exchange exactly once; later calls do nothing. A failure closes the socket.
-    private func finish(_ outcome: Result<SocketBox, TetherError>) {
-        guard let continuation else { return }
-        self.continuation = nil
-        if let timer { loop.cancel(timer) }
-        timer = nil
-        loop.deregister(fd)
-        if case .failure = outcome, let socket = socket.take() { socket.close() }
-        continuation.resume(returning: outcome)
+        return nil
     }
 }

@@ -61,15 +61,12 @@ struct ProxyConnector: StreamConnector {
         case .failure(let error):
             return .failure(TetherError(code: error.code, message: "cannot reach \(endpoint) through the proxy \(proxy): \(error.message)", underlying: error))
         case .success(var connected):
-            guard let socket = connected.stream as? SocketStream else {
-                return .failure(TetherError(code: .invalidArgument, message: "cannot reach \(endpoint) through the proxy \(proxy): the proxy is reached over a socket"))
-            }
             let loop = context.loop
-            switch await ProxyTunnel.open(socket.box, through: proxy, to: endpoint, timeout: context.remaining, on: loop, isolation: isolation) {
+            switch await ProxyTunnel.open(connected.stream, through: proxy, to: endpoint, timeout: context.remaining, on: loop, isolation: isolation) {
             case .failure(let error):
                 return .failure(error)
             case .success(let tunnel):
-                connected.stream = SocketStream(tunnel, remoteAddress: socket.remoteAddress, noDelay: socket.noDelay)
+                connected.stream = tunnel
                 connected.report.endpoint = endpoint
                 connected.report.connectTime = MonotonicTime.duration(nanoseconds: loop.now &- context.began)
                 return .success(connected)
