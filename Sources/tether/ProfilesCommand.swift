@@ -49,6 +49,11 @@ struct ProfilesCommand: Command {
         rows.append(("heartbeats", profile.heartbeatType.map { "type \(hex($0))" } ?? "none"))
         rows.append(("pushes", profile.typeList(of: .notification).map { "types \($0)" } ?? "none"))
         rows.append(("requests", requests(profile, layout: layout)))
+        if profile.supportsSessions {
+            // With --mailboxes these two are the session's, and no handler can take them.
+            let types = SessionWireTypes()
+            rows.append(("sessions", "\(hex(types.hello)) hello, \(hex(types.acknowledgement)) acknowledgement, with --mailboxes"))
+        }
         if let fields = fields(profile) { rows.append(("fields", fields)) }
         for (label, text) in rows {
             let name = "  " + label

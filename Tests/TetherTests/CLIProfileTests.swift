@@ -26,6 +26,18 @@ struct CLIProfileTests {
         #expect(Profile.builtIn.map(\.name) == ["seed", "seed-extended", "marker", "compact", "lines"])
     }
 
+    @Test("tether profiles names the types a session takes from the request range, in the profiles that have sessions")
+    func listsSessionTypes() async throws {
+        let profiles = try tether(["profiles"])
+        defer { profiles.kill() }
+        #expect(try await profiles.waitForExit(within: eventBound) == 0)
+        let blocks = profiles.outputText.components(separatedBy: "\n\n")
+        let seed = try #require(blocks.first { $0.hasPrefix("seed (default)") })
+        #expect(seed.contains("sessions     0x401 hello, 0x400 acknowledgement, with --mailboxes"), "\(seed)")
+        let lines = try #require(blocks.first { $0.hasPrefix("lines") })
+        #expect(!lines.contains("sessions "), "\(lines)")
+    }
+
     @Test("an unknown profile is a usage error, exit 2, that lists the names")
     func unknownProfile() async throws {
         let request = try tether(["request", "127.0.0.1:9", "--profile", "x", "--text", "hi"])

@@ -211,7 +211,14 @@ extension Connection {
     /// `nil` for now). Returns the error when it can do neither (a write that failed, a full
     /// queue); `waiter` is then not recorded.
     /// A request of the connection's preparation goes `first`: at once, whatever waits.
+    /// A request of a type that cannot be answered (a push or heartbeat type, or a session's
+    /// hello or acknowledgement) is refused here with ``TetherError/Code/invalidArgument``.
     func place(_ request: Request, serial: UInt32, id: UInt64, limit: Duration?, from start: UInt64? = nil, waiter: Waiter, trace: RequestTrace? = nil, first: Bool = false) -> TetherError? {
+        if let refusal = configuration.profile.requestRefusal(of: request.type, session: configuration.session?.wireTypes) {
+            // Written, it would be taken for what its type says and never answered.
+            counters.requestsFailed += 1
+            return TetherError(code: .invalidArgument, message: "request not sent: \(refusal)")
+        }
         let frame = Frame(type: request.type, serial: serial, payload: request.payload, fields: request.fields)
         var pending: Frame?
         if let channel, first || (!holdsWrites && table.queuedCount == 0 && sendQueue.isEmpty),

@@ -100,10 +100,17 @@ public final class Server: Sendable {
 
     /// Registers the handler for requests of `type`, replacing any earlier one.
     ///
+    /// `type` must be one the profile takes for a request, and, with
+    /// ``ServerConfiguration/mailboxes``, neither the session hello's nor the
+    /// acknowledgement's (``SessionWireTypes``: `0x401` and `0x400` by default). A handler
+    /// for any other type could never run, so registering one stops the program with a
+    /// message that names the type and what it is for.
+    ///
     /// - Parameters:
     ///   - type: The request type.
     ///   - handler: Answers a request; a thrown error is sent back as `{"error": "…"}`.
     public func handle(type: UInt32, _ handler: @escaping Handler) {
+        refuseReserved(type)
         handlers.set(type, .suspending(handler))
     }
 
@@ -120,11 +127,28 @@ public final class Server: Sendable {
     /// It is called on the peer's event loop as soon as the request is decoded, with no task
     /// and no executor hop, and its response is written in the same loop turn.
     ///
+    /// `type` must be one the profile takes for a request, and, with
+    /// ``ServerConfiguration/mailboxes``, neither the session hello's nor the
+    /// acknowledgement's (``SessionWireTypes``: `0x401` and `0x400` by default). A handler
+    /// for any other type could never run, so registering one stops the program with a
+    /// message that names the type and what it is for.
+    ///
     /// - Parameters:
     ///   - type: The request type.
     ///   - handler: Answers a request; a thrown error is sent back as `{"error": "…"}`.
     public func handle(type: UInt32, _ handler: @escaping ImmediateHandler) {
+        refuseReserved(type)
         handlers.set(type, .immediate(handler))
+    }
+
+    /// Stops the program when `type` can never reach a handler: the profile takes it for a
+    /// heartbeat or a push, or, with mailboxes, it is the session hello's or acknowledgement's
+    /// type. A handler registered for it would never run, and requests of its type would get
+    /// another answer (or none) without a word.
+    private func refuseReserved(_ type: UInt32) {
+        if let refusal = configuration.profile.requestRefusal(of: type, session: configuration.mailboxes?.wireTypes) {
+            preconditionFailure("Server.handle(type:): no handler can run for \(refusal)")
+        }
     }
 
     /// Listening, peer connected and peer disconnected events, from now on.
