@@ -100,7 +100,7 @@ struct ForeignPeerTests {
             let browser = try RawSocket.connect(to: endpoint)
             try browser.write(Array("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8))
             let answer = try await offThread { try browser.read(4096, timeout: eventBound) }
-            let body = "This port speaks the Tether seed protocol, not HTTP.\n"
+            let body = "This port speaks the Tether seed protocol, not HTTP or WebSocket: connect without ws://.\n"
             #expect(String(decoding: answer, as: UTF8.self) == "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)")
             let ended = try await firstEvent(events, "the peer's end") { $0.kind == .peerDisconnected }
             #expect(ended.reason?.code == .protocolError)

@@ -410,8 +410,12 @@ struct TLSTests {
             let gone = try await firstEvent(events, "the server to drop the garbage") { $0.kind == .peerDisconnected }
             #expect(gone.reason?.code == .tlsFailed)
             #expect(gone.reason?.message.hasPrefix("TLS handshake with 127.0.0.1:") == true)
-            #expect(gone.reason?.message.hasSuffix("failed: http request") == true, "\(String(describing: gone.reason))")
-            #expect(try await garbage.waitForClose())
+            #expect(gone.reason?.message.contains("failed: http request: 127.0.0.1:") == true, "\(String(describing: gone.reason))")
+            #expect(gone.reason?.message.hasSuffix("sent a plaintext HTTP request (\"GET / HTTP/1.1\"), not a TLS handshake: a ws:// or http:// client on a port with TLS?") == true, "\(String(describing: gone.reason))")
+            // A plaintext HTTP client is told in HTTP what the port speaks.
+            let answer = String(decoding: try await offThread { try garbage.read(4096) }, as: UTF8.self)
+            #expect(answer.hasPrefix("HTTP/1.1 400 Bad Request\r\n"), "\(answer)")
+            #expect(answer.hasSuffix("This port speaks TLS: connect with wss:// (or https://), not ws:// (or http://).\n"), "\(answer)")
             #expect(try await connection.request(Request(type: 0x402, json: ["still": true])).json == ["echo": ["still": true]])
             await connection.close()
         }

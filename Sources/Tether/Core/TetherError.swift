@@ -196,10 +196,29 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         self.underlying = underlying
     }
 
-    /// A short textual form, for logs and messages.
+    /// A short textual form, for logs and messages: the message, then each cause in
+    /// parentheses, `connection lost: … (stream ended inside a frame …)`. A cause whose
+    /// message the text already holds (an error passed on with its message) is left out,
+    /// and its own cause comes next: each sentence appears once.
     public var description: String {
-        if let underlying { return "\(message) (\(underlying))" }
-        return message
+        var text = message
+        var closing = 0
+        var cause = underlying
+        while let current = cause {
+            let said: String
+            if let error = current as? TetherError {
+                said = error.message
+                cause = error.underlying
+            } else {
+                said = String(describing: current)
+                cause = nil
+            }
+            if !said.isEmpty, !text.contains(said) {
+                text += " (" + said
+                closing += 1
+            }
+        }
+        return text + String(repeating: ")", count: closing)
     }
 }
 

@@ -5,8 +5,9 @@
 /// and it turns "frame length 1213486160 exceeds the 16 MiB limit" into a sentence that
 /// names the real problem.
 enum ForeignProtocol: Equatable {
-    /// An HTTP response (`HTTP/1.1 400 Bad Request`), with its first line.
-    case httpResponse(String)
+    /// An HTTP response (`HTTP/1.1 400 Bad Request`), with its first line, and the first
+    /// line of its body when the bytes hold one (a server's refusal says why there).
+    case httpResponse(String, body: String? = nil)
     /// An HTTP request (`GET / HTTP/1.1`), with its first line.
     case httpRequest(String)
     /// A TLS handshake record: a ClientHello from a client, a ServerHello from a server.
@@ -32,7 +33,12 @@ enum ForeignProtocol: Equatable {
             default: return .tlsRecord
             }
         }
-        if startsWith("HTTP/", bytes) { return .httpResponse(firstLine(of: bytes)) }
+        if startsWith("HTTP/", bytes) {
+            let line = firstLine(of: bytes)
+            // A body that only repeats the status (`Bad Request`) adds nothing.
+            let body = bodyLine(of: bytes).flatMap { line.contains($0) ? nil : $0 }
+            return .httpResponse(line, body: body)
+        }
         if methods.contains(where: { startsWith($0, bytes) }) { return .httpRequest(firstLine(of: bytes)) }
         return nil
     }
@@ -40,6 +46,28 @@ enum ForeignProtocol: Equatable {
     private static func startsWith(_ prefix: String, _ bytes: ArraySlice<UInt8>) -> Bool {
         let prefix = Array(prefix.utf8)
         return bytes.count >= prefix.count && bytes.prefix(prefix.count).elementsEqual(prefix)
+    }
+
+    /// The first line of the body after an HTTP head in `bytes`, up to 160 printable
+    /// characters; `nil` when the head is not complete or the body is empty.
+    private static func bodyLine(of bytes: ArraySlice<UInt8>) -> String? {
+        let end: [UInt8] = [0x0D, 0x0A, 0x0D, 0x0A]
+        guard let start = bytes.indices.first(where: { bytes[$0...].starts(with: end) }) else { return nil }
+        let body = bytes[(start + 4)...]
+        let line = body.prefix { $0 != 0x0D && $0 != 0x0A }.prefix(160)
+        guard !line.isEmpty else { return nil }
+        return String(decoding: line.map { (0x20...0x7E).contains($0) ? $0 : UInt8(ascii: "?") }, as: UTF8.self)
+    }
+
+    /// What the bytes are, in a few words: `an HTTP response`, `a TLS alert`.
+    var name: String {
+        switch self {
+        case .httpResponse(let line, _): "an HTTP response (\"\(line)\")"
+        case .httpRequest(let line): "an HTTP request (\"\(line)\")"
+        case .tlsHandshake: "a TLS handshake"
+        case .tlsAlert: "a TLS alert"
+        case .tlsRecord: "a TLS record"
+        }
     }
 
     /// The first line, up to 80 printable characters.
@@ -76,7 +104,9 @@ enum ForeignProtocol: Equatable {
     /// - Returns: The sentence.
     func clientExplanation(peer: String, profile: String, secured: Bool) -> String {
         switch self {
-        case .httpResponse(let line):
+        case .httpResponse(let line, let body?):
+            "the peer \(peer) answered with HTTP (\"\(line)\"), not \(profile) frames, and says: \(body)"
+        case .httpResponse(let line, nil):
             "the peer \(peer) answered with HTTP (\"\(line)\"), not \(profile) frames: wrong port, or a web server or proxy in the way?"
         case .httpRequest(let line):
             "the peer \(peer) sent an HTTP request (\"\(line)\"), not \(profile) frames: is it a Tether server?"
@@ -98,7 +128,7 @@ enum ForeignProtocol: Equatable {
         switch self {
         case .httpRequest(let line):
             "\(peer) sent an HTTP request (\"\(line)\") to a port that speaks \(profile) frames: an HTTP client on the wrong port?"
-        case .httpResponse(let line):
+        case .httpResponse(let line, _):
             "\(peer) sent an HTTP response (\"\(line)\") to a port that speaks \(profile) frames"
         case .tlsHandshake:
             "\(peer) sent a TLS handshake (a ClientHello)\(secured ? ", not \(profile) frames" : " to a port without TLS: the client expects TLS, and this server has none configured")"
@@ -113,7 +143,7 @@ enum ForeignProtocol: Equatable {
     /// - Parameter profile: The profile the server speaks.
     /// - Returns: The bytes of a complete `400 Bad Request` response.
     static func httpAnswer(profile: String) -> [UInt8] {
-        let body = "This port speaks the Tether \(profile) protocol, not HTTP.\n"
+        let body = "This port speaks the Tether \(profile) protocol, not HTTP or WebSocket: connect without ws://.\n"
         let head = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n"
         return Array((head + body).utf8)
     }

@@ -185,7 +185,17 @@ final class TLSTransport: TransportLayer, ByteTransportHandler, Flushable, @unch
     /// fatal `protocol_version` alert (OpenSSL sends none for a first record that is not
     /// TLS), so a plaintext client can tell that it reached a TLS port.
     private func notTLS(_ error: TetherError, opening: ArraySlice<UInt8>) -> TetherError {
-        // TLS that went wrong otherwise, or HTTP, which OpenSSL names itself ("http request").
+        if case .httpRequest(let line)? = ForeignProtocol.recognize(opening) {
+            // A plaintext HTTP client: a ws:// WebSocket client, or a browser with http://.
+            // It reads HTTP, so it is told in HTTP, as web servers tell one on their TLS port.
+            if base.buffers.outbound.readableBytes == 0 {
+                let body = "This port speaks TLS: connect with wss:// (or https://), not ws:// (or http://).\n"
+                let text = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+                base.buffers.outbound.writeBytes(Array(text.utf8))
+            }
+            return TetherError(code: error.code, message: "\(error.message): \(remoteAddress) sent a plaintext HTTP request (\"\(line)\"), not a TLS handshake: a ws:// or http:// client on a port with TLS?", underlying: error)
+        }
+        // TLS that went wrong otherwise.
         guard !opening.isEmpty, ForeignProtocol.recognize(opening) == nil else { return error }
         if base.buffers.outbound.readableBytes == 0 { base.buffers.outbound.writeBytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 70]) }
         let what = "bytes that are not TLS (\(hexBytes(opening.prefix(8))))"

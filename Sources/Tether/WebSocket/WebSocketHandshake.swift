@@ -42,15 +42,18 @@ package enum WebSocketHandshake {
     ///
     /// - Parameters:
     ///   - head: The response head without its final blank line.
+    ///   - body: The first line of what follows the head, if anything does: a refusal
+    ///     says why there, and the error quotes it.
     ///   - key: The key the request sent.
     ///   - peer: The server, for the message.
     /// - Throws: ``TetherError`` with ``TetherError/Code/protocolError`` that quotes the status
     ///   line of anything but a valid `101` answer.
-    static func checkResponse(_ head: String, key: String, peer: String) throws(TetherError) {
+    static func checkResponse(_ head: String, body: String? = nil, key: String, peer: String) throws(TetherError) {
         let (start, fields) = parseHead(head)
         let parts = start.split(separator: " ", maxSplits: 2)
         func refuse(_ why: String) -> TetherError {
-            TetherError(code: .protocolError, message: "\(peer) refused the WebSocket upgrade: \(why) (status line \"\(start)\")")
+            let says = body.map { ", and says: \($0)" } ?? ""
+            return TetherError(code: .protocolError, message: "\(peer) refused the WebSocket upgrade: \(why) (status line \"\(start)\")\(says)")
         }
         guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), parts[1] == "101" else {
             throw refuse("it did not answer 101 Switching Protocols")

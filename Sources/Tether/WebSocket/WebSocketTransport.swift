@@ -199,6 +199,12 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
     /// connection is open now.
     private func handshake(key: String?) -> Bool {
         let inbound = base.buffers.inbound
+        if case .server(let path, _) = options.role, ProtocolSniffer.verdict(inbound.readableBytesView) == .frames {
+            // Not `GET `: no upgrade can follow, so the peer hears why now rather than at
+            // the handshake timeout.
+            refuseNonUpgrade(path: path)
+            return false
+        }
         let headEnd = inbound.withReadableBytes { WebSocketHandshake.endOfHead($0) }
         guard let headEnd else {
             if inbound.readableBytes > options.maximumHeadSize { refuseOversizedHead() }
@@ -213,7 +219,7 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
         switch options.role {
         case .client:
             do throws(TetherError) {
-                try WebSocketHandshake.checkResponse(head, key: key ?? "", peer: "\(remoteAddress)")
+                try WebSocketHandshake.checkResponse(head, body: refusalLine(), key: key ?? "", peer: "\(remoteAddress)")
             } catch {
                 end(error, closeCode: nil)
                 return false
@@ -237,12 +243,42 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
         }
     }
 
+    /// The first line after the head, when the answer is not a `101` and has a body: what
+    /// a server says about its refusal. Nothing is taken from the buffer.
+    private func refusalLine() -> String? {
+        let rest = base.buffers.inbound.readableBytesView
+        guard !rest.isEmpty else { return nil }
+        let line = rest.prefix { $0 != 0x0D && $0 != 0x0A }.prefix(160)
+        guard !line.isEmpty else { return nil }
+        return String(decoding: line.map { (0x20...0x7E).contains($0) ? $0 : UInt8(ascii: "?") }, as: UTF8.self)
+    }
+
     /// The handshake is done: frames flow, and what the layer above held goes out.
     private func opened() {
         phase = .open
         if let handshakeTimer { loop.cancel(handshakeTimer) }
         handshakeTimer = nil
         flush()
+    }
+
+    /// The peer's first bytes are not `GET `: a Tether client that dialed this port
+    /// without `ws://`, or a `wss://` client on a port without TLS. It gets a `400` whose
+    /// body names what this port speaks (a Tether client shows that line), and the error
+    /// says what arrived.
+    private func refuseNonUpgrade(path: String?) {
+        let opening = base.buffers.inbound.readableBytesView.prefix(8)
+        let scheme = base.security == nil ? "ws" : "wss"
+        let place = path ?? "/"
+        let body = "This port speaks WebSocket: connect with \(scheme)://HOST:PORT\(place), not plain Tether frames.\n"
+        let text = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+        base.buffers.outbound.writeBytes(Array(text.utf8))
+        let what: String = switch ForeignProtocol.recognize(opening) {
+        case .tlsHandshake?: "a TLS handshake (a wss:// client on a port without TLS?)"
+        case .some(let foreign): "\(foreign.name) (\(hexBytes(opening)))"
+        case nil: "bytes \(hexBytes(opening)) (Tether frames without ws://?)"
+        }
+        base.buffers.inbound.clear()
+        end(TetherError(code: .protocolError, message: "refused \(remoteAddress) on the WebSocket port: its first bytes, \(what), are not a WebSocket upgrade (GET \(place))"), closeCode: nil)
     }
 
     private func refuseOversizedHead() {
@@ -278,7 +314,9 @@ final class WebSocketTransport: TransportLayer, ByteTransportHandler, Flushable,
     func transportClosed(_ error: TetherError) {
         guard !closed else { return }
         if case .handshaking = phase, error.code == .peerClosed {
-            closeReporting(TetherError(code: .peerClosed, message: "\(remoteAddress) closed the connection during the WebSocket handshake"))
+            // A TLS port that met a ws:// client often just closes: say what that may mean.
+            let hint = options.isClient && base.security == nil && base.bytesRead == 0 ? " without a word: does it speak TLS (wss://)?" : ""
+            closeReporting(TetherError(code: .peerClosed, message: "\(remoteAddress) closed the connection during the WebSocket handshake\(hint)"))
             return
         }
         closeReporting(error)
