@@ -385,6 +385,7 @@ public final class FaultProxy: Sendable {
 ///   - body: The test, given the running proxy.
 /// - Returns: What `body` returns.
 /// - Throws: What ``FaultProxy/init(upstream:mode:)`` or `body` throws.
+@discardableResult
 public func withFaultProxy<Result>(
     to upstream: Endpoint,
     mode: FaultProxy.Mode = .passThrough,

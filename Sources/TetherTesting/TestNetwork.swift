@@ -152,6 +152,7 @@ public final class TestNetwork: Sendable {
 ///   - body: The test.
 /// - Returns: What `body` returns.
 /// - Throws: What `body` throws.
+@discardableResult
 public func withTestNetwork<Result>(
     clock: TestClock = TestClock(),
     isolation: isolated (any Actor)? = #isolation,

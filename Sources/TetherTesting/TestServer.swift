@@ -240,6 +240,7 @@ public final class TestServer: Sendable {
 /// - Returns: What `body` returns.
 /// - Throws: What ``TestServer/init(configuration:handlers:)``, ``TestServer/start()`` or
 ///   `body` throws.
+@discardableResult
 public func withTestServer<Result>(
     configuration: ServerConfiguration = TestServer.defaultConfiguration,
     handlers: @escaping @Sendable (Server) -> Void = { _ in },

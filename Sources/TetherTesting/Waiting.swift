@@ -37,6 +37,7 @@ public struct TimeLimitExceeded: Error, CustomStringConvertible {
 ///   - operation: The work.
 /// - Returns: What `operation` returns.
 /// - Throws: What `operation` throws, or ``TimeLimitExceeded``.
+@discardableResult
 public func withTimeLimit<T: Sendable>(
     _ limit: Duration = .seconds(10),
     _ what: String = "result",

@@ -342,6 +342,7 @@ public actor Connection {
     ///   - body: Work to do with the open connection.
     /// - Returns: What `body` returns.
     /// - Throws: What connecting or `body` throws.
+    @discardableResult
     public static func withConnection<Result>(
         to endpoint: Endpoint,
         configuration: ConnectionConfiguration = .defaults,

@@ -252,18 +252,29 @@ extension TetherError: Hashable {
     }
 }
 
-/// Formats durations the way error messages print them: `5 s`, `250 ms`, `1.5 s`, `1.755 s`:
-/// to the millisecond, as a backoff delay is.
+/// Formats durations the way error messages print them, with their unit and every digit
+/// that counts: `5 s`, `1.5 s`, `1.755 s` (to the millisecond from a second up, as a backoff
+/// delay is), `250 ms`, `1.2 ms`, `0.39 ms` (to the microsecond below a second), `800 ns`
+/// (below a microsecond). Trailing zeros are dropped; a zero duration is `0 s`.
 package func describe(_ duration: Duration) -> String {
     let (seconds, attoseconds) = duration.components
-    let millis = seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    if millis % 1000 == 0 { return "\(millis / 1000) s" }
-    if millis < 1000 { return "\(millis) ms" }
-    // Every millisecond shown, trailing zeros dropped: `1.5 s`, `1.755 s`.
-    var fraction = String(millis % 1000)
-    fraction = String(repeating: "0", count: 3 - fraction.count) + fraction
-    while fraction.hasSuffix("0") { fraction.removeLast() }
-    return "\(millis / 1000).\(fraction) s"
+    guard seconds >= 0, attoseconds >= 0 else { return "-" + describe(.zero - duration) }
+    if seconds == 0 && attoseconds == 0 { return "0 s" }
+    /// `whole.fraction` with `digits` fraction digits, trailing zeros dropped.
+    func decimal(_ value: Int64, digits: Int, unit: String) -> String {
+        var scale: Int64 = 1
+        for _ in 0..<digits { scale *= 10 }
+        var fraction = String(value % scale)
+        fraction = String(repeating: "0", count: digits - fraction.count) + fraction
+        while fraction.hasSuffix("0") { fraction.removeLast() }
+        return fraction.isEmpty ? "\(value / scale) \(unit)" : "\(value / scale).\(fraction) \(unit)"
+    }
+    if seconds >= 1 {
+        return decimal(seconds * 1000 + attoseconds / 1_000_000_000_000_000, digits: 3, unit: "s")
+    }
+    let nanoseconds = attoseconds / 1_000_000_000
+    if nanoseconds < 1000 { return "\(nanoseconds) ns" }
+    return decimal(nanoseconds / 1000, digits: 3, unit: "ms")
 }
 
 extension TetherError {

@@ -12,7 +12,11 @@ public actor Peer {
     /// Where the peer connects from.
     public nonisolated let remoteAddress: SocketAddress
     nonisolated let loop: EventLoop
-    weak var server: Server?
+    /// The server this peer belongs to, for a handler that acts beyond its own peer: to
+    /// push to another client (``Server/push(_:toClient:)``) or to all. `nil` once the
+    /// server itself is gone. A handler needs no reference of its own to the server (no
+    /// `[weak server]` capture).
+    public nonisolated weak let server: Server?
     /// The server's configuration, shared by its peers: an idle peer keeps no copy.
     private let sharedConfiguration: SharedServerConfiguration
     /// The server's configuration.
