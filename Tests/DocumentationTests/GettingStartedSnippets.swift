@@ -123,7 +123,7 @@ func gettingStartedClose(_ connection: Connection) async {
     let states = connection.states
     await connection.close()
     for await state in states {
-        print(state)            // connected, then: closed: connection to 127.0.0.1:40325 closed by close()
+        print(state)            // connected to 127.0.0.1:40325, then: closed: connection to 127.0.0.1:40325 closed by close()
     }
 }
 
@@ -203,7 +203,7 @@ func gettingStartedHandleErrors(_ connection: Connection) async throws {
             #expect(pushes == [#"2 1 {"news":"hi"}"#])
 
             let states = try await printedLines { await gettingStartedClose(connection) }
-            #expect(states == ["connected", "closed: connection to 127.0.0.1:\(address.port) closed by close()"])
+            #expect(states == ["connected to 127.0.0.1:\(address.port)", "closed: connection to 127.0.0.1:\(address.port) closed by close()"])
 
             let errors = try await printedLines { try await gettingStartedHandleErrors(connection) }
             #expect(errors.count == 1)

@@ -182,7 +182,7 @@ struct ResilienceSnippets {
         noPathMonitorExample()
         #expect(ConnectionConfiguration().pathMonitor === SystemPathMonitor.shared)
         let printed = try await withPrintedLines { try await connectionSurvivesLosingTheNetwork() }
-        #expect(printed == ["connected"])
+        #expect(printed == ["connected to server:9000"])
         #expect(bannerText(for: .waitingForNetwork(reason: TetherError(code: .peerClosed, message: "peer closed"))) == "Waiting for the network…")
     }
 
@@ -222,7 +222,7 @@ struct ResilienceSnippets {
     @Test("the banner follows the states, and the status ends offline when the connection closes")
     func status() async throws {
         let lost = TetherError(code: .peerClosed, message: "peer 127.0.0.1:9000 closed the connection")
-        #expect(bannerText(for: .connected) == nil)
+        #expect(bannerText(for: .connected(to: Endpoint(host: "127.0.0.1", port: 9000))) == nil)
         #expect(bannerText(for: .connecting) == "Connecting…")
         #expect(bannerText(for: .reconnecting(attempt: 2, after: .seconds(2), reason: lost)) == "Connection lost. Reconnecting (attempt 2)…")
         #expect(bannerText(for: .failed(lost)) == "Offline: peer 127.0.0.1:9000 closed the connection")

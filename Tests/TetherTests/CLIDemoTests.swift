@@ -16,7 +16,7 @@ struct CLIDemoTests {
             #expect(output.contains("\n\(step). "), "step \(step) missing: \(output)")
         }
         #expect(output.contains("a client expecting chat.example.com refuses it: "), "\(output)")
-        #expect(output.contains("   state: connected (fallback ws://127.0.0.1:"), "\(output)")
+        #expect(output.contains("   state: connected to ws://127.0.0.1:"), "\(output)")
         #expect(output.contains("the firewall reset 1 connection; 1 connect, 0 reconnect attempts"), "\(output)")
         #expect(output.contains("server stopped; demo finished in "), "\(output)")
     }

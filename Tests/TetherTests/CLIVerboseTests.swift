@@ -67,7 +67,7 @@ struct CLIVerboseTests {
         #expect(try await listen.waitForExit(within: eventBound) == 0, "\(listen.outputText)")
         // Only the lines on stderr: the push printed on stdout may come between them.
         let lines = listen.outputText.split(separator: "\n").filter { $0.hasPrefix("tether:") }
-        let connected = try #require(lines.firstIndex(of: "tether: connected"), "\(listen.outputText)")
+        let connected = try #require(lines.firstIndex(of: "tether: connected to 127.0.0.1:\(endpoint.port)"), "\(listen.outputText)")
         #expect(lines.indices.contains(connected + 1) && lines[connected + 1].hasPrefix("tether: connected to 127.0.0.1:\(endpoint.port) (IPv4) in "), "\(listen.outputText)")
     }
 }

@@ -30,7 +30,7 @@ struct ConnectionStateMachineDrainTests {
         var machine = Self.connected()
         #expect(machine.handle(.departureAnnounced(reconnectAfter: .zero, Self.draining)) == [.awaitDeparture])
         #expect(machine.isDeparting)
-        #expect(machine.state == .connected)
+        #expect(machine.state.phase == .connected)
         // A second notice changes nothing.
         #expect(machine.handle(.departureAnnounced(reconnectAfter: .zero, Self.draining)) == [])
         #expect(machine.handle(.departureDue(Self.draining)) == [

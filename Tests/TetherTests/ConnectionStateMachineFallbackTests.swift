@@ -42,7 +42,7 @@ struct ConnectionStateMachineFallbackTests {
             .schedulePrimaryRetry(Self.token(3), after: .seconds(60)),
             .resumeOpener, .writeQueued,
         ])
-        #expect(machine.state.description == "connected (fallback \(Self.webSocket))")
+        #expect(machine.state.description == "connected to \(Self.webSocket)")
     }
 
     @Test("the primary retry detaches gracefully and dials the main endpoint as a fresh attempt; a stale one does nothing")
@@ -60,7 +60,7 @@ struct ConnectionStateMachineFallbackTests {
         #expect(machine.handle(.primaryRetryDue(Self.token(3))) == [])
         // Connected over the main endpoint: plain connected, no primary retry.
         _ = machine.handle(.dialSucceeded(Self.token(4)))
-        #expect(machine.handle(.attached(Self.token(4))) == [.startHeartbeats, .countConnection, .publish(.connected), .writeQueued])
+        #expect(machine.handle(.attached(Self.token(4))) == [.startHeartbeats, .countConnection, .publish(ConnectionState(phase: .connected)), .writeQueued])
         #expect(machine.attempt == 0)
     }
 
@@ -134,7 +134,7 @@ struct ConnectionStateMachineFallbackTests {
         _ = machine.handle(.connectStarted)
         _ = machine.handle(.dialSucceeded(Self.token(1)))
         _ = machine.handle(.attached(Self.token(1)))
-        #expect(machine.state == .connected)
+        #expect(machine.state.phase == .connected)
         #expect(machine.handle(.lost(Self.reset)) == [
             .detach(graceful: false), .failInFlight(Self.reset), .publish(.connecting), .dialFallback(Self.token(2)),
         ])

@@ -55,7 +55,8 @@ extension ConnectionStateMachineTests {
         _ = machine.handle(.backoffElapsed(Self.token(3)))
         _ = machine.handle(.dialSucceeded(Self.token(4)))
         _ = machine.handle(.attached(Self.token(4)))
-        #expect(machine.handle(.helloRefused(Self.rejected, retryable: false)) == [.detach(graceful: false), .dial(Self.token(5), endpoint: 0, attempt: 1)])
+        // The loss moved on to the second endpoint; the retry is on the same one.
+        #expect(machine.handle(.helloRefused(Self.rejected, retryable: false)) == [.detach(graceful: false), .dial(Self.token(5), endpoint: 1, attempt: 1)])
     }
 
     @Test("a rejection, then a retry that fails to connect: the next hello that is rejected ends it; the provider's failure is a failed attempt")
@@ -97,7 +98,7 @@ extension ConnectionStateMachineTests {
         #expect(machine.switchWaiting && machine.asksIdentity && machine.phase == .dialing(Self.token(2)))
         _ = machine.handle(.dialSucceeded(Self.token(2)))
         #expect(machine.handle(.attached(Self.token(2))) == [.sendHello(Self.token(2)), .startHeartbeats])
-        #expect(machine.handle(.helloAccepted) == [.stopHelloTimer, .countConnection, .publish(.connected), .resumeSwitcher, .writeQueued])
+        #expect(machine.handle(.helloAccepted) == [.stopHelloTimer, .countConnection, .publish(ConnectionState(phase: .connected)), .resumeSwitcher, .writeQueued])
         #expect(!machine.switchWaiting)
     }
 

@@ -32,8 +32,8 @@ struct ConnectionStateMachinePrepareTests {
         // A stale preparation, of another token, is nothing.
         #expect(machine.handle(.prepared(Token(value: 9))) == [])
         #expect(machine.handle(.provedHealthy) == [])
-        #expect(machine.handle(.prepared(Token(value: 1))) == [.countConnection, .publish(.connected), .resumeOpener, .writeQueued])
-        #expect(machine.state == .connected)
+        #expect(machine.handle(.prepared(Token(value: 1))) == [.countConnection, .publish(ConnectionState(phase: .connected)), .resumeOpener, .writeQueued])
+        #expect(machine.state.phase == .connected)
         #expect(!machine.isHandshaking)
     }
 
@@ -43,7 +43,7 @@ struct ConnectionStateMachinePrepareTests {
         #expect(actions == [.sendHello(Token(value: 1)), .startHeartbeats])
         #expect(machine.handle(.helloAccepted) == [.stopHelloTimer, .prepare(Token(value: 1))])
         #expect(machine.state == .connecting)
-        #expect(machine.handle(.prepared(Token(value: 1))) == [.countConnection, .publish(.connected), .resumeOpener, .writeQueued])
+        #expect(machine.handle(.prepared(Token(value: 1))) == [.countConnection, .publish(ConnectionState(phase: .connected)), .resumeOpener, .writeQueued])
     }
 
     @Test("a preparation that fails is a failed attempt: detach, back off, and the next attempt prepares again; the first connect fails at once when the policy does not retry it")

@@ -178,7 +178,7 @@ struct ConnectionStateMachineTests {
 
     @Test("attaching: plain goes straight to ready, TLS arms its timer, a session sends the hello; a failed attach is a failed attempt")
     func attaching() {
-        let ready: [Machine.Action] = [.countConnection, .publish(.connected), .resumeOpener, .writeQueued]
+        let ready: [Machine.Action] = [.countConnection, .publish(ConnectionState(phase: .connected)), .resumeOpener, .writeQueued]
         var plain = Self.dialingStart.machine()
         _ = plain.handle(.dialSucceeded(Self.token(1)))
         #expect(plain.handle(.attached(Self.token(1))) == [.startHeartbeats] + ready)
@@ -206,7 +206,7 @@ struct ConnectionStateMachineTests {
     @Test("TLS established: the timer stops, then the hello or ready")
     func tlsEstablished() {
         var plain = Self.securing.machine()
-        #expect(plain.handle(.tlsEstablished) == [.startHeartbeats, .countConnection, .publish(.connected), .resumeOpener, .writeQueued])
+        #expect(plain.handle(.tlsEstablished) == [.startHeartbeats, .countConnection, .publish(ConnectionState(phase: .connected)), .resumeOpener, .writeQueued])
         #expect(plain.phase == .connected(healthy: false))
         var session = Self.make(tls: true, session: true)
         Self.attached(&session)
@@ -239,7 +239,7 @@ struct ConnectionStateMachineTests {
     @Test("the hello: accepted is ready, refused for now is a failed attempt, rejected for good fails the connection")
     func helloAnswers() {
         var accepted = Self.greeting.machine()
-        #expect(accepted.handle(.helloAccepted) == [.stopHelloTimer, .countConnection, .publish(.connected), .resumeOpener, .writeQueued])
+        #expect(accepted.handle(.helloAccepted) == [.stopHelloTimer, .countConnection, .publish(ConnectionState(phase: .connected)), .resumeOpener, .writeQueued])
         #expect(accepted.phase == .connected(healthy: false))
 
         let busy = TetherError(code: .sessionRejected, message: "could not resume now")
@@ -281,7 +281,7 @@ struct ConnectionStateMachineTests {
 
     // MARK: Losses
 
-    @Test("a healthy connection lost: in-flight requests fail, attempt 1 after the initial delay, same endpoint")
+    @Test("a healthy connection lost: in-flight requests fail, attempt 1 after the initial delay, on the next endpoint")
     func lostHealthy() {
         var machine = Self.healthyStart.machine()
         let reconnecting = ConnectionState.reconnecting(attempt: 1, after: Self.delay(1), reason: Self.peerClosed)
@@ -289,7 +289,7 @@ struct ConnectionStateMachineTests {
             .detach(graceful: false), .failInFlight(Self.peerClosed), .publish(reconnecting), .scheduleBackoff(Self.token(2), after: Self.delay(1)),
         ])
         #expect(machine.phase == .backingOff(Self.token(2), reconnecting))
-        #expect(machine.endpointIndex == 0 && machine.attempt == 1)
+        #expect(machine.endpointIndex == 1 && machine.attempt == 1)
     }
 
     @Test("a connection lost before it proved healthy spends one more attempt and moves on to the next endpoint")
@@ -485,7 +485,7 @@ struct ConnectionStateMachineTests {
         ])
     }
 
-    @Test("endpoints rotate on every failed dial and on losses before health, not on healthy losses")
+    @Test("endpoints rotate on every failed dial and on every loss, healthy or not")
     func endpointRotation() {
         var machine = Self.make(endpoints: 3)
         Self.dialing(&machine)
@@ -504,7 +504,7 @@ struct ConnectionStateMachineTests {
         _ = machine.handle(.provedHealthy)
         _ = machine.handle(.lost(Self.peerClosed))
         guard case .backingOff(let backoff, _) = machine.phase else { return }
-        #expect(machine.handle(.backoffElapsed(backoff)).contains(.dial(Self.token(backoff.value + 1), endpoint: 1, attempt: 1)))
+        #expect(machine.handle(.backoffElapsed(backoff)).contains(.dial(Self.token(backoff.value + 1), endpoint: 2, attempt: 1)))
     }
 
     // MARK: suspend(), resume(), reconnectNow(), close() from every phase
@@ -622,7 +622,7 @@ struct ConnectionStateMachineTests {
     func publishedStates() {
         let expected: [(Start, ConnectionState)] = [
             (Self.idle, .idle), (Self.idleOpened, .idle), (Self.dialingStart, .connecting), (Self.securing, .connecting),
-            (Self.greeting, .connecting), (Self.unhealthy, .connected), (Self.healthyStart, .connected),
+            (Self.greeting, .connecting), (Self.unhealthy, .connectedUnnamed), (Self.healthyStart, .connectedUnnamed),
             (Self.backoff, .reconnecting(attempt: 1, after: Self.delay(1), reason: Self.peerClosed)),
             (Self.suspendedStart, .suspended), (Self.closedStart, .closed(Self.closedByUser)),
         ]

@@ -104,7 +104,7 @@ struct DrainTests {
             #expect(try await bounded("the first response") { try await inFlight.value }.json == ["server": "a", "echo": ["n": 1]])
             #expect(try await bounded("the later response") { try await later.value }.json == ["server": "b", "echo": ["n": 2]])
             let seen = try await collect(5, from: states, "the states")
-            #expect(seen == [.idle, .connecting, .connected, .connecting, .connected])
+            #expect(seen == [.idle, .connecting, .connected(to: connection.endpoint), .connecting, .connected(to: second)])
             #expect(await connection.currentEndpoint == second)
             let metrics = await connection.metrics
             #expect(metrics.reconnectAttempts == 0)

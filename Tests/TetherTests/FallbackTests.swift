@@ -87,7 +87,7 @@ struct FallbackTests {
             let states = connection.states
             accepted.reset()
             let seen = try await collect(3, from: states, "the fallback after the reset")
-            #expect(seen == [.connected, .connecting, ConnectionState(phase: .connected, endpoint: webSocket)])
+            #expect(seen == [.connected(to: middlebox), .connecting, .connected(to: webSocket)])
             let reply = try await connection.request(Request(type: 0x402, json: ["via": "fallback"]))
             #expect(reply.json == ["echo": ["via": "fallback"]])
             #expect(await connection.currentEndpoint == webSocket)
@@ -142,7 +142,7 @@ struct FallbackTests {
                 #expect(await connection.currentState == ConnectionState(phase: .connected, endpoint: webSocket))
                 await network.advance(by: .nanoseconds(1))
                 let seen = try await collect(3, from: states, "the reconnect to the main endpoint")
-                #expect(seen == [ConnectionState(phase: .connected, endpoint: webSocket), .connecting, .connected])
+                #expect(seen == [.connected(to: webSocket), .connecting, .connected(to: tcp)])
                 #expect(await connection.currentEndpoint == tcp)
                 let reply = try await connection.request(Request(type: 0x402, json: ["via": "tcp"]))
                 #expect(reply.json == ["echo": ["via": "tcp"]])
@@ -185,7 +185,7 @@ struct FallbackTests {
                 let reply = try await bounded("the held response") { try await pending.value }
                 #expect(reply.json == ["echo": ["held": true]])
                 let seen = try await collect(3, from: states, "the reconnect to the main endpoint")
-                #expect(seen == [ConnectionState(phase: .connected, endpoint: webSocket), .connecting, .connected])
+                #expect(seen == [.connected(to: webSocket), .connecting, .connected(to: primary)])
                 #expect(await connection.currentEndpoint == primary)
                 #expect(await connection.metrics.reconnectAttempts == 0)
                 await connection.close()

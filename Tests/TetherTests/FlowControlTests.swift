@@ -76,7 +76,7 @@ struct FlowControlTests {
             #expect(metrics.heartbeatsMissed == before.heartbeatsMissed)
             #expect(metrics.readPauses == 1)
             #expect(metrics.connects == before.connects)
-            #expect(await connection.state == .connected)
+            #expect(await connection.state.phase == .connected)
 
             let received = try await collect(4 * bound, from: notifications, "the pushes held back")
             #expect(received.map(index(of:)) == Array(1...(4 * bound)))

@@ -53,7 +53,7 @@ struct PathChangeTests {
                 let seen = try await collect(3, from: reached, within: eventBound)
                 #expect(seen.map(\.serial) == [1, 2, 3])
                 #expect(seen.map(\.at) == [.zero, .seconds(3), .seconds(13)])
-                #expect(await connection.currentState == .connected)
+                #expect(await connection.currentState.phase == .connected)
                 await connection.close()
             }
         }
@@ -111,7 +111,7 @@ struct PathChangeTests {
                     if pathChanges { network.pathMonitor.update(Self.cellular) }
                     let found: Duration = pathChanges ? .seconds(5) : .seconds(35)
                     await network.advance(by: found - .nanoseconds(1))
-                    #expect(await connection.currentState == .connected, "found before \(found)")
+                    #expect(await connection.currentState.phase == .connected, "found before \(found)")
                     await network.advance(by: .nanoseconds(1))
                     let closed = try await watcher.next(.closed)
                     #expect(closed.reason?.code == .heartbeatTimeout)
@@ -228,7 +228,7 @@ struct PathChangeTests {
                 network.pathMonitor.update(.unusable)
                 await network.runUntilIdle()
                 #expect(try await connection.request(Request(type: 0x402, json: ["n": 1])).json == ["echo": ["n": 1]])
-                #expect(await connection.currentState == .connected)
+                #expect(await connection.currentState.phase == .connected)
 
                 _ = try? await connection.request(Request(type: 0x407), timeout: .seconds(5))
                 let waiting = try await watcher.next(.waitingForNetwork)

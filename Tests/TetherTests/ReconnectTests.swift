@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 import TetherTesting
 @testable import Tether
@@ -453,6 +454,46 @@ struct ReconnectTests {
                 #expect(await connection.currentEndpoint == endpoint)
                 let reply = try await connection.request(Request(type: 0x402, json: ["via": "alternate"]))
                 #expect(reply.json == ["echo": ["via": "alternate"]])
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("after the node it is on dies, the first attempt goes to the next endpoint after one backoff delay, and every connected state and observed change names the endpoint it is about")
+    func failoverToNextEndpoint() async throws {
+        final class Endpoints: ConnectionObserver {
+            let seen = Mutex<[String]>([])
+            func connectionStateChanged(_ state: ConnectionState, of endpoint: Endpoint) {
+                seen.withLock { $0.append("\(state.phase) of \(endpoint)") }
+            }
+        }
+        try await withTestNetwork { network in
+            try await withNetworkServer(on: network, port: 9001, handlers: echoHandlers) { _, second in
+                let first = Server(configuration: .testing(on: network, port: 9000))
+                echoHandlers(first)
+                let running = Task { try await first.run() }
+                _ = try await first.listeningAddress()
+                let observer = Endpoints()
+                let connection = Connection(to: Endpoint(host: "server", port: 9000), configuration: reconnecting(on: network, after: .seconds(1)) {
+                    $0.alternateEndpoints = [second]
+                    $0.observer = observer
+                })
+                let watcher = StateWatcher(connection)
+                try await connection.connect()
+                // A response proves the connection healthy: its loss is a break, not a failed attempt.
+                _ = try await connection.request(Request(type: 0x402, json: [:]))
+                #expect(await connection.currentState == .connected(to: connection.endpoint))
+                running.cancel()
+                _ = try? await running.value
+                let lost = try await watcher.next(.reconnecting)
+                #expect(lost.attempt == 1)
+                #expect(lost.delay == .seconds(1))
+                await network.advance(by: .seconds(1))
+                let back = try await watcher.next(.connected)
+                #expect(back == .connected(to: second))
+                #expect(await connection.currentEndpoint == second)
+                #expect(await connection.metrics.reconnectAttempts == 1)
+                #expect(observer.seen.withLock { $0 }.suffix(3) == ["reconnecting of server:9001", "connecting of server:9001", "connected of server:9001"])
                 await connection.close()
             }
         }

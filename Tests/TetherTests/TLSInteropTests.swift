@@ -44,7 +44,7 @@ struct TLSInteropTests {
         defer { server.kill() }
         let connection = try await Connection.connect(to: Endpoint(host: "127.0.0.1", port: port), configuration: await client())
         let pushes = connection.notifications
-        #expect(await connection.currentState == .connected)
+        #expect(await connection.currentState.phase == .connected)
         let details = try #require(await connection.tlsDetails)
         #expect(details.version == "TLSv1.3")
         #expect(details.peerSubject == "/CN=localhost")

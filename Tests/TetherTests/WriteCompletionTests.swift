@@ -119,7 +119,7 @@ struct WriteCompletionTests {
         try await firstBytesSent(progress)
         sending.cancel()
         await #expect(throws: CancellationError.self) { try await sending.value }
-        #expect(await connection.state == .connected)
+        #expect(await connection.state.phase == .connected)
         let reading = Task { try await peer.readFrame(timeout: eventBound) }
         try await connection.send(Frame(type: 0x453, serial: 2, payload: [5]), completion: .written(timeout: eventBound))
         #expect(try await reading.value?.payload == large)

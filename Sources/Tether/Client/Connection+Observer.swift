@@ -79,7 +79,18 @@ extension Connection {
 
     /// Tells the observer of a state change, as it is published.
     func observe(_ state: ConnectionState) {
-        configuration.observer?.connectionStateChanged(state, of: endpoint)
+        // The endpoint the state is about, not the configured one: the one dialed next
+        // while connecting or reconnecting, the one in use otherwise.
+        configuration.observer?.connectionStateChanged(state, of: endpoint(of: state))
+    }
+
+    /// The endpoint `state` is about: while connecting or reconnecting, the one the attempt
+    /// dials (an alternate or the fallback after a failover); otherwise the one in use.
+    func endpoint(of state: ConnectionState) -> Endpoint {
+        guard state.phase == .connecting || state.phase == .reconnecting else { return currentEndpoint }
+        if lifecycle.onFallback, let fallback = configuration.fallback { return fallback.endpoint }
+        let endpoints = [endpoint] + configuration.alternateEndpoints
+        return endpoints[lifecycle.endpointIndex % endpoints.count]
     }
 
     /// What tells the observer of each session event, as it is published; `nil` without one.

@@ -73,7 +73,16 @@ public actor Connection {
     /// goes through ``handle(_:)``.
     @exclusivity(unchecked) var lifecycle: ConnectionStateMachine
     /// The current state, as last published.
-    var state: ConnectionState { lifecycle.state }
+    var state: ConnectionState { inUse(lifecycle.state) }
+
+    /// `state` with the endpoint in use when it is connected: the main one, an alternate or
+    /// the fallback (the machine knows only whether it is the fallback).
+    func inUse(_ state: ConnectionState) -> ConnectionState {
+        guard state.phase == .connected, state.endpoint == nil else { return state }
+        var state = state
+        state.endpoint = currentEndpoint
+        return state
+    }
     @exclusivity(unchecked) var counters = ConnectionMetrics()
     var heartbeatMachine: HeartbeatStateMachine?
     /// The adaptive heartbeat's state on this connection's network, with
@@ -786,6 +795,7 @@ public actor Connection {
         case .failWaiting(let reason):
             failWaiting(reason)
         case .publish(let state):
+            let state = inUse(state)
             observe(state)
             stateFeed.publish(state)
         case .resetSession:

@@ -249,10 +249,10 @@ public struct ConnectionConfiguration: Sendable {
     public var reconnect = ReconnectPolicy()
     /// More endpoints to try, in turn with ``Connection/endpoint``, in the list
     /// `[endpoint] + alternateEndpoints`, round and round: each failed attempt moves on to the
-    /// next one. After a connection that proved healthy is lost, attempt 1 goes back to the
-    /// endpoint it was connected to (it worked last), and only its failure moves on; a
-    /// connection lost before it proved healthy counts as a failed attempt and moves on.
-    /// Default none.
+    /// next one. After a connection is lost, attempt 1 goes to the endpoint after the one it
+    /// was connected to, not back to the one that just broke (likely a node that died), so
+    /// failing over takes the first backoff delay only; a connection lost before it proved
+    /// healthy counts as a failed attempt as well. Default none.
     public var alternateEndpoints: [Endpoint] = []
     /// An endpoint to dial at once, in the same attempt, when the one of the attempt cannot
     /// connect, and to leave again for the main one after

@@ -72,7 +72,10 @@ public protocol ConnectionObserver: Sendable {
     ///
     /// - Parameters:
     ///   - state: The new state.
-    ///   - endpoint: The connection's ``Connection/endpoint``.
+    ///   - endpoint: The endpoint the state is about: while connecting or reconnecting,
+    ///     the one the attempt dials; otherwise the one in use (``Connection/currentEndpoint``).
+    ///     After a failover to an alternate endpoint or the fallback, that one, not
+    ///     ``Connection/endpoint``.
     func connectionStateChanged(_ state: ConnectionState, of endpoint: Endpoint)
 
     /// A connection's session reported an event: every event ``Connection/sessionEvents``

@@ -59,11 +59,11 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     public var attempt: Int?
     /// For ``Phase/reconnecting``: how long until that attempt starts.
     public var delay: Duration?
-    /// For ``Phase/connected``: the ``FallbackPolicy/endpoint`` when the connection runs over
-    /// the ``ConnectionConfiguration/fallback``; `nil` over ``Connection/endpoint`` or one of
-    /// the ``ConnectionConfiguration/alternateEndpoints`` (``Connection/currentEndpoint`` says
-    /// which). So a state over the fallback is not equal to ``connected``: test
-    /// ``phase`` to know whether a connection is connected.
+    /// For ``Phase/connected``: the endpoint the connection is on, ``Connection/endpoint``,
+    /// one of the ``ConnectionConfiguration/alternateEndpoints`` or the
+    /// ``FallbackPolicy/endpoint`` of the ``ConnectionConfiguration/fallback``; `nil` in the
+    /// other phases. Every connected state a connection publishes has it, so test ``phase``
+    /// (`state.phase == .connected`) to know whether a connection is connected.
     public var endpoint: Endpoint?
 
     /// Creates a state.
@@ -73,7 +73,7 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     ///   - reason: Why the connection is not connected.
     ///   - attempt: The next attempt, when reconnecting.
     ///   - delay: The time until it, when reconnecting.
-    ///   - endpoint: The fallback endpoint, when connected over it.
+    ///   - endpoint: The endpoint in use, when connected.
     public init(phase: Phase, reason: TetherError? = nil, attempt: Int? = nil, delay: Duration? = nil, endpoint: Endpoint? = nil) {
         self.phase = phase
         self.reason = reason
@@ -86,8 +86,13 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     public static let idle = ConnectionState(phase: .idle)
     /// Resolving and connecting.
     public static let connecting = ConnectionState(phase: .connecting)
-    /// Open.
-    public static let connected = ConnectionState(phase: .connected)
+    /// Open, on `endpoint`: what a connection publishes once it is connected.
+    ///
+    /// - Parameter endpoint: The endpoint the connection is on.
+    /// - Returns: The state.
+    public static func connected(to endpoint: Endpoint) -> ConnectionState {
+        ConnectionState(phase: .connected, endpoint: endpoint)
+    }
     /// Suspended by ``Connection/suspend()``.
     public static let suspended = ConnectionState(phase: .suspended)
 
@@ -129,12 +134,12 @@ public struct ConnectionState: Sendable, Hashable, CustomStringConvertible {
     /// Whether the phase is final: ``Phase/failed`` or ``Phase/closed``.
     public var isFinal: Bool { phase == .failed || phase == .closed }
 
-    /// `connected`, `connected (fallback ws://127.0.0.1:8080/tether)`, `reconnecting
-    /// (attempt 2 in 1.6 s): peer 127.0.0.1:9000 closed the connection`, or `closed:
-    /// connection to 127.0.0.1:9000 closed by close()`.
+    /// `connected to 127.0.0.1:9000`, `connected to ws://127.0.0.1:8080/tether` (over the
+    /// fallback, say), `reconnecting (attempt 2 in 1.6 s): peer 127.0.0.1:9000 closed the
+    /// connection`, or `closed: connection to 127.0.0.1:9000 closed by close()`.
     public var description: String {
         var text = phase.description
-        if let endpoint { text += " (fallback \(endpoint))" }
+        if let endpoint { text += " to \(endpoint)" }
         if let attempt, let delay { text += " (attempt \(attempt) in \(describe(delay)))" }
         if let reason { text += ": \(reason.message)" }
         return text

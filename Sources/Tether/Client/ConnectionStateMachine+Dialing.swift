@@ -62,10 +62,12 @@ extension ConnectionStateMachine {
                 return [.detach(graceful: false), .failInFlight(reason), .publish(.connecting)] + dialFallback()
             case .connected(let healthy):
                 // A connection that never proved healthy (an HTTP server, a proxy whose
-                // backend is down, a server at its limit) counts as one more failed attempt,
-                // and the next attempt moves on to the next endpoint.
+                // backend is down, a server at its limit) counts as one more failed attempt.
+                // Either way the next attempt moves on to the next endpoint: the one that
+                // just broke is the likeliest to be down (a node that died), and any of the
+                // others serves as well. With one endpoint, that is the same one again.
                 let next = healthy ? 1 : attempt + 1
-                if !healthy { endpointIndex += 1 }
+                endpointIndex += 1
                 return [.detach(graceful: false), .failInFlight(reason)] + scheduleReconnect(attempt: next, reason: reason)
             default:
                 return []
@@ -145,7 +147,7 @@ extension ConnectionStateMachine {
             actions.append(.publish(state))
             actions.append(.schedulePrimaryRetry(token, after: fallback.primaryRetryInterval))
         } else {
-            actions.append(.publish(.connected))
+            actions.append(.publish(ConnectionState(phase: .connected)))
         }
         if openerWaiting {
             openerWaiting = false

@@ -348,7 +348,8 @@ struct ConnectionStateMachine: Sendable {
         switch phase {
         case .idle: .idle
         case .dialing, .attaching, .securing, .greeting, .preparing: .connecting
-        case .connected: onFallback ? ConnectionState(phase: .connected, endpoint: settings.fallback?.endpoint) : .connected
+        // Which endpoint is in use only the connection knows, but for the fallback.
+        case .connected: ConnectionState(phase: .connected, endpoint: onFallback ? settings.fallback?.endpoint : nil)
         case .backingOff(_, let state), .waitingForNetwork(let state), .ended(let state): state
         case .suspended: .suspended
         }

@@ -43,3 +43,8 @@ actor StateWatcher {
     /// The phases seen so far.
     var phases: [ConnectionState.Phase] { seen.map(\.phase) }
 }
+
+extension ConnectionState {
+    /// Connected, as the state machine publishes it: the connection adds the endpoint in use.
+    static let connectedUnnamed = ConnectionState(phase: .connected)
+}
