@@ -58,14 +58,12 @@ extension ServerConfiguration {
     }
 
     /// Makes the server listen on `network` instead of the system's sockets, on the
-    /// network's event loop and clock; with ``mailboxes`` set, their
-    /// ``Tether/MailboxConfiguration/clock`` becomes the network's clock too
-    /// (``TetherTesting/TestClock/mailboxClock``), so set the mailboxes first.
+    /// network's event loop and clock. Its mailboxes, set before or after, follow the
+    /// network's clock too, unless their ``Tether/MailboxConfiguration/clock`` is set.
     ///
     /// - Parameter network: The in-memory network.
     public mutating func use(_ network: TestNetwork) {
         eventLoopGroup = network.eventLoopGroup
         self.network = network.memory
-        mailboxes?.clock = network.clock.mailboxClock
     }
 }

@@ -138,6 +138,27 @@ struct PriceClientTests {
         }
     }
 
+    @Test("a session client comes back after its backoff, once its hello is answered")
+    func sessionReconnects() async throws {
+        try await withTestNetwork { network in
+            var configuration = ServerConfiguration.testing(on: network)
+            configuration.mailboxes = .inMemory              // before or after testing(on:)
+            try await withTestServer(configuration: configuration) { server in
+                var client = ConnectionConfiguration.testing(on: network)
+                client.session = SessionConfiguration(clientID: "alice")
+                try await Connection.withConnection(to: server.endpoint, configuration: client) { connection in
+                    let states = connection.states
+                    try await server.restart()
+                    let phases = try await collect(2, from: states.map(\.phase))
+                    #expect(phases == [.connected, .reconnecting])
+                    await network.advance(by: .milliseconds(20))  // the first backoff, exactly
+                    let back = try await collect(2, from: states.map(\.phase))   // the hello's answer
+                    #expect(back == [.connecting, .connected])
+                }
+            }
+        }
+    }
+
     @Test("a pushed price reaches the updates")
     func pushedPrice() async throws {
         try await withTestNetwork { network in

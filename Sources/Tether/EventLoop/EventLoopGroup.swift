@@ -8,6 +8,8 @@ import Synchronization
 public final class EventLoopGroup: Sendable {
     package let loops: [EventLoop]
     private let cursor = Atomic<Int>(0)
+    /// The clock of a group whose loops run on a manual clock; `nil` for real time.
+    package let manualClock: ManualClock?
 
     /// The process-wide group: one loop per core, started on first use.
     public static let shared = EventLoopGroup(loopCount: max(1, ProcessorCount.online))
@@ -18,6 +20,7 @@ public final class EventLoopGroup: Sendable {
     public init(loopCount: Int) {
         precondition(loopCount >= 1, "an event loop group needs at least one loop")
         loops = (0..<loopCount).map { EventLoop(name: "tether-loop-\($0)") }
+        manualClock = nil
     }
 
     /// Starts a group of loops whose time is `clock`: their timers fire only as the clock
@@ -29,6 +32,7 @@ public final class EventLoopGroup: Sendable {
     package init(loopCount: Int, clock: ManualClock) {
         precondition(loopCount >= 1, "an event loop group needs at least one loop")
         loops = (0..<loopCount).map { EventLoop(name: "tether-manual-loop-\($0)", clock: clock) }
+        manualClock = clock
     }
 
     /// The next loop, round-robin.

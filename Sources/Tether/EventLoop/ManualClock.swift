@@ -39,7 +39,11 @@ package final class ManualClock: Sendable {
     /// - Parameter now: The starting time, in monotonic nanoseconds.
     package init(now: UInt64 = 1_000_000_000_000) {
         nanoseconds = Atomic(now)
+        origin = now
     }
+
+    /// The time the clock started at.
+    package let origin: UInt64
 
     /// The time, in monotonic nanoseconds: what ``EventLoop/now`` reads on every loop of
     /// this clock.

@@ -36,8 +36,15 @@ public struct MailboxConfiguration: Sendable {
     /// beyond it they are dropped and counted in ``ServerMetrics/offlineCallbacksDropped``.
     /// Default 65,536.
     public var offlineCallbackBufferSize: Int = 65_536
-    /// The wall clock that stamps and ages messages. Default the system's; tests inject their own.
-    public var clock: @Sendable () -> MailboxTime = { MailboxTime.now() }
+    /// The wall clock that stamps and ages messages. Default the system's, or, for a server
+    /// whose ``ServerConfiguration/eventLoopGroup`` runs on a test clock (`TetherTesting`),
+    /// that clock, whatever order the configuration was set in; tests may set their own.
+    public var clock: @Sendable () -> MailboxTime {
+        get { chosenClock ?? { MailboxTime.now() } }
+        set { chosenClock = newValue }
+    }
+    /// The clock set, if one was: `nil` follows the server's loops.
+    var chosenClock: (@Sendable () -> MailboxTime)?
 
     /// The cluster this server is a node of, if any: it shares ``store`` with the other
     /// nodes, and routes pushes and takeovers between them (``SessionCluster``). `nil`, the

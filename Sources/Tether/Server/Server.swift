@@ -89,7 +89,13 @@ public final class Server: Sendable {
         self.configuration = configuration
         sharedConfiguration = SharedServerConfiguration(configuration)
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024), tap: Self.eventTap(configuration.observer))
-        let hub = configuration.mailboxes.map(MailboxHub.init)
+        let manualClock = configuration.eventLoopGroup.manualClock
+        let hub = configuration.mailboxes.map { mailboxes -> MailboxHub in
+            var mailboxes = mailboxes
+            // On a test clock's loops, the mailboxes' time is that clock's unless set.
+            if mailboxes.chosenClock == nil, let manualClock { mailboxes.clock = manualClock.sharedMailboxClock }
+            return MailboxHub(configuration: mailboxes)
+        }
         self.hub = hub
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
         channelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
@@ -479,3 +485,4 @@ final class HandlerTable: Sendable {
         table.withLock { $0[type] }
     }
 }
+
