@@ -334,3 +334,9 @@ struct PushesAndHeartbeatsSnippets {
         try await withTimeLimit(testBound) { await greeter.value }
     }
 }
+
+/// The article's AsyncStream of a connection's frames, for an API that takes one.
+func framesAsAsyncStream(_ connection: Connection) -> AsyncStream<Frame> {
+    let frames: AsyncStream<Frame> = connection.frames.asyncStream
+    return frames
+}

@@ -51,3 +51,27 @@ struct SurfaceTrapTests {
         try await withTimeLimit { 42 }
     }
 }
+
+@Suite("A subscription as an AsyncStream", .timeLimit(.guarded))
+struct SubscriptionStreamTests {
+    @Test("frames arrive through the AsyncStream of a subscription, bounded by the subscription's buffer, and what it drops is counted", arguments: [false, true])
+    func boundedStream(session: Bool) async throws {
+        try await withServer(configure: { if session { $0.mailboxes = .inMemory } }) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration {
+                $0.limits.subscriberBufferSize = 2
+                if session { $0.session = SessionConfiguration(clientID: "alice") }
+            })
+            let frames = connection.frames
+            let stream: AsyncStream<Frame> = frames.asyncStream
+            for index in 0..<5 { await server.broadcast(Frame(type: 0x10, text: "\(index)")) }
+            try await bounded("five frames to arrive") {
+                while await connection.metrics.framesIn < 5 + (session ? 1 : 0) { await Task.yield() }
+            }
+            await connection.close()
+            var texts: [String] = []
+            for await frame in stream where frame.type == 0x10 { texts.append(frame.text) }
+            #expect(texts == ["3", "4"])
+            #expect(frames.dropped >= 3)
+        }
+    }
+}

@@ -90,6 +90,27 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
         }
     }
 
+    /// The same elements as an `AsyncStream`, for an API that takes one.
+    ///
+    /// Nothing is copied and no buffer is added: the stream reads this subscription's own
+    /// buffer, bounded as it is (``Limits/subscriberBufferSize``), and what it loses still
+    /// counts in ``dropped``. Make it once and read it from one task, as the subscription
+    /// itself; do not also iterate the subscription.
+    ///
+    /// ```swift
+    /// let frames: AsyncStream<Frame> = connection.frames.asyncStream
+    /// ```
+    ///
+    /// The subscription is the default because it tells what it dropped and, for a
+    /// session's pushes, counts what the app has taken for flow control; an `AsyncStream`
+    /// has no place for either.
+    public var asyncStream: AsyncStream<Element> {
+        // Without flow-control counting, the stream underneath is the subscription.
+        guard backlog != nil else { return stream }
+        let reader = SubscriptionReader(makeAsyncIterator())
+        return AsyncStream(unfolding: { await reader.next() })
+    }
+
     /// Makes the iterator that a `for await` loop uses.
     ///
     /// - Returns: An iterator over the elements delivered since the subscription was made,
@@ -101,6 +122,18 @@ public struct Subscription<Element: Sendable>: AsyncSequence, Sendable {
 
 /// The elements one subscription lost because its buffer was full, shared by the broadcaster
 /// (which counts) and the subscription (which reads). Touched only when an element is dropped.
+/// The iterator an ``Subscription/asyncStream`` pulls from, for a subscription that counts
+/// what is taken: the stream's one consumer calls it, one call at a time.
+final class SubscriptionReader<Element: Sendable>: @unchecked Sendable {
+    // @unchecked Sendable: `AsyncStream(unfolding:)` calls `next()` for one consumer, one
+    // call after another, never two at once.
+    private var iterator: Subscription<Element>.AsyncIterator
+
+    init(_ iterator: Subscription<Element>.AsyncIterator) { self.iterator = iterator }
+
+    func next() async -> Element? { await iterator.next() }
+}
+
 final class DropCount: Sendable {
     private let value = Atomic<Int>(0)
 
