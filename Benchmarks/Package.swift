@@ -28,6 +28,16 @@ let package = Package(
     ],
     targets: [
         .target(name: "BenchCore"),
+        // Tether's and SwiftNIO's types named side by side without qualification.
+        .target(
+            name: "TetherBesideNIO",
+            dependencies: [
+                .product(name: "Tether", package: "Tether"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         .target(
             name: "SeedNIO",
             dependencies: [

@@ -145,7 +145,7 @@ public final class HTTPForwarder: Sendable {
 /// Parses and checks a URL before anything touches the network, and rebuilds it from its
 /// parsed parts so the transfer connects to exactly the host that was checked; for the first
 /// request and every redirect.
-func checkURL(_ text: String, method: HTTPMethod, configuration: HTTPForwardingConfiguration) throws(HTTPForwardingError) -> URL {
+func checkURL(_ text: String, method: TetherHTTPMethod, configuration: HTTPForwardingConfiguration) throws(HTTPForwardingError) -> URL {
     func refuse(_ why: String) -> HTTPForwardingError {
         HTTPForwardingError(reason: .invalidRequest, message: "HTTP \(method) \(text) refused: \(why)")
     }
@@ -203,9 +203,9 @@ func droppedFields(connection values: [String]) -> Set<String> {
 }
 
 /// The request's fields that go upstream, after checking each one.
-func forwardedFields(of headers: HTTPHeaders, method: HTTPMethod, url: String) throws(HTTPForwardingError) -> [HTTPHeaders.Field] {
+func forwardedFields(of headers: TetherHTTPHeaders, method: TetherHTTPMethod, url: String) throws(HTTPForwardingError) -> [TetherHTTPHeaders.Field] {
     let dropped = droppedFields(connection: headers.values(for: "Connection"))
-    var kept: [HTTPHeaders.Field] = []
+    var kept: [TetherHTTPHeaders.Field] = []
     for field in headers {
         guard !field.name.isEmpty, field.name.utf8.allSatisfy(isTokenByte) else {
             throw HTTPForwardingError(reason: .invalidRequest, message: "HTTP \(method) \(url) refused: \"\(field.name)\" is not a valid header name")
@@ -220,11 +220,11 @@ func forwardedFields(of headers: HTTPHeaders, method: HTTPMethod, url: String) t
 
 /// The upstream response's fields that go back to the client. The body arrives decoded
 /// and complete, so the fields that described its transfer go too.
-func returnedFields(of response: HTTPURLResponse) -> HTTPHeaders {
+func returnedFields(of response: HTTPURLResponse) -> TetherHTTPHeaders {
     var dropped = droppedFields(connection: response.value(forHTTPHeaderField: "Connection").map { [$0] } ?? [])
     dropped.remove("host")
     dropped.insert("content-encoding")
-    var headers = HTTPHeaders()
+    var headers = TetherHTTPHeaders()
     let pairs = response.allHeaderFields.compactMap { key, value -> (String, String)? in
         guard let name = key as? String else { return nil }
         return (name, value as? String ?? String(describing: value))
@@ -256,13 +256,13 @@ final class Exchange: Sendable {
         var deadline: Task<Void, Never>?
     }
 
-    let method: HTTPMethod
+    let method: TetherHTTPMethod
     let url: String
     let bodyLimit: Int
     let timeout: Duration
     let state = Mutex(State())
 
-    init(method: HTTPMethod, url: String, bodyLimit: Int, timeout: Duration) {
+    init(method: TetherHTTPMethod, url: String, bodyLimit: Int, timeout: Duration) {
         self.method = method
         self.url = url
         self.bodyLimit = bodyLimit

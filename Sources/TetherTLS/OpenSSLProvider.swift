@@ -82,7 +82,7 @@ final class OpenSSLProvider: TLSProvider, @unchecked Sendable {
         _ = try context()
     }
 
-    func makeSession(host: String?, remoteAddress: SocketAddress) throws(TetherError) -> any TLSSession {
+    func makeSession(host: String?, remoteAddress: TetherSocketAddress) throws(TetherError) -> any TLSSession {
         let context = try context()
         switch role {
         case .client(let options):

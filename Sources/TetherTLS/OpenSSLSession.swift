@@ -14,7 +14,7 @@ final class OpenSSLSession: TLSSession {
     private let isClient: Bool
     /// The name verified on a client; `nil` on a server.
     private let host: String?
-    private let remoteAddress: SocketAddress
+    private let remoteAddress: TetherSocketAddress
     private let pins: [PublicKeyPin]
     private let verdictTimeout: Duration
     private(set) var isEstablished = false
@@ -57,13 +57,13 @@ final class OpenSSLSession: TLSSession {
         client host: String,
         pins: [PublicKeyPin],
         verdictTimeout: Duration,
-        remoteAddress: SocketAddress
+        remoteAddress: TetherSocketAddress
     ) throws(TetherError) {
         try self.init(context: context, isClient: true, host: host, pins: pins, verdictTimeout: verdictTimeout, remoteAddress: remoteAddress)
     }
 
     /// A server session for a client at `remoteAddress`.
-    convenience init(context: SSLContext, serverFor remoteAddress: SocketAddress) throws(TetherError) {
+    convenience init(context: SSLContext, serverFor remoteAddress: TetherSocketAddress) throws(TetherError) {
         try self.init(context: context, isClient: false, host: nil, pins: [], verdictTimeout: .zero, remoteAddress: remoteAddress)
     }
 
@@ -73,7 +73,7 @@ final class OpenSSLSession: TLSSession {
         host: String?,
         pins: [PublicKeyPin],
         verdictTimeout: Duration,
-        remoteAddress: SocketAddress
+        remoteAddress: TetherSocketAddress
     ) throws(TetherError) {
         OpenSSLErrors.clear()
         defer { OpenSSLErrors.clear() }

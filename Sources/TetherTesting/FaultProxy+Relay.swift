@@ -59,7 +59,7 @@ extension FaultProxy {
             serverSocket = Descriptor(adopting: fd)
             setNoDelay(fd)
             limitReceiveBuffer(fd)
-            guard let connected = try? Syscall.startConnect(fd, SocketAddress(ipAddress: "127.0.0.1", port: port)!) else { return false }
+            guard let connected = try? Syscall.startConnect(fd, TetherSocketAddress(ipAddress: "127.0.0.1", port: port)!) else { return false }
             if connected { return true }
             let deadline = ContinuousClock.now + .seconds(5)
             var descriptors = [

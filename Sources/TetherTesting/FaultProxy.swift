@@ -92,7 +92,7 @@ public final class FaultProxy: Sendable {
             try Syscall.setOption(listener.raw, level: SocketOptions.socketLevel, name: SocketOptions.reuseAddress, value: 1)
             // Inherited by every accepted socket, before its window is offered.
             limitReceiveBuffer(listener.raw)
-            try Syscall.bindAddress(listener.raw, SocketAddress(ipAddress: "127.0.0.1", port: 0)!)
+            try Syscall.bindAddress(listener.raw, TetherSocketAddress(ipAddress: "127.0.0.1", port: 0)!)
             try Syscall.startListening(listener.raw, backlog: 64)
             port = try Syscall.localAddress(listener.raw).port
             wake = try WakePipe()

@@ -28,7 +28,7 @@ internal import Synchronization
 public final class TestClock: Sendable {
     package let manual: ManualClock
     private let origin: UInt64
-    private let groups = Mutex<[EventLoopGroup]>([])
+    private let groups = Mutex<[TetherEventLoopGroup]>([])
 
     /// A clock at its start; ``elapsed`` reads zero.
     public init() {
@@ -78,8 +78,8 @@ public final class TestClock: Sendable {
     /// - Parameter loopCount: How many loop threads; at least one.
     /// - Returns: The group; set it as ``Tether/ConnectionConfiguration/eventLoopGroup`` and
     ///   ``Tether/ServerConfiguration/eventLoopGroup``.
-    public func makeEventLoopGroup(loopCount: Int = 1) -> EventLoopGroup {
-        let group = EventLoopGroup(loopCount: loopCount, clock: manual)
+    public func makeEventLoopGroup(loopCount: Int = 1) -> TetherEventLoopGroup {
+        let group = TetherEventLoopGroup(loopCount: loopCount, clock: manual)
         groups.withLock { $0.append(group) }
         return group
     }

@@ -37,11 +37,11 @@ public final class TestLink: Sendable {
     public var endpoint: Endpoint { link.endpoint }
 
     /// The client's address, as the server sees it: a port from 49152 up on 127.0.9.1.
-    public var clientAddress: SocketAddress { link.server.remoteAddress }
+    public var clientAddress: TetherSocketAddress { link.server.remoteAddress }
 
     /// The server's address, as the client sees it: an address in 127.0.10.0/24 for the
     /// server's host name, with the port it listens on.
-    public var serverAddress: SocketAddress { link.client.remoteAddress }
+    public var serverAddress: TetherSocketAddress { link.client.remoteAddress }
 
     /// The faults in force on the link; none (``LinkFaults/none``) unless the network's
     /// default faults or the test set some.

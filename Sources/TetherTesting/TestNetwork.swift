@@ -35,7 +35,7 @@ public final class TestNetwork: Sendable {
     public let clock: TestClock
     /// The group of one event loop that every client and server on the network runs on;
     /// ``Tether/ConnectionConfiguration/use(_:)`` and ``Tether/ServerConfiguration/use(_:)`` set it.
-    public let eventLoopGroup: EventLoopGroup
+    public let eventLoopGroup: TetherEventLoopGroup
     package let memory: MemoryNetwork
     /// The network path its connections see: usable, until the test changes it;
     /// ``Tether/ConnectionConfiguration/use(_:)`` sets it as their
@@ -49,7 +49,7 @@ public final class TestNetwork: Sendable {
     ///   to have both follow one time.
     public init(clock: TestClock = TestClock()) {
         self.clock = clock
-        eventLoopGroup = EventLoopGroup(loopCount: 1, clock: clock.manual)
+        eventLoopGroup = TetherEventLoopGroup(loopCount: 1, clock: clock.manual)
         memory = MemoryNetwork(loop: eventLoopGroup.loops[0])
     }
 

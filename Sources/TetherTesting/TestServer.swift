@@ -97,7 +97,7 @@ public final class TestServer: Sendable {
         handlers: @escaping @Sendable (Server) -> Void = { _ in }
     ) throws {
         var configuration = configuration
-        if configuration.network is SocketNetwork, let address = SocketAddress(ipAddress: configuration.host, port: configuration.port) {
+        if configuration.network is SocketNetwork, let address = TetherSocketAddress(ipAddress: configuration.host, port: configuration.port) {
             let (fd, port) = try Self.reserve(address)
             reservation = fd
             configuration.port = port
@@ -212,7 +212,7 @@ public final class TestServer: Sendable {
 
     /// Binds a socket to `address` (port 0: a free one) with `SO_REUSEADDR`, without
     /// listening.
-    private static func reserve(_ address: SocketAddress) throws -> (Descriptor, Int) {
+    private static func reserve(_ address: TetherSocketAddress) throws -> (Descriptor, Int) {
         do {
             // Closed when dropped, if anything below fails.
             let socket = Descriptor(adopting: try Syscall.makeSocket(family: address.isIPv6 ? AF_INET6 : AF_INET, type: SocketOptions.streamType))

@@ -203,7 +203,7 @@ struct DemoCommand: Command {
         }
     }
 
-    private static func reconnect(_ running: inout DemoServer, address: SocketAddress, _ connection: Connection) async throws {
+    private static func reconnect(_ running: inout DemoServer, address: TetherSocketAddress, _ connection: Connection) async throws {
         Console.out("\n5. reconnect")
         // The current state (connected) first, then every change.
         let states = connection.states
@@ -393,7 +393,7 @@ struct DemoCommand: Command {
     private static func exchange(
         _ request: Request,
         on profile: Profile
-    ) async throws -> (address: SocketAddress, response: Response, metrics: ConnectionMetrics) {
+    ) async throws -> (address: TetherSocketAddress, response: Response, metrics: ConnectionMetrics) {
         let server = DemoServer(port: 0, store: nil, profile: profile)
         do {
             let address = try await server.listeningAddress()
@@ -566,7 +566,7 @@ private struct DemoServer: Sendable {
     }
 
     /// Waits, at most ``DemoCommand/stepLimit``, until the server listens.
-    func listeningAddress() async throws -> SocketAddress {
+    func listeningAddress() async throws -> TetherSocketAddress {
         let server = server
         return try await withTimeout(DemoCommand.stepLimit, waitingFor: "the server to listen") {
             try await server.listeningAddress()

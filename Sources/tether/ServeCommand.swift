@@ -229,7 +229,7 @@ struct ServeCommand: Command {
             self.port = try Parse.port(port, option: "--port")
         }
         if let path = try arguments.option("--unix") {
-            guard path.hasPrefix("/") || path.hasPrefix("."), SocketAddress(unixPath: path) != nil else {
+            guard path.hasPrefix("/") || path.hasPrefix("."), TetherSocketAddress(unixPath: path) != nil else {
                 throw ArgumentError("--unix '\(path)' is not a socket file's path: give an absolute or ./ path of at most 107 bytes")
             }
             unixSocket = UnixSocketConfiguration(path: path)

@@ -64,7 +64,7 @@ struct UDPCommand: Command {
         case let other:
             throw ArgumentError("unknown udp action '\(other)': listen or send")
         }
-        guard SocketAddress(ipAddress: self.host, port: port) != nil else {
+        guard TetherSocketAddress(ipAddress: self.host, port: port) != nil else {
             throw ArgumentError("--host '\(self.host)' is not a numeric IPv4 or IPv6 address")
         }
     }
@@ -77,7 +77,7 @@ struct UDPCommand: Command {
     }
 
     private func send(_ text: String) async throws -> ExitStatus {
-        guard let destination = SocketAddress(ipAddress: host, port: port) else { return .usage }
+        guard let destination = TetherSocketAddress(ipAddress: host, port: port) else { return .usage }
         let socket = try await DatagramSocket.bind(host: destination.isIPv6 ? "::" : "0.0.0.0", port: 0)
         defer { socket.close() }
         let bytes = Array(text.utf8)

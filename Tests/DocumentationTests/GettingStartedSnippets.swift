@@ -38,7 +38,7 @@ func gettingStartedRunServer(_ server: Server) async throws {
 
 // MARK: - Connect
 
-func gettingStartedConnect(to address: SocketAddress) async throws -> Connection {
+func gettingStartedConnect(to address: TetherSocketAddress) async throws -> Connection {
     var configuration = ConnectionConfiguration()
     configuration.heartbeat = .every(.seconds(5))
     configuration.requestTimeout = .seconds(5)
@@ -51,7 +51,7 @@ func gettingStartedConnect(to address: SocketAddress) async throws -> Connection
 }
 
 /// Compiled, not run: the article's way to follow the first connect, and to fail at once.
-func gettingStartedFollowFirstConnect(to address: SocketAddress, configuration: ConnectionConfiguration) async throws -> Connection {
+func gettingStartedFollowFirstConnect(to address: TetherSocketAddress, configuration: ConnectionConfiguration) async throws -> Connection {
     let endpoint = Endpoint(host: "127.0.0.1", port: address.port)
     let connection = Connection(to: endpoint, configuration: configuration)
     let states = connection.states    // idle, connecting, reconnecting (attempt 1 in 1 s): connection refused by …, connecting, connected

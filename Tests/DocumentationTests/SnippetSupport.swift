@@ -93,7 +93,7 @@ func bounded<T: Sendable>(
 /// waits, within the bound, for it to stop.
 func whileServing<T: Sendable>(
     _ server: Server,
-    _ body: @escaping @Sendable (SocketAddress) async throws -> T
+    _ body: @escaping @Sendable (TetherSocketAddress) async throws -> T
 ) async throws -> T {
     let running = Task { try await server.run() }
     let result: Result<T, any Error>

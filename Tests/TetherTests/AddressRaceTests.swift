@@ -3,8 +3,8 @@ import Testing
 
 @Suite("Racing the addresses of a host (Happy Eyeballs)", .timeLimit(.guarded))
 struct AddressRaceTests {
-    private func address(_ text: String) -> SocketAddress {
-        SocketAddress(ipAddress: text, port: 9000)!
+    private func address(_ text: String) -> TetherSocketAddress {
+        TetherSocketAddress(ipAddress: text, port: 9000)!
     }
 
     @Test("addresses are tried with the families interleaved, starting with the system's first, each family in the system's order")
@@ -35,21 +35,21 @@ struct AddressRaceTests {
             var configuration = testConfiguration()
             configuration.connectTimeout = .seconds(10)
             configuration.resolver = .list { _ in
-                [SocketAddress(ipAddress: "::1", port: port)!, SocketAddress(ipAddress: "127.0.0.1", port: port)!]
+                [TetherSocketAddress(ipAddress: "::1", port: port)!, TetherSocketAddress(ipAddress: "127.0.0.1", port: port)!]
             }
             let connection = try await Connection.connect(to: Endpoint(host: "dual-stack.test", port: port), configuration: configuration)
             // The ::1 attempt never completes: connecting at all, within the connect timeout,
             // means the IPv4 attempt ran beside it rather than after it. The report below
             // says so without a stopwatch: ::1 abandoned, still pending, when IPv4 won.
             // How long it took depends on the machine's load, not on the race.
-            #expect(await connection.remoteAddress == SocketAddress(ipAddress: "127.0.0.1", port: port))
+            #expect(await connection.remoteAddress == TetherSocketAddress(ipAddress: "127.0.0.1", port: port))
             // The report says so: ::1 first, still pending when IPv4 won after the attempt
             // delay.
             let report = try #require(await connection.connectReport)
-            #expect(report.address == SocketAddress(ipAddress: "127.0.0.1", port: port))
+            #expect(report.address == TetherSocketAddress(ipAddress: "127.0.0.1", port: port))
             #expect(report.family == "IPv4")
             #expect(report.endpoint == Endpoint(host: "dual-stack.test", port: port))
-            #expect(report.attempts.map(\.address) == [SocketAddress(ipAddress: "::1", port: port)!, SocketAddress(ipAddress: "127.0.0.1", port: port)!])
+            #expect(report.attempts.map(\.address) == [TetherSocketAddress(ipAddress: "::1", port: port)!, TetherSocketAddress(ipAddress: "127.0.0.1", port: port)!])
             #expect(report.attempts.map(\.outcome) == [.abandoned, .connected])
             #expect(report.attempts[1].startedAfter >= configuration.connectionAttemptDelay, "\(report)")
             #expect(report.attempts[0].duration == nil)
@@ -64,8 +64,8 @@ struct AddressRaceTests {
         try await withServer(handlers: echoHandlers) { _, endpoint in
             let (closed, closedEndpoint) = try RawSocket.listen()
             closed.close()
-            let refused = SocketAddress(ipAddress: "127.0.0.1", port: closedEndpoint.port)!
-            let answering = SocketAddress(ipAddress: "127.0.0.1", port: endpoint.port)!
+            let refused = TetherSocketAddress(ipAddress: "127.0.0.1", port: closedEndpoint.port)!
+            let answering = TetherSocketAddress(ipAddress: "127.0.0.1", port: endpoint.port)!
             var configuration = testConfiguration()
             // Far longer than the test's bound: a next attempt that waited for it would fail it.
             configuration.connectionAttemptDelay = .seconds(120)
@@ -94,7 +94,7 @@ struct AddressRaceTests {
         second.close()
         var configuration = testConfiguration()
         configuration.resolver = .list { _ in
-            [SocketAddress(ipAddress: "127.0.0.1", port: firstEndpoint.port)!, SocketAddress(ipAddress: "127.0.0.1", port: secondEndpoint.port)!]
+            [TetherSocketAddress(ipAddress: "127.0.0.1", port: firstEndpoint.port)!, TetherSocketAddress(ipAddress: "127.0.0.1", port: secondEndpoint.port)!]
         }
         let error = await #expect(throws: TetherError.self) {
             _ = try await Connection.connect(to: Endpoint(host: "closed.test", port: 1), configuration: configuration)

@@ -39,7 +39,7 @@ final class BlockingStore: MailboxStore {
     /// The names of the calls held; the others go on at once.
     let held: Set<String>
 
-    init(watching groups: [EventLoopGroup], holding held: Set<String>) {
+    init(watching groups: [TetherEventLoopGroup], holding held: Set<String>) {
         loops = groups.flatMap(\.loops)
         self.held = held
         (started, starts) = AsyncStream.makeStream()
@@ -148,7 +148,7 @@ struct BlockingStoreTests {
     static let storeThreads = StoreExecutor(threads: StoreExecutor.threadCount)
 
     /// A server on one event loop of its own, with mailboxes in `store`.
-    private func configure(_ configuration: inout ServerConfiguration, _ store: BlockingStore, group: EventLoopGroup) {
+    private func configure(_ configuration: inout ServerConfiguration, _ store: BlockingStore, group: TetherEventLoopGroup) {
         var mailboxes = MailboxConfiguration(store: store)
         // Threads of their own: the calls these tests hold would otherwise hold up the store
         // calls of every other server in the process meanwhile.
@@ -161,7 +161,7 @@ struct BlockingStoreTests {
 
     @Test("a replay read by a store that holds its thread: 20 heartbeats and 20 requests of another connection on the same loop are all answered while it holds")
     func replay() async throws {
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let store = BlockingStore(watching: [group, .shared], holding: ["messages"])
         let stored = 6
@@ -190,7 +190,7 @@ struct BlockingStoreTests {
 
     @Test("a handler asks for the client ids while the store holds its thread: heartbeats and requests of another connection on the same loop are all answered meanwhile")
     func clientIDsFromHandler() async throws {
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let store = BlockingStore(watching: [group, .shared], holding: ["clientIDs"])
         try await withServer(configure: { configure(&$0, store, group: group) }, handlers: { server in
@@ -220,7 +220,7 @@ struct BlockingStoreTests {
 
     @Test("pushes appended by a store that holds its thread, on a server run from a task that prefers its event loop: heartbeats and requests of another connection on that loop are all answered meanwhile")
     func appends() async throws {
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let store = BlockingStore(watching: [group, .shared], holding: ["append"])
         var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
@@ -266,7 +266,7 @@ struct BlockingStoreTests {
         // Another program holds the write lock: the store's append waits for it, up to 5 s.
         let writer = try SQLiteConnection(path: path)
         try writer.execute("BEGIN IMMEDIATE")
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let loop = group.loops[0]
         let (started, start) = AsyncStream<Void>.makeStream()

@@ -71,7 +71,7 @@ struct BroadcastTests {
         .timeLimit(.guarded)
     )
     func ordering() async throws {
-        let group = EventLoopGroup(loopCount: 2)
+        let group = TetherEventLoopGroup(loopCount: 2)
         try await withServer(configure: {
             $0.eventLoopGroup = group
             // The second peer sends nothing, and the test may take a while on a busy machine.
@@ -181,7 +181,7 @@ struct BroadcastTests {
         .timeLimit(.guarded)
     )
     func queuedBurstsKeepOrder() async throws {
-        let group = EventLoopGroup(loopCount: 2)
+        let group = TetherEventLoopGroup(loopCount: 2)
         let (counted, report) = AsyncStream<[Int]>.makeStream()
         try await withServer(configure: {
             $0.eventLoopGroup = group
@@ -287,7 +287,7 @@ extension RawSocket {
     /// Connects to `endpoint` with `SO_RCVBUF` set to `receiveBuffer` before the handshake,
     /// so the window it offers stays small.
     static func connect(to endpoint: Endpoint, receiveBuffer: Int32, timeout: Duration = eventBound) throws -> RawSocket {
-        let address = SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!
+        let address = TetherSocketAddress(ipAddress: endpoint.host, port: endpoint.port)!
         let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         precondition(fd >= 0)
         let socket = RawSocket(fd: fd)

@@ -20,7 +20,7 @@ struct CLIUDPTests {
 
         let socket = try await DatagramSocket.bind(host: "127.0.0.1", port: 0)
         defer { socket.close() }
-        try socket.send([0x00, 0x01, 0xff], to: try #require(SocketAddress(ipAddress: "127.0.0.1", port: port)))
+        try socket.send([0x00, 0x01, 0xff], to: try #require(TetherSocketAddress(ipAddress: "127.0.0.1", port: port)))
         #expect(try await listen.waitForExit(within: eventBound) == 0, "\(listen.outputText)")
         let lines = listen.outputText.split(separator: "\n").map(String.init)
         #expect(lines.count == 3, "\(listen.outputText)")

@@ -6,7 +6,7 @@ import Testing
 struct DatagramTests {
     /// A Python 3 UDP echo peer bound to `host` port 0: it prints `port N`, then sends every
     /// datagram back to its sender.
-    static func pythonEcho(host: String) async throws -> (process: ChildProcess, address: SocketAddress) {
+    static func pythonEcho(host: String) async throws -> (process: ChildProcess, address: TetherSocketAddress) {
         let script = """
             import socket, sys
             host = sys.argv[1]
@@ -27,7 +27,7 @@ struct DatagramTests {
                 }
                 return Int(line.dropFirst("port ".count))
             }
-            return (process, try #require(SocketAddress(ipAddress: host, port: port)))
+            return (process, try #require(TetherSocketAddress(ipAddress: host, port: port)))
         } catch {
             process.kill()
             throw error
@@ -130,7 +130,7 @@ struct DatagramTests {
     func oversizeSend() async throws {
         let socket = try await DatagramSocket.bind(host: "127.0.0.1", port: 0)
         defer { socket.close() }
-        let destination = try #require(SocketAddress(ipAddress: "127.0.0.1", port: 9))
+        let destination = try #require(TetherSocketAddress(ipAddress: "127.0.0.1", port: 9))
         #expect(throws: TetherError(code: .frameTooLarge, message: "datagram of 65508 bytes to 127.0.0.1:9 is over the maximum datagram size of 65507 bytes")) {
             try socket.send([UInt8](repeating: 0, count: 65_508), to: destination)
         }
@@ -186,7 +186,7 @@ struct DatagramTests {
         #expect(try await waiting.value.isEmpty)
         #expect(try await Self.next(socket) == nil)
         #expect(socket.isClosed)
-        let destination = try #require(SocketAddress(ipAddress: "::1", port: 9))
+        let destination = try #require(TetherSocketAddress(ipAddress: "::1", port: 9))
         #expect(throws: TetherError(code: .connectionClosed, message: "udp socket \(socket.localAddress) is closed: a datagram to [::1]:9 was not sent")) {
             try socket.send([1], to: destination)
         }

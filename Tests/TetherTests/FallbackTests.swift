@@ -162,18 +162,18 @@ struct FallbackTests {
         try await withBothPorts(gate: gate) { tcp, webSocket in
             try await withManualLoop { clock, group in
                 let primary = Endpoint(host: "primary.test", port: 1)
-                let target = Mutex(SocketAddress(ipAddress: refused.host, port: refused.port)!)
+                let target = Mutex(TetherSocketAddress(ipAddress: refused.host, port: refused.port)!)
                 let connection = try await Connection.connect(to: primary, configuration: testConfiguration {
                     $0.eventLoopGroup = group
                     $0.requestTimeout = nil
                     $0.fallback = FallbackPolicy(endpoint: webSocket, primaryRetryInterval: .seconds(60))
                     $0.resolver = .list { endpoint throws(TetherError) in
                         if endpoint == primary { return [target.withLock { $0 }] }
-                        return [SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!]
+                        return [TetherSocketAddress(ipAddress: endpoint.host, port: endpoint.port)!]
                     }
                 })
                 let states = connection.states
-                target.withLock { $0 = SocketAddress(ipAddress: tcp.host, port: tcp.port)! }
+                target.withLock { $0 = TetherSocketAddress(ipAddress: tcp.host, port: tcp.port)! }
                 let pending = await connection.startRequest(Request(type: 0x405, json: ["held": true]), settlingOn: clock)
                 #expect(await connection.pendingRequestCount == 1)
 

@@ -7,7 +7,7 @@ import TetherTLS
 struct FrameChannelTests {
     /// Runs `body` with a loop of its own, shut down afterwards.
     private func withLoop<T: Sendable>(_ body: (EventLoop) async throws -> T) async throws -> T {
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         return try await body(group.next())
     }

@@ -96,7 +96,7 @@ struct HTTPForwardingTests {
             var results: [String: JSONValue] = [:]
             let post = try await connection.http(.post(upstream.url("/echo"), json: ["name": "tether"]))
             results["POST"] = post.json
-            for method in [HTTPMethod.put, .patch, .delete] {
+            for method in [TetherHTTPMethod.put, .patch, .delete] {
                 let response = try await connection.http(HTTPRequest(method: method, url: upstream.url("/echo"), body: Array("body of \(method)".utf8)))
                 results[method.rawValue] = response.json
             }
@@ -121,7 +121,7 @@ struct HTTPForwardingTests {
         let upstream = try TestHTTPServer()
         defer { upstream.stop() }
         let configuration = try HTTPForwardingConfiguration(allowing: [upstream.hostAndPort])
-        let headers: HTTPHeaders = [
+        let headers: TetherHTTPHeaders = [
             "Connection": "keep-alive, X-Secret", "X-Secret": "named by Connection", "Keep-Alive": "timeout=5",
             "TE": "trailers", "Upgrade": "websocket", "Proxy-Authorization": "Basic Zm9vOmJhcg==",
             "Host": "internal.example", "Content-Length": "999", "X-Kept": "yes",
@@ -407,11 +407,11 @@ struct HTTPForwardingRuleTests {
 
     @Test("header fields with line breaks or invalid names are refused, not forwarded")
     func headerInjection() throws {
-        let injected: HTTPHeaders = ["X-A": "ok\r\nX-Injected: yes"]
+        let injected: TetherHTTPHeaders = ["X-A": "ok\r\nX-Injected: yes"]
         #expect(throws: HTTPForwardingError(reason: .invalidRequest, message: "HTTP GET http://h/ refused: the value of X-A holds a line break or NUL")) {
             try forwardedFields(of: injected, method: .get, url: "http://h/")
         }
-        let badName: HTTPHeaders = ["Bad Name": "x"]
+        let badName: TetherHTTPHeaders = ["Bad Name": "x"]
         #expect(throws: HTTPForwardingError(reason: .invalidRequest, message: "HTTP GET http://h/ refused: \"Bad Name\" is not a valid header name")) {
             try forwardedFields(of: badName, method: .get, url: "http://h/")
         }
@@ -438,7 +438,7 @@ struct HTTPForwardingRuleTests {
 
     @Test("headers look up without regard to case and keep repeated names in order")
     func headers() {
-        var headers: HTTPHeaders = ["Set-Cookie": "a=1", "Accept": "*/*"]
+        var headers: TetherHTTPHeaders = ["Set-Cookie": "a=1", "Accept": "*/*"]
         headers.add(name: "set-cookie", value: "b=2")
         #expect(headers["SET-COOKIE"] == "a=1")
         #expect(headers.values(for: "Set-Cookie") == ["a=1", "b=2"])

@@ -233,7 +233,7 @@ struct HostilePeerTests {
     func pausedPeerIsNotTimedOut() async throws {
         let gate = Gate()
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         try await withServer(configure: {
             $0.eventLoopGroup = group

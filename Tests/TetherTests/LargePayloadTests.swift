@@ -14,7 +14,7 @@ private func withTCPProbe<T: Sendable>(
     smallSocketBuffers: Bool = false,
     _ body: (ChannelProbe, RawSocket) async throws -> T
 ) async throws -> T {
-    let group = EventLoopGroup(loopCount: 1)
+    let group = TetherEventLoopGroup(loopCount: 1)
     defer { group.shutdown() }
     let (listener, endpoint) = try RawSocket.listen()
     defer { listener.close() }

@@ -5,7 +5,7 @@ import Testing
 struct LoopFairnessTests {
     @Test("an actor that spins on Task.yield() on its loop does not keep the loop from its sockets, its timers or jobs from other threads")
     func spinningActor() async throws {
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let (listener, endpoint) = try RawSocket.listen()
         defer { listener.close() }

@@ -135,7 +135,7 @@ struct ManualClockTests {
     @Test("an advance with nothing due moves the time and returns; one made while the loop is busy waits for it", .timeLimit(.guarded))
     func nothingDue() async throws {
         let clock = ManualClock(now: 5_000)
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let loop = group.loops[0]
         await clock.advance(by: .seconds(3))
@@ -185,7 +185,7 @@ struct ManualClockTests {
     @Test("timers on two loops of one clock fire in deadline order across the loops", .timeLimit(.guarded))
     func twoLoops() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 2, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 2, clock: clock)
         defer { group.shutdown() }
         let (first, second) = (group.loops[0], group.loops[1])
         let base = clock.now

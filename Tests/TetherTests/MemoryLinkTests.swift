@@ -88,8 +88,8 @@ private func withLink(
         let loop = group.loops[0]
         let (a, b) = InMemoryTransport.makePair(
             on: loop,
-            clientAddress: SocketAddress(ipAddress: "127.0.9.1", port: 49152)!,
-            serverAddress: SocketAddress(ipAddress: "127.0.10.1", port: 30000)!,
+            clientAddress: TetherSocketAddress(ipAddress: "127.0.9.1", port: 49152)!,
+            serverAddress: TetherSocketAddress(ipAddress: "127.0.10.1", port: 30000)!,
             capacity: capacity,
             clientSealed: false,
             serverSealed: false
@@ -349,7 +349,7 @@ struct MemoryLinkTests {
 /// the payload reversed) and the echo handlers, for connections to dial.
 private struct NetworkFixture {
     let clock: ManualClock
-    let group: EventLoopGroup
+    let group: TetherEventLoopGroup
     let network: MemoryNetwork
     let endpoint: Endpoint
     let server: Server

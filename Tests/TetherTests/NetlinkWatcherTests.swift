@@ -62,7 +62,7 @@ struct NetlinkWatcherTests {
         }
 
         func readPath() throws(TetherError) -> NetworkPath {
-            let onLoop = EventLoopGroup.shared.loops.contains { $0.inLoop }
+            let onLoop = TetherEventLoopGroup.shared.loops.contains { $0.inLoop }
             readStarted.yield((onLoop, BlockingThread.current))
             answered.wait()
             let path = state.withLock { $0.answers.removeFirst() }
@@ -90,7 +90,7 @@ struct NetlinkWatcherTests {
 
     /// Awaits one job on every loop of the shared group: each loop is free to run it.
     static func everyLoopRuns() async throws {
-        for loop in EventLoopGroup.shared.loops {
+        for loop in TetherEventLoopGroup.shared.loops {
             try await bounded("a job on \(loop.name)") {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     loop.execute { continuation.resume() }

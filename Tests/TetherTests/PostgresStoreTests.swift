@@ -210,7 +210,7 @@ struct PostgresStoreTests {
         let holder = PostgresDatabase(configuration: holderConfiguration)
         _ = try await holder.withSession { try $0.execute("SELECT pg_advisory_lock(7)") }
 
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let loop = group.loops[0]
         var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)

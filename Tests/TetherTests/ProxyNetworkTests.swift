@@ -11,7 +11,7 @@ struct ProxyNetworkTests {
 
     /// Connects to ``target`` through a proxy with `behavior` on `network`; returns the error
     /// and the `CONNECT` head the proxy read.
-    func attempt(on network: TestNetwork, _ behavior: MemoryHTTPProxy.Behavior, headers: HTTPHeaders = [:]) async throws -> (TetherError?, String?) {
+    func attempt(on network: TestNetwork, _ behavior: MemoryHTTPProxy.Behavior, headers: TetherHTTPHeaders = [:]) async throws -> (TetherError?, String?) {
         let proxy = try MemoryHTTPProxy(on: network, behavior: behavior)
         defer { proxy.stop() }
         let error = await #expect(throws: TetherError.self) {

@@ -36,7 +36,7 @@ struct ProxyTests {
             }
             let report = try #require(await connection.connectReport)
             #expect(report.endpoint == webSocket)
-            #expect(report.address == SocketAddress(ipAddress: "127.0.0.1", port: proxy.port))
+            #expect(report.address == TetherSocketAddress(ipAddress: "127.0.0.1", port: proxy.port))
             #expect(await connection.currentEndpoint == webSocket)
             await connection.close()
         }
@@ -122,7 +122,7 @@ struct MisbehavingProxyTests {
     /// plays once it has read the request; returns the error and the request it read.
     func attempt(
         connectTimeout: Duration = eventBound,
-        headers: HTTPHeaders = [:],
+        headers: TetherHTTPHeaders = [:],
         _ act: @escaping @Sendable (RawSocket) throws -> Void
     ) async throws -> (TetherError?, String) {
         let (listener, proxyEndpoint) = try RawSocket.listen()

@@ -130,7 +130,7 @@ struct RequestTests {
         // The client on a manual clock, a server that reads and answers only the first
         // request: each timeout is checked at its deadline and 1 ns before it.
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let (listener, endpoint) = try RawSocket.listen()
         defer { listener.close() }

@@ -6,7 +6,7 @@ import Testing
 /// asking task is cancelled). Every question is reported on ``asks``.
 private final class ScriptedResolver: NameResolver {
     enum Script: Sendable {
-        case now([SocketAddress])
+        case now([TetherSocketAddress])
         case held
         case never
     }
@@ -14,7 +14,7 @@ private final class ScriptedResolver: NameResolver {
     let asks: AsyncStream<AddressFamily>
     private let asked: AsyncStream<AddressFamily>.Continuation
     private let scripts: [AddressFamily: Script]
-    private let held = Mutex<[AddressFamily: CheckedContinuation<Result<[SocketAddress], TetherError>, Never>]>([:])
+    private let held = Mutex<[AddressFamily: CheckedContinuation<Result<[TetherSocketAddress], TetherError>, Never>]>([:])
     private let cancelled = Mutex<Set<AddressFamily>>([])
 
     init(_ scripts: [AddressFamily: Script]) {
@@ -22,14 +22,14 @@ private final class ScriptedResolver: NameResolver {
         (asks, asked) = AsyncStream.makeStream()
     }
 
-    func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [SocketAddress] {
+    func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [TetherSocketAddress] {
         switch scripts[family] ?? .never {
         case .now(let addresses):
             asked.yield(family)
             return addresses
         case .held, .never:
             let result = await withTaskCancellationHandler {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Result<[SocketAddress], TetherError>, Never>) in
+                await withCheckedContinuation { (continuation: CheckedContinuation<Result<[TetherSocketAddress], TetherError>, Never>) in
                     let early = cancelled.withLock { $0.contains(family) }
                     if early {
                         continuation.resume(returning: .failure(TetherError(code: .connectFailed, message: "cancelled")))
@@ -48,7 +48,7 @@ private final class ScriptedResolver: NameResolver {
     }
 
     /// Answers the held question for `family`.
-    func answer(_ family: AddressFamily, _ addresses: [SocketAddress]) {
+    func answer(_ family: AddressFamily, _ addresses: [TetherSocketAddress]) {
         held.withLock { $0.removeValue(forKey: family) }?.resume(returning: .success(addresses))
     }
 
@@ -67,8 +67,8 @@ private final class ScriptedResolver: NameResolver {
 
 @Suite("Resolving within the connect timeout: AAAA and A apart, the first answer starts (RFC 8305)", .timeLimit(.guarded))
 struct ResolutionRaceTests {
-    private func v6(_ port: Int = 9000) -> SocketAddress { SocketAddress(ipAddress: "::1", port: port)! }
-    private func v4(_ port: Int = 9000) -> SocketAddress { SocketAddress(ipAddress: "127.0.0.1", port: port)! }
+    private func v6(_ port: Int = 9000) -> TetherSocketAddress { TetherSocketAddress(ipAddress: "::1", port: port)! }
+    private func v4(_ port: Int = 9000) -> TetherSocketAddress { TetherSocketAddress(ipAddress: "127.0.0.1", port: port)! }
 
     // MARK: The state machine
 
@@ -86,7 +86,7 @@ struct ResolutionRaceTests {
     func aFirstThenAAAA() {
         #expect(ResolutionStateMachine.resolutionDelay == .milliseconds(50))
         var machine = ResolutionStateMachine()
-        let v4s = [v4(), SocketAddress(ipAddress: "127.0.0.2", port: 9000)!]
+        let v4s = [v4(), TetherSocketAddress(ipAddress: "127.0.0.2", port: 9000)!]
         #expect(machine.answered(.ipv4, .success(v4s)) == .startResolutionDelay)
         #expect(!machine.hasStarted)
         #expect(machine.answered(.ipv6, .success([v6()])) == .connect([v6(), v4s[0], v4s[1]]))
@@ -135,13 +135,13 @@ struct ResolutionRaceTests {
 
     @Test("numeric addresses and localhost need no lookup; late addresses join after the last tried family")
     func known() {
-        #expect(Resolver.immediateAddresses(of: Endpoint(host: "192.0.2.1", port: 80)) == [SocketAddress(ipAddress: "192.0.2.1", port: 80)!])
-        #expect(Resolver.immediateAddresses(of: Endpoint(host: "2001:db8::1", port: 80)) == [SocketAddress(ipAddress: "2001:db8::1", port: 80)!])
+        #expect(Resolver.immediateAddresses(of: Endpoint(host: "192.0.2.1", port: 80)) == [TetherSocketAddress(ipAddress: "192.0.2.1", port: 80)!])
+        #expect(Resolver.immediateAddresses(of: Endpoint(host: "2001:db8::1", port: 80)) == [TetherSocketAddress(ipAddress: "2001:db8::1", port: 80)!])
         #expect(Resolver.immediateAddresses(of: Endpoint(host: "LocalHost", port: 80)) == [v6(80), v4(80)])
         #expect(Resolver.immediateAddresses(of: Endpoint(host: "example.test", port: 80)) == nil)
         let machine = ResolutionStateMachine(known: [v4()])
         #expect(machine.hasStarted && !machine.isResolving)
-        let other = SocketAddress(ipAddress: "::2", port: 9000)!
+        let other = TetherSocketAddress(ipAddress: "::2", port: 9000)!
         #expect(AddressRace.interleaved([v4(), v6(), other], preferring: .ipv6) == [v6(), v4(), other])
     }
 
@@ -156,7 +156,7 @@ struct ResolutionRaceTests {
             count.withLock { $0 += 1 }
             called.yield(family)
             release.wait()
-            return .success([SocketAddress(ipAddress: "127.0.0.1", port: endpoint.port)!])
+            return .success([TetherSocketAddress(ipAddress: "127.0.0.1", port: endpoint.port)!])
         }
         let endpoint = Endpoint(host: "silent.test", port: 9000)
         let first = Task { try await resolver.addresses(of: endpoint, family: .ipv4) }
@@ -194,7 +194,7 @@ struct ResolutionRaceTests {
         _ host: String,
         port: Int,
         resolver: any NameResolver,
-        group: EventLoopGroup,
+        group: TetherEventLoopGroup,
         timeout: Duration = .seconds(5)
     ) -> Task<Connection, any Error> {
         let configuration = testConfiguration {
@@ -208,7 +208,7 @@ struct ResolutionRaceTests {
     @Test("the AAAA answer first starts connecting at once, while the A question is still unanswered")
     func firstAnswerStarts() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let (listener, endpoint) = try RawSocket.listen(host: "::1")
         defer { listener.close() }
@@ -225,7 +225,7 @@ struct ResolutionRaceTests {
     @Test("the A answer first and no AAAA answer: IPv4 starts after the resolution delay, 50 ms, not before")
     func resolutionDelay() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let (listener, endpoint) = try RawSocket.listen()
         defer { listener.close() }
@@ -245,7 +245,7 @@ struct ResolutionRaceTests {
     @Test("the A answer first and the AAAA answer within the delay: IPv6 is tried first, when the AAAA answer comes")
     func aaaaWithinDelay() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let (listener, endpoint) = try RawSocket.listen(host: "::1")
         defer { listener.close() }
@@ -265,7 +265,7 @@ struct ResolutionRaceTests {
     @Test("addresses that come after the race started join it: a refused IPv6 address, then the late A answer connects")
     func lateAddressesJoin() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let (listener, endpoint) = try RawSocket.listen()
         defer { listener.close() }
@@ -298,7 +298,7 @@ struct ResolutionRaceTests {
     @Test("a resolver that never answers: the connect timeout ends resolving, naming the host and the step")
     func timeoutWhileResolving() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let resolver = ScriptedResolver([:])
         let task = connecting("silent.test", port: 9000, resolver: resolver, group: group, timeout: .seconds(1))
@@ -359,7 +359,7 @@ private final class Watched: NameResolver {
         (asks, asked) = AsyncStream.makeStream()
     }
 
-    func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [SocketAddress] {
+    func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [TetherSocketAddress] {
         asked.yield(family)
         return try await resolver.addresses(of: endpoint, family: family)
     }

@@ -202,7 +202,7 @@ struct ServerResilienceTests {
         // The server on a manual clock, and a byte every 50 ms of its time: the pace is
         // exact, and the close is checked at its instant and 1 ns before.
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         try await withServer(configure: {
             $0.eventLoopGroup = group

@@ -54,7 +54,7 @@ struct SharedPortTests {
 
     @Test("over an in-memory pair: a frame written before the decision is held, then sent first; the channel then runs over the transport below itself")
     func heldWriteInMemory() async throws {
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let loop = group.next()
         let (a, b) = InMemoryTransport.makePair(on: loop)
@@ -155,7 +155,7 @@ struct SharedPortTests {
     @Test("a peer that sends GE and stops is ended by the handshake timeout, which says it was 2 of the 4 deciding bytes")
     func stalledBeforeDecision() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         try await withSharedPortServer(configure: {
             $0.eventLoopGroup = group

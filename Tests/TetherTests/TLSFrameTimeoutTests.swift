@@ -22,7 +22,7 @@ private struct HandDrivenTLS {
         let configuration = TLSConfiguration.client(options: options)
         try configuration.provider.prepare()
         socket = try RawSocket.connect(to: endpoint)
-        session = try configuration.provider.makeSession(host: "localhost", remoteAddress: SocketAddress(ipAddress: "127.0.0.1", port: endpoint.port)!)
+        session = try configuration.provider.makeSession(host: "localhost", remoteAddress: TetherSocketAddress(ipAddress: "127.0.0.1", port: endpoint.port)!)
         var hello = FrameBuffer()
         try session.start(output: &hello)
         try socket.write(Array(hello.readableBytesView))

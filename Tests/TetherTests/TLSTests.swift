@@ -469,7 +469,7 @@ struct TLSTests {
     @Test("no OpenSSL error is left on the loop thread after failed handshakes")
     func errorQueueIsClean() async throws {
         let certificates = try await TestCertificates.shared()
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let onLoop = serverTLS(certificates)
         try await withServer(configure: { onLoop(&$0); $0.eventLoopGroup = group }, handlers: echoHandlers) { _, endpoint in

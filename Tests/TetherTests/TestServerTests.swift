@@ -53,7 +53,7 @@ struct TestServerTests {
 
     @Test("restart() on an in-memory network listens on the same host and port, and the client reconnects")
     func restartInMemory() async throws {
-        let group = EventLoopGroup(loopCount: 1)
+        let group = TetherEventLoopGroup(loopCount: 1)
         defer { group.shutdown() }
         let network = MemoryNetwork(loop: group.loops[0])
         var configuration = TestServer.defaultConfiguration
@@ -130,7 +130,7 @@ struct TestServerTests {
                 proxy.refusesConnections = true
                 // A nonblocking connect that reads the socket's pending error once the
                 // handshake is done: the reset may come before or after that.
-                let address = SocketAddress(ipAddress: "127.0.0.1", port: proxy.port)!
+                let address = TetherSocketAddress(ipAddress: "127.0.0.1", port: proxy.port)!
                 let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
                 #expect(fd >= 0)
                 defer { Glibc.close(fd) }

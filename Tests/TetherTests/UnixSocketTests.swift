@@ -42,7 +42,7 @@ struct UnixSocketTests {
                 try await bounded("the connection") { try await connection.connect() }
                 let reply = try await bounded("the echo") { try await connection.request(Request(type: 0x402, json: ["over": "unix"])) }
                 #expect(reply.json == ["echo": ["over": "unix"]])
-                #expect(await connection.connectReport?.address == SocketAddress(unixPath: path))
+                #expect(await connection.connectReport?.address == TetherSocketAddress(unixPath: path))
                 #expect(await connection.connectReport?.family == "Unix")
                 let peer = try #require(server.peers.first)
                 #expect(peer.remoteAddress.description == "unix:unnamed")
@@ -90,7 +90,7 @@ struct UnixSocketTests {
         try await withSocketDirectory { directory in
             // A socket bound and closed without unlinking, as a killed server leaves it.
             let stale = directory + "/stale.sock"
-            let address = try #require(SocketAddress(unixPath: stale))
+            let address = try #require(TetherSocketAddress(unixPath: stale))
             do {
                 let socket = try Socket(family: address.family, type: SocketOptions.streamType)
                 try Syscall.bindAddress(socket.descriptor, address)
@@ -142,7 +142,7 @@ struct UnixSocketTests {
                 #expect(error.message.contains("unix://\(missing)"), "\(error.message)")
             }
             let stale = directory + "/stale.sock"
-            let address = try #require(SocketAddress(unixPath: stale))
+            let address = try #require(TetherSocketAddress(unixPath: stale))
             do {
                 let socket = try Socket(family: address.family, type: SocketOptions.streamType)
                 try Syscall.bindAddress(socket.descriptor, address)

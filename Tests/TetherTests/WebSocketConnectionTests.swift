@@ -190,7 +190,7 @@ struct WebSocketConnectionTests {
         // The server's loop runs on a manual clock: its timeouts wait for the test, however
         // busy the machine, while its sockets are real.
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         try await withWebSocketServer(configure: {
             $0.eventLoopGroup = group

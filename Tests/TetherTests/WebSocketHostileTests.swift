@@ -90,7 +90,7 @@ struct WebSocketHostileTests {
     @Test("a ws:// server that floods pings and reads nothing makes the client hold at most the control-frame bound; the connection still delivers, and its heartbeat finds the server deaf")
     func pingFloodAgainstTheClient() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let (listener, endpoint) = try RawSocket.listen()
         var configuration = ConnectionConfiguration()
@@ -137,7 +137,7 @@ struct WebSocketHostileTests {
     @Test("a WebSocket client that keeps pinging but reads nothing is closed with idleTimeout once it has taken none of what waits for it for the idle timeout")
     func pingingPeerThatReadsNothing() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         let (marks, mark) = AsyncStream<Void>.makeStream()
         try await withWebSocketServer(configure: {
@@ -180,7 +180,7 @@ struct WebSocketHostileTests {
     @Test("a fragmented message of empty frames is a started frame: it is closed with frameTimeout at the frame-completion timeout, not left to the idle timeout")
     func emptyFragmentsStartAFrame() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         try await withWebSocketServer(configure: {
             $0.eventLoopGroup = group
@@ -209,7 +209,7 @@ struct WebSocketHostileTests {
     @Test("pings are activity: a WebSocket peer kept alive by pings alone is not closed as idle; once the pings stop, it is, at the idle timeout")
     func pingsKeepAPeerAlive() async throws {
         let clock = ManualClock()
-        let group = EventLoopGroup(loopCount: 1, clock: clock)
+        let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
         defer { group.shutdown() }
         try await withWebSocketServer(configure: {
             $0.eventLoopGroup = group

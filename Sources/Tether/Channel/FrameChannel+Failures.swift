@@ -78,7 +78,7 @@ extension TetherError {
     static func decoding(
         _ error: TetherError,
         bytes: ArraySlice<UInt8>,
-        peer: SocketAddress,
+        peer: TetherSocketAddress,
         underlying: TetherError? = nil,
         explain: (ForeignProtocol) -> String
     ) -> TetherError {

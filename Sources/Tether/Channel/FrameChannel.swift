@@ -61,9 +61,9 @@ final class FrameChannel<Owner: FrameChannelOwner>: ByteTransportHandler, @unche
     /// The transport's buffers, reached directly on the per-frame path.
     @exclusivity(unchecked) private(set) var buffers: TransportBuffers
     /// The peer's address: the transport's, not copied, so an idle connection keeps it once.
-    var remoteAddress: SocketAddress { transport.remoteAddress }
+    var remoteAddress: TetherSocketAddress { transport.remoteAddress }
     /// This end's address, when it has one.
-    var localAddress: SocketAddress? { transport.localAddress }
+    var localAddress: TetherSocketAddress? { transport.localAddress }
     @exclusivity(unchecked) private(set) var codec: any FrameCodec
     /// What every channel of the same client or server shares.
     let settings: ChannelSettings

@@ -53,6 +53,6 @@ extension Endpoint {
     var isLoopback: Bool {
         if unixSocketPath != nil || host.lowercased() == "localhost" { return true }
         let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-        return SocketAddress(ipAddress: bare, port: 0)?.isLoopback ?? false
+        return TetherSocketAddress(ipAddress: bare, port: 0)?.isLoopback ?? false
     }
 }

@@ -189,9 +189,9 @@ public actor Connection {
     }
 
     /// The address of the peer, once connected (the last one while reconnecting).
-    public private(set) var remoteAddress: SocketAddress?
+    public private(set) var remoteAddress: TetherSocketAddress?
     /// The local address of the socket, once connected.
-    public private(set) var localAddress: SocketAddress?
+    public private(set) var localAddress: TetherSocketAddress?
     /// What the TLS handshake of the current (or last) connection settled: version, cipher,
     /// ALPN and the server's certificate. `nil` without ``ConnectionConfiguration/tls``, or
     /// before the first handshake finished.

@@ -286,8 +286,8 @@ public struct ConnectionConfiguration: Sendable {
     /// Meanwhile new requests wait for the next connection. Default 60 s, twice a server's
     /// default drain deadline.
     public var serverDrainTimeout: Duration = .seconds(60)
-    /// The event loops to run on. Default ``EventLoopGroup/shared``.
-    public var eventLoopGroup: EventLoopGroup = .shared
+    /// The event loops to run on. Default ``TetherEventLoopGroup/shared``.
+    public var eventLoopGroup: TetherEventLoopGroup = .shared
     /// Sees each request from its start to its outcome (in the caller's task), each state
     /// change and each session event (on the loop), as they happen: for logging and
     /// tracing (see <doc:Bridging>). Default `nil`: nothing is observed, and nothing is

@@ -137,7 +137,7 @@ public struct ObservedRequest: Sendable, Hashable, CustomStringConvertible {
     /// On a client, the connection's ``Connection/endpoint``; `nil` on a server.
     public var endpoint: Endpoint?
     /// On a server, the address the peer connects from; `nil` on a client.
-    public var remoteAddress: SocketAddress?
+    public var remoteAddress: TetherSocketAddress?
 
     /// Creates a description of a request, for tests of observers.
     ///
@@ -147,7 +147,7 @@ public struct ObservedRequest: Sendable, Hashable, CustomStringConvertible {
     ///   - payloadSize: The length of its content.
     ///   - endpoint: On a client, the connection's endpoint.
     ///   - remoteAddress: On a server, the peer's address.
-    public init(type: UInt32, serial: UInt32, payloadSize: Int, endpoint: Endpoint? = nil, remoteAddress: SocketAddress? = nil) {
+    public init(type: UInt32, serial: UInt32, payloadSize: Int, endpoint: Endpoint? = nil, remoteAddress: TetherSocketAddress? = nil) {
         self.type = type
         self.serial = serial
         self.payloadSize = payloadSize

@@ -1,9 +1,11 @@
-/// Byte order of a multi-byte integer on the wire.
-public enum Endianness: Sendable, Hashable {
-    /// Most significant byte first: network byte order.
-    case big
-    /// Least significant byte first.
-    case little
+extension FrameBuffer {
+    /// Byte order of a multi-byte integer on the wire.
+    public enum Endianness: Sendable, Hashable {
+        /// Most significant byte first: network byte order.
+        case big
+        /// Least significant byte first.
+        case little
+    }
 }
 
 /// A growable byte buffer with a reader and a writer index.
@@ -62,7 +64,7 @@ public struct FrameBuffer: Sendable {
     ///   - type: The integer type to read.
     ///   - endianness: Byte order on the wire.
     /// - Returns: The integer, or `nil` if the buffer does not hold enough bytes.
-    public func peekInteger<T: FixedWidthInteger>(at offset: Int, as type: T.Type = T.self, endianness: Endianness = .big) -> T? {
+    public func peekInteger<T: FixedWidthInteger>(at offset: Int, as type: T.Type = T.self, endianness: FrameBuffer.Endianness = .big) -> T? {
         let start = readerIndex + offset
         guard offset >= 0, start + MemoryLayout<T>.size <= writerIndex else { return nil }
         let raw = storage.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: start, as: T.self) }
@@ -75,7 +77,7 @@ public struct FrameBuffer: Sendable {
     ///   - type: The integer type to read.
     ///   - endianness: Byte order on the wire.
     /// - Returns: The integer, or `nil` (consuming nothing) if the buffer does not hold enough bytes.
-    public mutating func readInteger<T: FixedWidthInteger>(as type: T.Type = T.self, endianness: Endianness = .big) -> T? {
+    public mutating func readInteger<T: FixedWidthInteger>(as type: T.Type = T.self, endianness: FrameBuffer.Endianness = .big) -> T? {
         guard let value = peekInteger(at: 0, as: T.self, endianness: endianness) else { return nil }
         readerIndex += MemoryLayout<T>.size
         consumedTotal += MemoryLayout<T>.size
@@ -140,7 +142,7 @@ public struct FrameBuffer: Sendable {
     /// - Parameters:
     ///   - value: The integer.
     ///   - endianness: Byte order on the wire.
-    public mutating func writeInteger<T: FixedWidthInteger>(_ value: T, endianness: Endianness = .big) {
+    public mutating func writeInteger<T: FixedWidthInteger>(_ value: T, endianness: FrameBuffer.Endianness = .big) {
         let size = MemoryLayout<T>.size
         reserveWritable(size)
         let wire = endianness == .big ? value.bigEndian : value.littleEndian
@@ -189,7 +191,7 @@ public struct FrameBuffer: Sendable {
     ///   - value: The integer.
     ///   - index: Absolute index in the buffer, at most `writerIndex - size`.
     ///   - endianness: Byte order on the wire.
-    public mutating func setInteger<T: FixedWidthInteger>(_ value: T, at index: Int, endianness: Endianness = .big) {
+    public mutating func setInteger<T: FixedWidthInteger>(_ value: T, at index: Int, endianness: FrameBuffer.Endianness = .big) {
         precondition(index >= readerIndex && index + MemoryLayout<T>.size <= writerIndex, "setInteger outside the written bytes")
         let wire = endianness == .big ? value.bigEndian : value.littleEndian
         storage.withUnsafeMutableBytes { $0.storeBytes(of: wire, toByteOffset: index, as: T.self) }

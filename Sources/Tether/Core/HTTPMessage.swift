@@ -1,8 +1,8 @@
 /// An HTTP request method, such as `GET` or `POST`.
 ///
 /// Methods are case-sensitive tokens; the common ones are static members, and any other
-/// token can be written as a string literal: `let method: HTTPMethod = "PROPFIND"`.
-public struct HTTPMethod: RawRepresentable, Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+/// token can be written as a string literal: `let method: TetherHTTPMethod = "PROPFIND"`.
+public struct TetherHTTPMethod: RawRepresentable, Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
     /// The method's name as it goes on the request line.
     public let rawValue: String
 
@@ -21,19 +21,19 @@ public struct HTTPMethod: RawRepresentable, Hashable, Sendable, ExpressibleByStr
     }
 
     /// `GET`: reads a resource.
-    public static let get: HTTPMethod = "GET"
+    public static let get: TetherHTTPMethod = "GET"
     /// `HEAD`: reads a resource's headers only.
-    public static let head: HTTPMethod = "HEAD"
+    public static let head: TetherHTTPMethod = "HEAD"
     /// `POST`: submits a body.
-    public static let post: HTTPMethod = "POST"
+    public static let post: TetherHTTPMethod = "POST"
     /// `PUT`: replaces a resource with the body.
-    public static let put: HTTPMethod = "PUT"
+    public static let put: TetherHTTPMethod = "PUT"
     /// `PATCH`: changes part of a resource.
-    public static let patch: HTTPMethod = "PATCH"
+    public static let patch: TetherHTTPMethod = "PATCH"
     /// `DELETE`: removes a resource.
-    public static let delete: HTTPMethod = "DELETE"
+    public static let delete: TetherHTTPMethod = "DELETE"
     /// `OPTIONS`: asks what a resource supports.
-    public static let options: HTTPMethod = "OPTIONS"
+    public static let options: TetherHTTPMethod = "OPTIONS"
 
     /// Whether the name is a valid HTTP token: letters, digits and a few symbols, without
     /// spaces or control characters.
@@ -61,11 +61,11 @@ package func isTokenByte(_ byte: UInt8) -> Bool {
 /// the first value and ``values(for:)`` all of them.
 ///
 /// ```swift
-/// var headers: HTTPHeaders = ["Accept": "application/json"]
+/// var headers: TetherHTTPHeaders = ["Accept": "application/json"]
 /// headers.add(name: "X-Trace", value: "7f3a")
 /// headers["accept"]            // "application/json"
 /// ```
-public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral, CustomStringConvertible {
+public struct TetherHTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral, CustomStringConvertible {
     /// One header field.
     public struct Field: Sendable, Hashable {
         /// The field's name, as written.
@@ -169,8 +169,8 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
     /// - Parameter isIncluded: Decides, for each field, whether it stays.
     /// - Returns: The fields that stay, in order.
     /// - Throws: Whatever `isIncluded` throws.
-    public func filter(_ isIncluded: (Field) throws -> Bool) rethrows -> HTTPHeaders {
-        var result = HTTPHeaders()
+    public func filter(_ isIncluded: (Field) throws -> Bool) rethrows -> TetherHTTPHeaders {
+        var result = TetherHTTPHeaders()
         result.fields = try fields.filter(isIncluded)
         return result
     }
@@ -213,13 +213,13 @@ func equalsIgnoringCase(_ lhs: String, _ rhs: String) -> Bool {
 /// ```
 public struct HTTPRequest: Sendable, Hashable {
     /// The method. Default `GET`.
-    public var method: HTTPMethod
+    public var method: TetherHTTPMethod
     /// The absolute URL, `http://` or `https://`.
     public var url: String
     /// The header fields to send. Hop-by-hop fields (`Connection`, `Keep-Alive`,
     /// `Transfer-Encoding`, `Upgrade`, …) are not forwarded; `Host` and `Content-Length`
     /// are set by the server from the URL and the body.
-    public var headers: HTTPHeaders
+    public var headers: TetherHTTPHeaders
     /// The body bytes; empty for none.
     public var body: [UInt8]
     /// How long the server may spend on the exchange with the upstream server, redirects
@@ -236,7 +236,7 @@ public struct HTTPRequest: Sendable, Hashable {
     ///   - body: The body bytes.
     ///   - timeout: How long the server may spend on the upstream exchange; `nil` leaves it
     ///     to the server.
-    public init(method: HTTPMethod = .get, url: String, headers: HTTPHeaders = [:], body: [UInt8] = [], timeout: Duration? = nil) {
+    public init(method: TetherHTTPMethod = .get, url: String, headers: TetherHTTPHeaders = [:], body: [UInt8] = [], timeout: Duration? = nil) {
         self.method = method
         self.url = url
         self.headers = headers
@@ -250,7 +250,7 @@ public struct HTTPRequest: Sendable, Hashable {
     ///   - url: The absolute `http` or `https` URL.
     ///   - headers: The header fields to send.
     /// - Returns: The request.
-    public static func get(_ url: String, headers: HTTPHeaders = [:]) -> HTTPRequest {
+    public static func get(_ url: String, headers: TetherHTTPHeaders = [:]) -> HTTPRequest {
         HTTPRequest(method: .get, url: url, headers: headers)
     }
 
@@ -261,7 +261,7 @@ public struct HTTPRequest: Sendable, Hashable {
     ///   - json: The body, written with literals.
     ///   - headers: More header fields to send.
     /// - Returns: The request.
-    public static func post(_ url: String, json: JSONValue, headers: HTTPHeaders = [:]) -> HTTPRequest {
+    public static func post(_ url: String, json: JSONValue, headers: TetherHTTPHeaders = [:]) -> HTTPRequest {
         var request = HTTPRequest(method: .post, url: url, headers: headers, body: json.encoded)
         if request.headers["Content-Type"] == nil {
             request.headers["Content-Type"] = "application/json"
@@ -279,7 +279,7 @@ public struct HTTPResponse: Sendable, Hashable {
     /// The status code, such as `200`.
     public var status: Int
     /// The header fields, without hop-by-hop fields.
-    public var headers: HTTPHeaders
+    public var headers: TetherHTTPHeaders
     /// The body bytes, decoded from any content encoding the transfer used.
     public var body: [UInt8]
     /// The URL that answered: the request's, or the last one of the redirects the server
@@ -293,7 +293,7 @@ public struct HTTPResponse: Sendable, Hashable {
     ///   - headers: The header fields.
     ///   - body: The body bytes.
     ///   - url: The URL that answered.
-    public init(status: Int, headers: HTTPHeaders = [:], body: [UInt8] = [], url: String) {
+    public init(status: Int, headers: TetherHTTPHeaders = [:], body: [UInt8] = [], url: String) {
         self.status = status
         self.headers = headers
         self.body = body

@@ -14,11 +14,11 @@ final class DatagramChannel: IOHandler, @unchecked Sendable {
 
     struct State {
         var inbox: DatagramInbox
-        var remote: SocketAddress?
+        var remote: TetherSocketAddress?
     }
 
     let loop: EventLoop
-    let localAddress: SocketAddress
+    let localAddress: TetherSocketAddress
     let maximumDatagramSize: Int
     let descriptor: Int32
     let state: Lock<State>
@@ -34,7 +34,7 @@ final class DatagramChannel: IOHandler, @unchecked Sendable {
     /// Opens a UDP socket bound to `address` (any thread); ``start()`` registers it.
     ///
     /// - Throws: ``TetherError/Code/bindFailed`` when the socket cannot be opened or bound.
-    init(binding address: SocketAddress, configuration: DatagramConfiguration, loop: EventLoop) throws(TetherError) {
+    init(binding address: TetherSocketAddress, configuration: DatagramConfiguration, loop: EventLoop) throws(TetherError) {
         let socket: Socket
         do {
             socket = try Socket(family: address.family, type: SocketOptions.datagramType)
@@ -80,7 +80,7 @@ final class DatagramChannel: IOHandler, @unchecked Sendable {
         guard event.readable else { return }
         for _ in 0..<Self.readsPerEvent {
             guard socket != nil else { return }
-            let result: IOResult<(count: Int, sender: SocketAddress, truncated: Bool)>
+            let result: IOResult<(count: Int, sender: TetherSocketAddress, truncated: Bool)>
             do {
                 result = try Syscall.receiveDatagram(descriptor, into: readSpace)
             } catch {
@@ -118,7 +118,7 @@ final class DatagramChannel: IOHandler, @unchecked Sendable {
     // MARK: Sending (any thread)
 
     /// Sends one datagram to `address`, or to the connected peer when it is `nil`.
-    func send(_ bytes: [UInt8], to address: SocketAddress?) throws(TetherError) {
+    func send(_ bytes: [UInt8], to address: TetherSocketAddress?) throws(TetherError) {
         let destination = address.map(\.description) ?? "the connected peer"
         guard bytes.count <= maximumDatagramSize else {
             throw TetherError(
@@ -161,7 +161,7 @@ final class DatagramChannel: IOHandler, @unchecked Sendable {
 
     /// Connects the socket to `address`: sends without an address go there, and only its
     /// datagrams are received.
-    func connect(to address: SocketAddress) throws(TetherError) {
+    func connect(to address: TetherSocketAddress) throws(TetherError) {
         try state.withLock { (state) throws(TetherError) in
             guard !state.inbox.isClosed else {
                 throw TetherError(code: .connectionClosed, message: "udp socket \(localAddress) is closed: it cannot connect to \(address)")

@@ -27,8 +27,8 @@ public struct DatagramConfiguration: Sendable {
     /// `receiveBufferCount` times ``maximumDatagramSize`` bytes are held. At least 1.
     public var receiveBufferCount: Int
 
-    /// The event loops to run on. Default ``EventLoopGroup/shared``.
-    public var eventLoopGroup: EventLoopGroup
+    /// The event loops to run on. Default ``TetherEventLoopGroup/shared``.
+    public var eventLoopGroup: TetherEventLoopGroup
 
     /// A configuration with every default.
     ///
@@ -36,7 +36,7 @@ public struct DatagramConfiguration: Sendable {
     ///   - maximumDatagramSize: The largest datagram sent or received, in bytes.
     ///   - receiveBufferCount: The most received datagrams held for the reader.
     ///   - eventLoopGroup: The event loops to run on.
-    public init(maximumDatagramSize: Int = 65_507, receiveBufferCount: Int = 1_024, eventLoopGroup: EventLoopGroup = .shared) {
+    public init(maximumDatagramSize: Int = 65_507, receiveBufferCount: Int = 1_024, eventLoopGroup: TetherEventLoopGroup = .shared) {
         self.maximumDatagramSize = maximumDatagramSize
         self.receiveBufferCount = receiveBufferCount
         self.eventLoopGroup = eventLoopGroup
@@ -48,14 +48,14 @@ public struct Datagram: Sendable, Hashable {
     /// The datagram's bytes, whole: a datagram cut by the kernel is never delivered.
     public var bytes: [UInt8]
     /// The address the datagram came from: send a reply there.
-    public var sender: SocketAddress
+    public var sender: TetherSocketAddress
 
     /// Creates a datagram.
     ///
     /// - Parameters:
     ///   - bytes: The datagram's bytes.
     ///   - sender: The address it came from.
-    public init(bytes: [UInt8], sender: SocketAddress) {
+    public init(bytes: [UInt8], sender: TetherSocketAddress) {
         self.bytes = bytes
         self.sender = sender
     }

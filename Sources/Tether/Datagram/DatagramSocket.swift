@@ -19,10 +19,10 @@ public final class DatagramSocket: Sendable {
     let channel: DatagramChannel
 
     /// The address the socket is bound to, with the port the system chose for port 0.
-    public var localAddress: SocketAddress { channel.localAddress }
+    public var localAddress: TetherSocketAddress { channel.localAddress }
 
     /// The address given to ``connect(to:)``, or `nil` while the socket is not connected.
-    public var remoteAddress: SocketAddress? { channel.state.withLock { $0.remote } }
+    public var remoteAddress: TetherSocketAddress? { channel.state.withLock { $0.remote } }
 
     /// The datagrams that arrived while ``DatagramConfiguration/receiveBufferCount`` were
     /// already waiting for the reader, and were dropped.
@@ -68,7 +68,7 @@ public final class DatagramSocket: Sendable {
         guard (0...65535).contains(port) else {
             throw TetherError(code: .invalidArgument, message: "udp port \(port) is out of range (0 to 65535)")
         }
-        guard let address = SocketAddress(ipAddress: host, port: port) else {
+        guard let address = TetherSocketAddress(ipAddress: host, port: port) else {
             throw TetherError(code: .invalidArgument, message: "udp host '\(host)' is not a numeric IPv4 or IPv6 address")
         }
         let loop = configuration.eventLoopGroup.next()
@@ -91,7 +91,7 @@ public final class DatagramSocket: Sendable {
     ///   ``TetherError/Code/connectionRefused`` on a connected socket when the kernel holds
     ///   a refusal of an earlier datagram; ``TetherError/Code/connectionClosed`` after
     ///   ``close()``; ``TetherError/Code/systemCall`` for another failure of `sendto(2)`.
-    public func send(_ bytes: [UInt8], to address: SocketAddress) throws(TetherError) {
+    public func send(_ bytes: [UInt8], to address: TetherSocketAddress) throws(TetherError) {
         try channel.send(bytes, to: address)
     }
 
@@ -117,7 +117,7 @@ public final class DatagramSocket: Sendable {
     /// - Parameter address: The peer, of the same family as ``localAddress``.
     /// - Throws: ``TetherError/Code/connectFailed`` when the system refuses the address
     ///   (another family, unreachable); ``TetherError/Code/connectionClosed`` after ``close()``.
-    public func connect(to address: SocketAddress) throws(TetherError) {
+    public func connect(to address: TetherSocketAddress) throws(TetherError) {
         try channel.connect(to: address)
     }
 

@@ -7,7 +7,7 @@ import Synchronization
 /// for I/O and jobs only, and its timers fire once ``advance(by:)`` or ``advance(to:)``
 /// has moved the clock past their deadlines. Everything else about the loop is real:
 /// sockets, readiness, jobs, the actors that run on it. So a connection or a server on such
-/// loops (``EventLoopGroup/init(loopCount:clock:)``) talks over real loopback sockets while
+/// loops (``TetherEventLoopGroup/init(loopCount:clock:)``) talks over real loopback sockets while
 /// its heartbeats, timeouts and backoffs wait for the test.
 ///
 /// Advancing is deterministic: time moves from one due deadline to the next, in order, and

@@ -46,7 +46,7 @@ public struct FrameLayout: Sendable, Hashable {
         /// Size on the wire in bytes: 1, 2, 4 or 8 (a checksum field takes its algorithm's width).
         public var width: Int
         /// Byte order on the wire.
-        public var endianness: Endianness
+        public var endianness: FrameBuffer.Endianness
         /// What the field holds.
         public var role: Role
 
@@ -57,7 +57,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - width: Size on the wire in bytes: 1, 2, 4 or 8.
         ///   - endianness: Byte order on the wire.
         ///   - role: What the field holds.
-        public init(name: String, width: Int, endianness: Endianness = .big, role: Role) {
+        public init(name: String, width: Int, endianness: FrameBuffer.Endianness = .big, role: Role) {
             self.name = name
             self.width = width
             self.endianness = endianness
@@ -70,7 +70,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - width: 1, 2 or 4 bytes.
         ///   - endianness: Byte order on the wire.
         /// - Returns: The field.
-        public static func type(width: Int = 4, endianness: Endianness = .big) -> Field {
+        public static func type(width: Int = 4, endianness: FrameBuffer.Endianness = .big) -> Field {
             Field(name: "type", width: width, endianness: endianness, role: .type)
         }
 
@@ -80,7 +80,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - width: 1, 2 or 4 bytes. A narrower field makes serials wrap sooner.
         ///   - endianness: Byte order on the wire.
         /// - Returns: The field.
-        public static func serial(width: Int = 4, endianness: Endianness = .big) -> Field {
+        public static func serial(width: Int = 4, endianness: FrameBuffer.Endianness = .big) -> Field {
             Field(name: "serial", width: width, endianness: endianness, role: .serial)
         }
 
@@ -90,7 +90,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - width: 1, 2, 4 or 8 bytes.
         ///   - endianness: Byte order on the wire.
         /// - Returns: The field.
-        public static func length(width: Int = 4, endianness: Endianness = .big) -> Field {
+        public static func length(width: Int = 4, endianness: FrameBuffer.Endianness = .big) -> Field {
             Field(name: "length", width: width, endianness: endianness, role: .length)
         }
 
@@ -102,7 +102,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - endianness: Byte order on the wire.
         ///   - defaultValue: Written when a frame does not set the field.
         /// - Returns: The field.
-        public static func value(_ name: String, width: Int, endianness: Endianness = .big, default defaultValue: UInt64 = 0) -> Field {
+        public static func value(_ name: String, width: Int, endianness: FrameBuffer.Endianness = .big, default defaultValue: UInt64 = 0) -> Field {
             Field(name: name, width: width, endianness: endianness, role: .value(default: defaultValue))
         }
 
@@ -113,7 +113,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - endianness: Byte order on the wire.
         ///   - defaultValue: The version written when a frame does not set one.
         /// - Returns: The field.
-        public static func version(width: Int, endianness: Endianness = .big, default defaultValue: UInt64 = 1) -> Field {
+        public static func version(width: Int, endianness: FrameBuffer.Endianness = .big, default defaultValue: UInt64 = 1) -> Field {
             .value("version", width: width, endianness: endianness, default: defaultValue)
         }
 
@@ -124,7 +124,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - endianness: Byte order on the wire.
         ///   - defaultValue: The content type written when a frame does not set one.
         /// - Returns: The field.
-        public static func contentType(width: Int, endianness: Endianness = .big, default defaultValue: UInt64 = 0) -> Field {
+        public static func contentType(width: Int, endianness: FrameBuffer.Endianness = .big, default defaultValue: UInt64 = 0) -> Field {
             .value("contentType", width: width, endianness: endianness, default: defaultValue)
         }
 
@@ -134,7 +134,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - width: 1, 2, 4 or 8 bytes.
         ///   - endianness: Byte order on the wire.
         /// - Returns: The field.
-        public static func flags(width: Int, endianness: Endianness = .big) -> Field {
+        public static func flags(width: Int, endianness: FrameBuffer.Endianness = .big) -> Field {
             .value("flags", width: width, endianness: endianness, default: 0)
         }
 
@@ -146,7 +146,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - width: 1, 2, 4 or 8 bytes.
         ///   - endianness: Byte order on the wire.
         /// - Returns: The field.
-        public static func marker(_ value: UInt64, width: Int = 1, endianness: Endianness = .big) -> Field {
+        public static func marker(_ value: UInt64, width: Int = 1, endianness: FrameBuffer.Endianness = .big) -> Field {
             Field(name: "marker", width: width, endianness: endianness, role: .constant(value))
         }
 
@@ -158,7 +158,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - width: 1, 2, 4 or 8 bytes.
         ///   - endianness: Byte order on the wire.
         /// - Returns: The field.
-        public static func constant(_ name: String, _ value: UInt64, width: Int, endianness: Endianness = .big) -> Field {
+        public static func constant(_ name: String, _ value: UInt64, width: Int, endianness: FrameBuffer.Endianness = .big) -> Field {
             Field(name: name, width: width, endianness: endianness, role: .constant(value))
         }
 

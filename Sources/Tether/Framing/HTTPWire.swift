@@ -56,7 +56,7 @@ package enum HTTPWire {
             guard let name = method.stringValue else {
                 throw HTTPForwardingError(reason: .invalidRequest, message: "the HTTP request's \"method\" is not a string")
             }
-            request.method = HTTPMethod(rawValue: name)
+            request.method = TetherHTTPMethod(rawValue: name)
         }
         if let headers = fields["headers"] {
             guard let decoded = decodeHeaders(headers) else {
@@ -97,7 +97,7 @@ package enum HTTPWire {
         guard let status = fields["status"]?.intValue else {
             throw TetherError(code: .decodingFailed, message: "\(what) has no \"status\"")
         }
-        var headers = HTTPHeaders()
+        var headers = TetherHTTPHeaders()
         if let list = fields["headers"] {
             guard let decoded = decodeHeaders(list) else {
                 throw TetherError(code: .decodingFailed, message: "\(what) has \"headers\" that are not [name, value] pairs")
@@ -108,13 +108,13 @@ package enum HTTPWire {
                             url: fields["url"]?.stringValue ?? request.url)
     }
 
-    private static func encode(_ headers: HTTPHeaders) -> JSONValue {
+    private static func encode(_ headers: TetherHTTPHeaders) -> JSONValue {
         .array(headers.map { .array([.string($0.name), .string($0.value)]) })
     }
 
-    private static func decodeHeaders(_ value: JSONValue) -> HTTPHeaders? {
+    private static func decodeHeaders(_ value: JSONValue) -> TetherHTTPHeaders? {
         guard let list = value.arrayValue else { return nil }
-        var headers = HTTPHeaders()
+        var headers = TetherHTTPHeaders()
         for pair in list {
             guard let items = pair.arrayValue, items.count == 2,
                   let name = items[0].stringValue, let value = items[1].stringValue else { return nil }

@@ -28,7 +28,7 @@ enum CompiledLayout {
 struct FieldSlot: Sendable {
     var offset: Int
     var width: Int
-    var endianness: Endianness
+    var endianness: FrameBuffer.Endianness
 
     /// The field's value in `raw`, whose first byte is the header's first.
     func load(from raw: UnsafeRawBufferPointer, at start: Int) -> UInt64 {
@@ -54,7 +54,7 @@ struct FieldSlot: Sendable {
 
 extension FrameBuffer {
     /// Appends `value` as a `width`-byte integer; the caller has checked that it fits.
-    mutating func writeInteger(_ value: UInt64, width: Int, endianness: Endianness) {
+    mutating func writeInteger(_ value: UInt64, width: Int, endianness: FrameBuffer.Endianness) {
         switch width {
         case 1: writeInteger(UInt8(truncatingIfNeeded: value))
         case 2: writeInteger(UInt16(truncatingIfNeeded: value), endianness: endianness)

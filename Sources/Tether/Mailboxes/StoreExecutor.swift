@@ -10,7 +10,7 @@
 /// the callers waiting for it.
 ///
 /// The threads start on first use and live as long as the process, shared by every server
-/// in it, like ``EventLoopGroup/shared``. There are ``threadCount`` of them: that many
+/// in it, like ``TetherEventLoopGroup/shared``. There are ``threadCount`` of them: that many
 /// store calls can block at once before the next waits its turn.
 final class StoreExecutor: TaskExecutor, Sendable {
     /// The executor of every server in the process.

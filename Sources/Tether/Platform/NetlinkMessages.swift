@@ -351,14 +351,14 @@ enum Netlink {
     /// An address that arrived as 4 or 16 bytes, as text.
     static func addressText(_ bytes: [UInt8]) -> String? {
         switch bytes.count {
-        case 4: return SocketAddress(raw: .v4(host: bytes, port: 0)).ipAddress
-        case 16: return SocketAddress(raw: .v6(host: bytes, port: 0, scope: 0)).ipAddress
+        case 4: return TetherSocketAddress(raw: .v4(host: bytes, port: 0)).ipAddress
+        case 16: return TetherSocketAddress(raw: .v6(host: bytes, port: 0, scope: 0)).ipAddress
         default: return nil
         }
     }
 }
 
-extension SocketAddress {
+extension TetherSocketAddress {
     /// The address of `storage`, for text of an address that arrived as bytes.
     fileprivate init(raw storage: Storage) {
         self.storage = storage

@@ -107,7 +107,7 @@ package enum Syscall {
     /// - Returns: How many bytes the kernel took (all of them: a datagram is never split),
     ///   or would-block.
     /// - Throws: The `errno` of a failure other than `EINTR` and `EAGAIN`.
-    static func sendDatagram(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, to address: SocketAddress?) throws(Errno) -> IOResult<Int> {
+    static func sendDatagram(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, to address: TetherSocketAddress?) throws(Errno) -> IOResult<Int> {
         guard let address else {
             return try nonblocking { send(fd, bytes.baseAddress, bytes.count, noSignalFlag) }
         }
@@ -126,7 +126,7 @@ package enum Syscall {
     ///   than `space` (its rest is lost); or would-block.
     /// - Throws: The `errno` of a failure other than `EINTR` and `EAGAIN`, such as
     ///   `ECONNREFUSED` on a connected socket whose peer's port is closed.
-    static func receiveDatagram(_ fd: Int32, into space: UnsafeMutableRawBufferPointer) throws(Errno) -> IOResult<(count: Int, sender: SocketAddress, truncated: Bool)> {
+    static func receiveDatagram(_ fd: Int32, into space: UnsafeMutableRawBufferPointer) throws(Errno) -> IOResult<(count: Int, sender: TetherSocketAddress, truncated: Bool)> {
         var storage = sockaddr_storage()
         var vector = iovec(iov_base: space.baseAddress, iov_len: space.count)
         var message = msghdr()
@@ -141,7 +141,7 @@ package enum Syscall {
         }
         guard case .processed(let count) = result else { return .wouldBlock }
         let truncated = message.msg_flags & Int32(MSG_TRUNC) != 0
-        return .processed((count, SocketAddress(storage: storage), truncated))
+        return .processed((count, TetherSocketAddress(storage: storage), truncated))
     }
 
     /// The most pieces one ``sendPieces(_:_:)`` call takes.
@@ -199,7 +199,7 @@ package enum Syscall {
     }
 
     /// `connect(2)` on a nonblocking socket: `true` when connected at once, `false` when in progress.
-    package static func startConnect(_ fd: Int32, _ address: SocketAddress) throws(Errno) -> Bool {
+    package static func startConnect(_ fd: Int32, _ address: TetherSocketAddress) throws(Errno) -> Bool {
         let result = address.withSockAddr { pointer, length in connect(fd, pointer, length) }
         if result == 0 { return true }
         let error = Errno.current
@@ -208,7 +208,7 @@ package enum Syscall {
     }
 
     /// `bind(2)`.
-    package static func bindAddress(_ fd: Int32, _ address: SocketAddress) throws(Errno) {
+    package static func bindAddress(_ fd: Int32, _ address: TetherSocketAddress) throws(Errno) {
         let result = address.withSockAddr { pointer, length in bind(fd, pointer, length) }
         if result != 0 { throw Errno.current }
     }
@@ -235,25 +235,25 @@ package enum Syscall {
     }
 
     /// `getsockname(2)`.
-    package static func localAddress(_ fd: Int32) throws(Errno) -> SocketAddress {
+    package static func localAddress(_ fd: Int32) throws(Errno) -> TetherSocketAddress {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let result = withUnsafeMutablePointer(to: &storage) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
         if result != 0 { throw Errno.current }
-        return SocketAddress(storage: storage)
+        return TetherSocketAddress(storage: storage)
     }
 
     /// `getpeername(2)`.
-    static func peerAddress(_ fd: Int32) throws(Errno) -> SocketAddress {
+    static func peerAddress(_ fd: Int32) throws(Errno) -> TetherSocketAddress {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let result = withUnsafeMutablePointer(to: &storage) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
         }
         if result != 0 { throw Errno.current }
-        return SocketAddress(storage: storage)
+        return TetherSocketAddress(storage: storage)
     }
 
     /// Makes sure a write to a closed socket never kills the process with `SIGPIPE`.

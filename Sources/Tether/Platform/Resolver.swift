@@ -12,7 +12,7 @@ package enum AddressFamily: Sendable, Hashable, CaseIterable, CustomStringConver
     case ipv4
 
     /// The family of `address`.
-    init(of address: SocketAddress) {
+    init(of address: TetherSocketAddress) {
         self = address.isIPv6 ? .ipv6 : .ipv4
     }
 
@@ -33,12 +33,12 @@ enum Resolver {
     /// Numeric addresses are parsed without a lookup. Names are resolved with
     /// `getaddrinfo`, which blocks; it runs on a thread of its own so no event loop or
     /// cooperative thread waits on DNS.
-    static func resolve(_ endpoint: Endpoint) async throws(TetherError) -> [SocketAddress] {
+    static func resolve(_ endpoint: Endpoint) async throws(TetherError) -> [TetherSocketAddress] {
         try checkPort(of: endpoint)
-        if let numeric = SocketAddress(ipAddress: endpoint.host, port: endpoint.port) {
+        if let numeric = TetherSocketAddress(ipAddress: endpoint.host, port: endpoint.port) {
             return [numeric]
         }
-        let result: Result<[SocketAddress], TetherError> = await withCheckedContinuation { continuation in
+        let result: Result<[TetherSocketAddress], TetherError> = await withCheckedContinuation { continuation in
             BlockingThread.run {
                 continuation.resume(returning: lookup(endpoint, family: nil))
             }
@@ -55,18 +55,18 @@ enum Resolver {
 
     /// The addresses of `endpoint` that need no lookup: a numeric address, or the loopback
     /// addresses of `localhost` (RFC 6761: `::1`, then `127.0.0.1`); `nil` for a name.
-    static func immediateAddresses(of endpoint: Endpoint) -> [SocketAddress]? {
-        if let numeric = SocketAddress(ipAddress: endpoint.host, port: endpoint.port) {
+    static func immediateAddresses(of endpoint: Endpoint) -> [TetherSocketAddress]? {
+        if let numeric = TetherSocketAddress(ipAddress: endpoint.host, port: endpoint.port) {
             return [numeric]
         }
         let host = endpoint.host.lowercased()
         guard host == "localhost" || host == "localhost." else { return nil }
-        return ["::1", "127.0.0.1"].compactMap { SocketAddress(ipAddress: $0, port: endpoint.port) }
+        return ["::1", "127.0.0.1"].compactMap { TetherSocketAddress(ipAddress: $0, port: endpoint.port) }
     }
 
     /// Looks `endpoint` up with `getaddrinfo`, for addresses of `family` (`nil`: both).
     /// Blocks the calling thread for as long as the system's resolver takes.
-    static func lookup(_ endpoint: Endpoint, family: AddressFamily?) -> Result<[SocketAddress], TetherError> {
+    static func lookup(_ endpoint: Endpoint, family: AddressFamily?) -> Result<[TetherSocketAddress], TetherError> {
         var hints = addrinfo()
         switch family {
         case .ipv6: hints.ai_family = AF_INET6
@@ -85,7 +85,7 @@ enum Resolver {
             return .failure(TetherError(code: .resolutionFailed, message: "cannot resolve \(endpoint.host): \(reason)"))
         }
         defer { freeaddrinfo(first) }
-        var addresses: [SocketAddress] = []
+        var addresses: [TetherSocketAddress] = []
         var cursor: UnsafeMutablePointer<addrinfo>? = first
         while let entry = cursor {
             if let raw = entry.pointee.ai_addr, entry.pointee.ai_family == AF_INET || entry.pointee.ai_family == AF_INET6 {
@@ -93,7 +93,7 @@ enum Resolver {
                 withUnsafeMutableBytes(of: &storage) {
                     $0.copyMemory(from: UnsafeRawBufferPointer(start: raw, count: Int(entry.pointee.ai_addrlen)))
                 }
-                let address = SocketAddress(storage: storage)
+                let address = TetherSocketAddress(storage: storage)
                 if !addresses.contains(address) { addresses.append(address) }
             }
             cursor = entry.pointee.ai_next

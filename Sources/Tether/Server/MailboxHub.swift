@@ -548,7 +548,7 @@ final class MailboxHub: Sendable {
         /// Another node claimed the client after this hello's claim.
         case superseded(byNode: String)
         /// A newer connection of the client is here, from `newer`; this one is closed.
-        case stale(newer: SocketAddress)
+        case stale(newer: TetherSocketAddress)
         /// This peer ended; a newer connection of the client is here and holds the claim.
         case dropped
         /// This peer ended and no connection of the client is here.
@@ -585,7 +585,7 @@ public struct ClientHello: Sendable, Hashable {
     /// The connection it came on.
     public var peer: PeerID
     /// Where that connection comes from.
-    public var address: SocketAddress
+    public var address: TetherSocketAddress
 }
 
 /// A push stored for a client that is not connected: what ``Server/onOfflinePush(_:)`` gets.

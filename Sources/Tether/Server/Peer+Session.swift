@@ -257,7 +257,7 @@ extension Peer {
     }
 
     /// The same client id connected again on another peer: this older connection goes.
-    func replaced(clientID: String, by address: SocketAddress) {
+    func replaced(clientID: String, by address: TetherSocketAddress) {
         guard claimedClientID == clientID else { return }
         takenOver(clientID, TetherError(
             code: .sessionTakenOver,

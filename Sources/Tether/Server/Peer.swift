@@ -10,7 +10,7 @@ public actor Peer {
     /// Identifies the peer within its server.
     public nonisolated let id: PeerID
     /// Where the peer connects from.
-    public nonisolated let remoteAddress: SocketAddress
+    public nonisolated let remoteAddress: TetherSocketAddress
     nonisolated let loop: EventLoop
     /// The server this peer belongs to, for a handler that acts beyond its own peer: to
     /// push to another client (``Server/push(_:toClient:)``) or to all. `nil` once the

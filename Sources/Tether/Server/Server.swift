@@ -45,11 +45,11 @@ public final class Server: Sendable {
         /// Connections accepted and not yet ended, attached or not: what the limit counts.
         var admitted = 0
         var nextPeer: UInt64 = 1
-        var listening: SocketAddress?
+        var listening: TetherSocketAddress?
         /// The WebSocket port's address, once it listens.
-        var webSocketListening: SocketAddress?
+        var webSocketListening: TetherSocketAddress?
         /// Callers of ``listeningAddress()`` waiting, by the id that cancels them.
-        var listenWaiters: [UInt64: CheckedContinuation<SocketAddress, any Error>] = [:]
+        var listenWaiters: [UInt64: CheckedContinuation<TetherSocketAddress, any Error>] = [:]
         var nextListenWaiter: UInt64 = 0
         var failure: TetherError?
         var running = false
@@ -204,14 +204,14 @@ public final class Server: Sendable {
     /// - Returns: The listening address.
     /// - Throws: ``TetherError`` when ``run()`` failed to listen; `CancellationError` when
     ///   the calling task is cancelled first.
-    public func listeningAddress() async throws -> SocketAddress {
+    public func listeningAddress() async throws -> TetherSocketAddress {
         let id = state.withLock { state in
             defer { state.nextListenWaiter += 1 }
             return state.nextListenWaiter
         }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let ready = state.withLock { state -> Result<SocketAddress, any Error>? in
+                let ready = state.withLock { state -> Result<TetherSocketAddress, any Error>? in
                     if let address = state.listening { return .success(address) }
                     if let failure = state.failure { return .failure(failure) }
                     // Cancelled before it could wait: the handler found nothing to end.
@@ -234,7 +234,7 @@ public final class Server: Sendable {
     /// - Throws: ``TetherError`` when ``run()`` failed to listen, or with
     ///   ``TetherError/Code/invalidArgument`` when the configuration has no
     ///   ``ServerConfiguration/webSocket``.
-    public func webSocketAddress() async throws -> SocketAddress {
+    public func webSocketAddress() async throws -> TetherSocketAddress {
         guard configuration.webSocket != nil else {
             throw TetherError(code: .invalidArgument, message: "the server has no WebSocket port: set ServerConfiguration.webSocket")
         }
@@ -326,7 +326,7 @@ public final class Server: Sendable {
     /// so neither the peer nor its handler tasks ever wait for a cooperative thread. The
     /// preference costs each handler task one allocation but saves a hop through the global
     /// executor per request: measured, 27.8 µs against 42.8 µs p50 at one request in flight.
-    private func serve(_ accepted: AsyncStream<Accepted>, on group: EventLoopGroup, timersOn acceptLoop: EventLoop) async {
+    private func serve(_ accepted: AsyncStream<Accepted>, on group: TetherEventLoopGroup, timersOn acceptLoop: EventLoop) async {
         await withDiscardingTaskGroup { tasks in
             if let hub { tasks.addTask { await hub.run(timersOn: acceptLoop) } }
             for await stream in accepted {

@@ -49,8 +49,8 @@ public struct ServerConfiguration: Sendable {
     /// A client that sends nothing until its first heartbeat must have a heartbeat interval
     /// well below this timeout.
     public var handshakeTimeout: Duration? = .seconds(10)
-    /// The event loops to run on. Default ``EventLoopGroup/shared``.
-    public var eventLoopGroup: EventLoopGroup = .shared
+    /// The event loops to run on. Default ``TetherEventLoopGroup/shared``.
+    public var eventLoopGroup: TetherEventLoopGroup = .shared
     /// Sees each handler run from its start to its outcome, and each ``ServerEvent``, as
     /// they happen, on the loops: for logging and tracing (see <doc:Bridging>). Default
     /// `nil`: nothing is observed, and nothing is spent on it.
@@ -206,7 +206,7 @@ public struct ServerEvent: Sendable, Hashable, CustomStringConvertible {
     /// What happened.
     public var kind: Kind
     /// The listening address, or the peer's address.
-    public var address: SocketAddress
+    public var address: TetherSocketAddress
     /// The peer, for peer events.
     public var peer: PeerID?
     /// Why a peer disconnected.

@@ -4,7 +4,7 @@
 enum AddressRace {
     /// `addresses` with IPv6 and IPv4 alternating, each family in its own order, starting
     /// with the family of the first; once one family runs out, the rest of the other.
-    static func interleaved(_ addresses: [SocketAddress]) -> [SocketAddress] {
+    static func interleaved(_ addresses: [TetherSocketAddress]) -> [TetherSocketAddress] {
         guard let first = addresses.first else { return [] }
         return interleaved(addresses, preferring: AddressFamily(of: first))
     }
@@ -12,10 +12,10 @@ enum AddressRace {
     /// `addresses` with IPv6 and IPv4 alternating, each family in its own order, starting
     /// with `family` when there is an address of it; once one family runs out, the rest of
     /// the other.
-    static func interleaved(_ addresses: [SocketAddress], preferring family: AddressFamily) -> [SocketAddress] {
+    static func interleaved(_ addresses: [TetherSocketAddress], preferring family: AddressFamily) -> [TetherSocketAddress] {
         let primary = addresses.filter { AddressFamily(of: $0) == family }
         let secondary = addresses.filter { AddressFamily(of: $0) != family }
-        var ordered: [SocketAddress] = []
+        var ordered: [TetherSocketAddress] = []
         ordered.reserveCapacity(addresses.count)
         for index in 0..<max(primary.count, secondary.count) {
             if index < primary.count { ordered.append(primary[index]) }

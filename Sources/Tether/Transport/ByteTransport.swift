@@ -19,9 +19,9 @@ package protocol ByteTransport: AnyObject {
     /// Hears what happens; cleared when the transport closes.
     var handler: (any ByteTransportHandler)? { get set }
     /// The peer's address.
-    var remoteAddress: SocketAddress { get }
+    var remoteAddress: TetherSocketAddress { get }
     /// This end's address, when it has one.
-    var localAddress: SocketAddress? { get }
+    var localAddress: TetherSocketAddress? { get }
     /// Whether the transport is open: it reads, writes and reports.
     var isOpen: Bool { get }
     /// Bytes received from and sent to the peer so far, counted where they cross the wire.
@@ -81,8 +81,8 @@ package protocol TransportLayer: ByteTransport {
 }
 
 extension TransportLayer {
-    var remoteAddress: SocketAddress { base.remoteAddress }
-    var localAddress: SocketAddress? { base.localAddress }
+    var remoteAddress: TetherSocketAddress { base.remoteAddress }
+    var localAddress: TetherSocketAddress? { base.localAddress }
     var bytesRead: Int { base.bytesRead }
     var bytesWritten: Int { base.bytesWritten }
     var bytesDelivered: Int { base.bytesDelivered }

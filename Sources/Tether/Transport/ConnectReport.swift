@@ -26,7 +26,7 @@ public struct ConnectReport: Sendable, Hashable, CustomStringConvertible {
         }
 
         /// The address tried.
-        public var address: SocketAddress
+        public var address: TetherSocketAddress
         /// When it started, after connecting began (``ConnectReport/resolutionTime``).
         public var startedAfter: Duration
         /// How it ended.
@@ -48,7 +48,7 @@ public struct ConnectReport: Sendable, Hashable, CustomStringConvertible {
     /// The endpoint connected to: the main one or an alternate.
     public var endpoint: Endpoint
     /// The address that connected.
-    public var address: SocketAddress
+    public var address: TetherSocketAddress
     /// How long resolving the host took: from the start of the attempt until connecting
     /// began, on the first answer of the AAAA and A lookups (or, when the A answer came
     /// first, when the AAAA answer came within the 50 ms resolution delay, or the delay

@@ -4,7 +4,7 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
     // handler can send it to the loop.
 
     private let loop: EventLoop
-    private let address: SocketAddress
+    private let address: TetherSocketAddress
     /// The socket being connected, until the attempt ends.
     private var socket: Socket?
     private let fd: Int32
@@ -12,7 +12,7 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
     private var continuation: CheckedContinuation<Result<SocketBox, TetherError>, Never>?
     private let timeout: Duration
 
-    private init(loop: EventLoop, address: SocketAddress, socket: consuming Socket, timeout: Duration) {
+    private init(loop: EventLoop, address: TetherSocketAddress, socket: consuming Socket, timeout: Duration) {
         self.loop = loop
         self.address = address
         self.fd = socket.descriptor
@@ -25,7 +25,7 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
     /// Must be called on `loop`'s executor. Returns the connected socket, which the caller
     /// then owns, or an error that names the address.
     static func connect(
-        to address: SocketAddress,
+        to address: TetherSocketAddress,
         timeout: Duration,
         on loop: EventLoop,
         isolation: isolated any Actor
@@ -101,7 +101,7 @@ final class ConnectAttempt: IOHandler, @unchecked Sendable {
         }
     }
 
-    static func error(_ errno: Errno, address: SocketAddress) -> TetherError {
+    static func error(_ errno: Errno, address: TetherSocketAddress) -> TetherError {
         if errno == .connectionRefused {
             return TetherError(code: .connectionRefused, message: "connection refused by \(address)", underlying: errno)
         }

@@ -30,8 +30,8 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     let loop: EventLoop
     package private(set) var buffers: TransportBuffers
     package var handler: (any ByteTransportHandler)?
-    package let remoteAddress: SocketAddress
-    package let localAddress: SocketAddress?
+    package let remoteAddress: TetherSocketAddress
+    package let localAddress: TetherSocketAddress?
     /// The bound on bytes received and not yet read, per direction.
     package let capacity: Int
     /// The other end; the pair refer to each other weakly, and whoever uses them keeps them.
@@ -72,7 +72,7 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     /// end is not started.
     var arrivalBeforeStart: (() -> Void)?
 
-    private init(loop: EventLoop, local: SocketAddress, remote: SocketAddress, capacity: Int, sealed: Bool) {
+    private init(loop: EventLoop, local: TetherSocketAddress, remote: TetherSocketAddress, capacity: Int, sealed: Bool) {
         self.loop = loop
         self.localAddress = local
         self.remoteAddress = remote
@@ -91,8 +91,8 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     static func makePair(on loop: EventLoop, capacity: Int = 256 << 10, sealed: Bool = false) -> (InMemoryTransport, InMemoryTransport) {
         makePair(
             on: loop,
-            clientAddress: SocketAddress(ipAddress: "127.0.0.1", port: 1)!,
-            serverAddress: SocketAddress(ipAddress: "127.0.0.1", port: 2)!,
+            clientAddress: TetherSocketAddress(ipAddress: "127.0.0.1", port: 1)!,
+            serverAddress: TetherSocketAddress(ipAddress: "127.0.0.1", port: 2)!,
             capacity: capacity,
             clientSealed: sealed,
             serverSealed: sealed
@@ -111,8 +111,8 @@ package final class InMemoryTransport: ByteTransport, Flushable, @unchecked Send
     /// - Returns: The client's end and the server's end.
     package static func makePair(
         on loop: EventLoop,
-        clientAddress: SocketAddress,
-        serverAddress: SocketAddress,
+        clientAddress: TetherSocketAddress,
+        serverAddress: TetherSocketAddress,
         capacity: Int = 256 << 10,
         clientSealed: Bool,
         serverSealed: Bool

@@ -3,21 +3,21 @@ final class Listener: IOHandler, @unchecked Sendable {
     // @unchecked Sendable: after `open`, touched only on `loop`'s thread.
 
     let loop: EventLoop
-    let address: SocketAddress
+    let address: TetherSocketAddress
     /// The listening socket, until ``close()``.
     private var socket: Socket?
     private let fd: Int32
-    private let onAccept: (consuming Socket, SocketAddress) -> Void
+    private let onAccept: (consuming Socket, TetherSocketAddress) -> Void
 
     /// Opens, binds and listens (any thread); call ``start()`` on the loop to accept.
     /// `onAccept` owns each accepted socket from then on; `bound` runs between the bind and
     /// the listen, when nobody can connect yet (to set a socket file's permissions).
     init(
-        binding address: SocketAddress,
+        binding address: TetherSocketAddress,
         backlog: Int32,
         loop: EventLoop,
         bound: (() throws(Errno) -> Void)? = nil,
-        onAccept: @escaping (consuming Socket, SocketAddress) -> Void
+        onAccept: @escaping (consuming Socket, TetherSocketAddress) -> Void
     ) throws(TetherError) {
         self.loop = loop
         self.onAccept = onAccept

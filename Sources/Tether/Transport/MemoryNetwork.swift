@@ -19,8 +19,8 @@ package final class MemoryNetwork: Sendable {
     package let loop: EventLoop
 
     private struct Listening {
-        var address: SocketAddress
-        var accept: @Sendable (InMemoryTransport, SocketAddress) -> Void
+        var address: TetherSocketAddress
+        var accept: @Sendable (InMemoryTransport, TetherSocketAddress) -> Void
     }
 
     /// How a dial to a host and port is answered, besides by a listener.
@@ -34,7 +34,7 @@ package final class MemoryNetwork: Sendable {
 
     private struct State {
         var listeners: [Endpoint: Listening] = [:]
-        var hostAddresses: [String: SocketAddress] = [:]
+        var hostAddresses: [String: TetherSocketAddress] = [:]
         var rules: [Endpoint: Rule] = [:]
         var nextClientPort = 49152
         var nextListenPort = 30000
@@ -66,9 +66,9 @@ package final class MemoryNetwork: Sendable {
     package func listen(
         host: String,
         port: Int,
-        accept: @escaping @Sendable (InMemoryTransport, SocketAddress) -> Void
-    ) throws(TetherError) -> SocketAddress {
-        let result = state.withLock { state -> Result<SocketAddress, TetherError> in
+        accept: @escaping @Sendable (InMemoryTransport, TetherSocketAddress) -> Void
+    ) throws(TetherError) -> TetherSocketAddress {
+        let result = state.withLock { state -> Result<TetherSocketAddress, TetherError> in
             var port = port
             if port == 0 {
                 while state.listeners[Endpoint(host: host, port: state.nextListenPort)] != nil { state.nextListenPort += 1 }
@@ -99,16 +99,16 @@ package final class MemoryNetwork: Sendable {
         state.withLock { $0.listeners[endpoint] != nil }
     }
 
-    private static func address(of host: String, port: Int, in state: inout State) -> SocketAddress {
-        let base: SocketAddress
+    private static func address(of host: String, port: Int, in state: inout State) -> TetherSocketAddress {
+        let base: TetherSocketAddress
         if let known = state.hostAddresses[host] {
             base = known
         } else {
             let index = state.hostAddresses.count + 1
-            base = SocketAddress(ipAddress: "127.0.10.\(index % 255)", port: 0)!
+            base = TetherSocketAddress(ipAddress: "127.0.10.\(index % 255)", port: 0)!
             state.hostAddresses[host] = base
         }
-        return SocketAddress(ipAddress: base.ipAddress, port: port)!
+        return TetherSocketAddress(ipAddress: base.ipAddress, port: port)!
     }
 
     // MARK: Rules
@@ -160,7 +160,7 @@ package final class MemoryNetwork: Sendable {
     package func connect(
         to endpoint: Endpoint,
         timeout: Duration
-    ) async -> Result<(InMemoryTransport, SocketAddress), TetherError> {
+    ) async -> Result<(InMemoryTransport, TetherSocketAddress), TetherError> {
         enum Answer {
             case refused
             case blackHole
@@ -173,7 +173,7 @@ package final class MemoryNetwork: Sendable {
             case nil: break
             }
             guard let listening = state.listeners[endpoint] else { return .refused }
-            let client = SocketAddress(ipAddress: "127.0.9.1", port: state.nextClientPort)!
+            let client = TetherSocketAddress(ipAddress: "127.0.9.1", port: state.nextClientPort)!
             state.nextClientPort = state.nextClientPort >= 65535 ? 49152 : state.nextClientPort + 1
             let (clientEnd, serverEnd) = InMemoryTransport.makePair(
                 on: loop,
@@ -208,7 +208,7 @@ package final class MemoryNetwork: Sendable {
 
     /// A dial that nobody answers: it ends at its timeout, on the loop's clock, or when
     /// its task is cancelled.
-    private func waitOut(_ timeout: Duration, dialing endpoint: Endpoint) async -> Result<(InMemoryTransport, SocketAddress), TetherError> {
+    private func waitOut(_ timeout: Duration, dialing endpoint: Endpoint) async -> Result<(InMemoryTransport, TetherSocketAddress), TetherError> {
         let wait = PendingDial(loop: loop)
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
@@ -224,13 +224,13 @@ package final class MemoryNetwork: Sendable {
 private final class PendingDial: @unchecked Sendable {
     // @unchecked Sendable: touched only on `loop`'s thread.
     private let loop: EventLoop
-    private var continuation: CheckedContinuation<Result<(InMemoryTransport, SocketAddress), TetherError>, Never>?
+    private var continuation: CheckedContinuation<Result<(InMemoryTransport, TetherSocketAddress), TetherError>, Never>?
     private var timer: LoopTimer?
     private var finished = false
 
     init(loop: EventLoop) { self.loop = loop }
 
-    func start(_ continuation: CheckedContinuation<Result<(InMemoryTransport, SocketAddress), TetherError>, Never>, timeout: Duration, endpoint: Endpoint) {
+    func start(_ continuation: CheckedContinuation<Result<(InMemoryTransport, TetherSocketAddress), TetherError>, Never>, timeout: Duration, endpoint: Endpoint) {
         loop.execute { [self] in
             guard !finished else {
                 continuation.resume(returning: .failure(TetherError(code: .connectFailed, message: "connecting to \(endpoint) was cancelled", underlying: CancellationError())))
@@ -270,7 +270,7 @@ extension MemoryNetwork: StreamNetwork {
 struct MemoryStream: OpenedStream {
     let end: InMemoryTransport
 
-    var remoteAddress: SocketAddress { end.remoteAddress }
+    var remoteAddress: TetherSocketAddress { end.remoteAddress }
 
     func makeTransport(on loop: EventLoop, reading use: ReadBufferUse) throws(TetherError) -> any ByteTransport {
         guard loop === end.loop else {
@@ -331,10 +331,10 @@ final class MemoryPort: ListeningPort, @unchecked Sendable {
     // @unchecked Sendable: `close()` runs on the network's loop only.
     let network: MemoryNetwork
     let endpoint: Endpoint
-    let address: SocketAddress
+    let address: TetherSocketAddress
     private var closed = false
 
-    init(network: MemoryNetwork, endpoint: Endpoint, address: SocketAddress) {
+    init(network: MemoryNetwork, endpoint: Endpoint, address: TetherSocketAddress) {
         self.network = network
         self.endpoint = endpoint
         self.address = address

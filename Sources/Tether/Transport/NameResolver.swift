@@ -19,23 +19,23 @@ package protocol NameResolver: Sendable {
     /// - Returns: At least one address, each of `family`.
     /// - Throws: ``TetherError/Code/resolutionFailed`` when the host has no address in
     ///   `family`.
-    func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [SocketAddress]
+    func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [TetherSocketAddress]
 }
 
 /// A resolver for tests that knows every address of a host at once: each family is answered
 /// at once with the addresses of that family, in the closure's order.
 package struct AddressListResolver: NameResolver {
-    private let all: @Sendable (Endpoint) async throws(TetherError) -> [SocketAddress]
+    private let all: @Sendable (Endpoint) async throws(TetherError) -> [TetherSocketAddress]
 
     /// A resolver that answers from `addresses`.
     ///
     /// - Parameter addresses: Every address of an endpoint, both families.
-    package init(_ addresses: @escaping @Sendable (Endpoint) async throws(TetherError) -> [SocketAddress]) {
+    package init(_ addresses: @escaping @Sendable (Endpoint) async throws(TetherError) -> [TetherSocketAddress]) {
         self.all = addresses
     }
 
     /// The addresses of `family` that the closure returns for `endpoint`.
-    package func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [SocketAddress] {
+    package func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [TetherSocketAddress] {
         let found = try await all(endpoint).filter { AddressFamily(of: $0) == family }
         guard !found.isEmpty else {
             throw TetherError(code: .resolutionFailed, message: "cannot resolve \(endpoint.host): no \(family) address")
@@ -49,7 +49,7 @@ extension NameResolver where Self == AddressListResolver {
     ///
     /// - Parameter addresses: Every address of an endpoint, both families.
     /// - Returns: The resolver.
-    package static func list(_ addresses: @escaping @Sendable (Endpoint) async throws(TetherError) -> [SocketAddress]) -> Self {
+    package static func list(_ addresses: @escaping @Sendable (Endpoint) async throws(TetherError) -> [TetherSocketAddress]) -> Self {
         AddressListResolver(addresses)
     }
 }

@@ -21,14 +21,14 @@ struct ResolutionStateMachine {
         case startResolutionDelay
         /// Give these addresses to the race, in this order: the first time, they start it;
         /// later, they join it.
-        case connect([SocketAddress])
+        case connect([TetherSocketAddress])
         /// Both questions failed before any address came: resolving failed with this error.
         case fail(TetherError)
     }
 
     private enum Answer {
         case pending
-        case addresses([SocketAddress])
+        case addresses([TetherSocketAddress])
         case failed(TetherError)
     }
 
@@ -44,7 +44,7 @@ struct ResolutionStateMachine {
 
     /// Addresses known without a lookup (a numeric address, `localhost`): both questions
     /// answered, the race started with `addresses`.
-    init(known addresses: [SocketAddress]) {
+    init(known addresses: [TetherSocketAddress]) {
         ipv6 = .addresses(addresses.filter(\.isIPv6))
         ipv4 = .addresses(addresses.filter { !$0.isIPv6 })
         hasStarted = true
@@ -60,7 +60,7 @@ struct ResolutionStateMachine {
     /// The answer to the question for `family` came.
     ///
     /// An empty list counts as a failure to find an address.
-    mutating func answered(_ family: AddressFamily, _ result: Result<[SocketAddress], TetherError>) -> Action {
+    mutating func answered(_ family: AddressFamily, _ result: Result<[TetherSocketAddress], TetherError>) -> Action {
         let answer: Answer
         switch result {
         case .success(let addresses) where !addresses.isEmpty: answer = .addresses(addresses)
@@ -106,7 +106,7 @@ struct ResolutionStateMachine {
         return start(v4)
     }
 
-    private mutating func start(_ addresses: [SocketAddress]) -> Action {
+    private mutating func start(_ addresses: [TetherSocketAddress]) -> Action {
         hasStarted = true
         delaying = false
         return .connect(addresses)

@@ -10,7 +10,7 @@ final class SocketExchange: IOHandler, @unchecked Sendable {
     private let loop: EventLoop
     private var socket: Socket?
     private let fd: Int32
-    private let remoteAddress: SocketAddress
+    private let remoteAddress: TetherSocketAddress
     private let noDelay: Bool
     private let request: [UInt8]
     private let headEnd: @Sendable (UnsafeRawBufferPointer) -> Int?

@@ -3,7 +3,7 @@
 package struct SocketStream: OpenedStream {
     /// The socket, until it becomes a transport or is refused; dropped, the box closes it.
     let box: SocketBox
-    package let remoteAddress: SocketAddress
+    package let remoteAddress: TetherSocketAddress
     /// Whether the transport sets `TCP_NODELAY` (ignored by a Unix domain socket).
     let noDelay: Bool
 
@@ -11,7 +11,7 @@ package struct SocketStream: OpenedStream {
     ///   - box: The connected socket.
     ///   - remoteAddress: The peer's address.
     ///   - noDelay: Whether to set `TCP_NODELAY`.
-    package init(_ box: SocketBox, remoteAddress: SocketAddress, noDelay: Bool) {
+    package init(_ box: SocketBox, remoteAddress: TetherSocketAddress, noDelay: Bool) {
         self.box = box
         self.remoteAddress = remoteAddress
         self.noDelay = noDelay
@@ -39,7 +39,7 @@ struct TCPListener: StreamListener {
     let endpoint: Endpoint
 
     func listen(in context: ListenContext, accept: @escaping @Sendable (any OpenedStream) -> Void) async throws(TetherError) -> any ListeningPort {
-        let address: SocketAddress
+        let address: TetherSocketAddress
         do throws(TetherError) {
             guard let first = try await Resolver.resolve(endpoint).first else {
                 throw TetherError(code: .bindFailed, message: "cannot listen on \(endpoint): no address")

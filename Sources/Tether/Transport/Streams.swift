@@ -24,7 +24,7 @@ package enum ReadBufferUse: Sendable {
 /// is closed: a socket inside closes with its owner.
 package protocol OpenedStream: Sendable {
     /// The peer's address.
-    var remoteAddress: SocketAddress { get }
+    var remoteAddress: TetherSocketAddress { get }
 
     /// The transport over this stream, not started, driven by `loop`; the caller is on
     /// `loop`'s thread. Called at most once.
@@ -162,7 +162,7 @@ package struct ListenContext: Sendable {
     /// The loop that accepts.
     package let acceptLoop: EventLoop
     /// The loops the accepted streams will run on.
-    package let group: EventLoopGroup
+    package let group: TetherEventLoopGroup
     /// The listen queue's length.
     package let backlog: Int
     /// Whether accepted sockets set `TCP_NODELAY`.
@@ -188,7 +188,7 @@ package protocol StreamListener: Sendable {
 /// A listener that listens.
 package protocol ListeningPort: Sendable {
     /// Where it listens, with the port the system picked.
-    var address: SocketAddress { get }
+    var address: TetherSocketAddress { get }
     /// Stops taking streams and releases what it holds; streams already accepted stay.
     /// Idempotent; on the accepting loop.
     func close()
@@ -212,7 +212,7 @@ package protocol LayeredStream: OpenedStream {
 }
 
 extension LayeredStream {
-    package var remoteAddress: SocketAddress { below.remoteAddress }
+    package var remoteAddress: TetherSocketAddress { below.remoteAddress }
 
     package func refuse(notice: [UInt8]?, drainTimeout: Duration, on loop: EventLoop) {
         below.refuse(notice: keepsBytes ? notice : nil, drainTimeout: drainTimeout, on: loop)

@@ -13,7 +13,7 @@
 /// starting threads faster than they end.
 package final class SystemResolver: NameResolver {
     /// The blocking lookup: `Resolver.lookup` for the system's resolver.
-    package typealias Lookup = @Sendable (Endpoint, AddressFamily) -> Result<[SocketAddress], TetherError>
+    package typealias Lookup = @Sendable (Endpoint, AddressFamily) -> Result<[TetherSocketAddress], TetherError>
 
     /// One question: what a lookup asks, and what waiters share.
     private struct Question: Hashable {
@@ -57,7 +57,7 @@ package final class SystemResolver: NameResolver {
     /// - Throws: ``TetherError/Code/resolutionFailed`` when the host has no address in
     ///   `family`; `CancellationError` (as the underlying error of a
     ///   ``TetherError/Code/connectFailed``) at once when the task is cancelled.
-    package func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [SocketAddress] {
+    package func addresses(of endpoint: Endpoint, family: AddressFamily) async throws(TetherError) -> [TetherSocketAddress] {
         let question = Question(host: endpoint.host, port: endpoint.port, family: family)
         let waiter = Waiter()
         let id = state.withLock { state -> UInt64 in
@@ -88,7 +88,7 @@ package final class SystemResolver: NameResolver {
 
     /// Ends the lookup for `question`: its waiters get `result`, and a later question
     /// starts a lookup of its own.
-    private func finish(_ question: Question, with result: Result<[SocketAddress], TetherError>) {
+    private func finish(_ question: Question, with result: Result<[TetherSocketAddress], TetherError>) {
         let waiters = state.withLock { $0.inFlight.removeValue(forKey: question) } ?? [:]
         for waiter in waiters.values {
             waiter.resume(returning: result)
@@ -100,9 +100,9 @@ package final class SystemResolver: NameResolver {
 /// task's cancellation, whichever comes first.
 private final class Waiter: Sendable {
     private struct State {
-        var continuation: CheckedContinuation<Result<[SocketAddress], TetherError>, Never>?
+        var continuation: CheckedContinuation<Result<[TetherSocketAddress], TetherError>, Never>?
         /// What the waiter was resumed with, once it was (or was cancelled before it started).
-        var result: Result<[SocketAddress], TetherError>?
+        var result: Result<[TetherSocketAddress], TetherError>?
         var resumed = false
     }
 
@@ -110,8 +110,8 @@ private final class Waiter: Sendable {
 
     /// Takes the continuation; returns `false` (having resumed it) when the waiter was
     /// cancelled before it started.
-    func start(_ continuation: CheckedContinuation<Result<[SocketAddress], TetherError>, Never>) -> Bool {
-        let early = state.withLock { state -> Result<[SocketAddress], TetherError>? in
+    func start(_ continuation: CheckedContinuation<Result<[TetherSocketAddress], TetherError>, Never>) -> Bool {
+        let early = state.withLock { state -> Result<[TetherSocketAddress], TetherError>? in
             if let result = state.result { return result }
             state.continuation = continuation
             return nil
@@ -122,8 +122,8 @@ private final class Waiter: Sendable {
     }
 
     /// Resumes the waiter with `result` unless it was resumed already.
-    func resume(returning result: Result<[SocketAddress], TetherError>) {
-        let continuation = state.withLock { state -> CheckedContinuation<Result<[SocketAddress], TetherError>, Never>? in
+    func resume(returning result: Result<[TetherSocketAddress], TetherError>) {
+        let continuation = state.withLock { state -> CheckedContinuation<Result<[TetherSocketAddress], TetherError>, Never>? in
             guard !state.resumed else { return nil }
             state.resumed = true
             state.result = result

@@ -47,7 +47,7 @@ struct TCPConnector: StreamConnector {
     /// One attempt of a race, on the loop's clock.
     private struct AttemptRecord {
         var index: Int
-        var address: SocketAddress
+        var address: TetherSocketAddress
         var started: UInt64
         var ended: UInt64?
         var outcome: ConnectReport.Attempt.Outcome
@@ -76,7 +76,7 @@ struct TCPConnector: StreamConnector {
     private enum RaceOutcome {
         /// The socket that connected, its address, when connecting began (the loop's clock),
         /// and every attempt started, in order.
-        case connected(SocketBox, SocketAddress, UInt64, [AttemptRecord])
+        case connected(SocketBox, TetherSocketAddress, UInt64, [AttemptRecord])
         /// Every attempt failed: their failures, in the order they were started; and how
         /// far resolving got.
         case failed([TetherError], ResolutionOutcome)
@@ -85,7 +85,7 @@ struct TCPConnector: StreamConnector {
     /// What a child of the connection race reports.
     private enum RaceEvent: Sendable {
         /// The question for this family was answered.
-        case resolved(AddressFamily, Result<[SocketAddress], TetherError>)
+        case resolved(AddressFamily, Result<[TetherSocketAddress], TetherError>)
         /// The resolution delay after an A answer has passed.
         case resolutionDelayPassed
         /// Attempt `index` ended.
@@ -118,8 +118,8 @@ struct TCPConnector: StreamConnector {
         return await withTaskGroup(of: RaceEvent.self) { group in
             var resolution = known.map { ResolutionStateMachine(known: $0) } ?? ResolutionStateMachine()
             var resolutionFailure: TetherError?
-            var untried: [SocketAddress] = []
-            var tried: [SocketAddress] = []
+            var untried: [TetherSocketAddress] = []
+            var tried: [TetherSocketAddress] = []
             var connectingSince: UInt64?
             var running = 0
             var delayElapsed = true
@@ -149,7 +149,7 @@ struct TCPConnector: StreamConnector {
             }
             /// Adds `addresses` to the ones not yet tried, starting with the family other
             /// than the last tried, and starts one when none is pending.
-            func arrived(_ addresses: [SocketAddress], _ group: inout TaskGroup<RaceEvent>) {
+            func arrived(_ addresses: [TetherSocketAddress], _ group: inout TaskGroup<RaceEvent>) {
                 if connectingSince == nil { connectingSince = loop.now }
                 let fresh = addresses.filter { !tried.contains($0) && !untried.contains($0) }
                 if let last = tried.last {

@@ -12,8 +12,8 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
     // Sendable only so it can be captured by closures that `loop.execute` runs there.
 
     let loop: EventLoop
-    let remoteAddress: SocketAddress
-    let localAddress: SocketAddress?
+    let remoteAddress: TetherSocketAddress
+    let localAddress: TetherSocketAddress?
     /// The transport is its own buffers: one object per connection rather than two.
     var buffers: TransportBuffers { self }
     @exclusivity(unchecked) var handler: (any ByteTransportHandler)?
@@ -43,7 +43,7 @@ final class TCPTransport: TransportBuffers, ByteTransport, IOHandler, Flushable,
     ///   - loop: The loop that drives it; the caller is on its thread.
     ///   - noDelay: Whether to set `TCP_NODELAY`.
     ///   - sealed: Whether the bytes are the ciphertext of a TLS layer above.
-    init(socket: consuming Socket, remoteAddress: SocketAddress, loop: EventLoop, noDelay: Bool, sealed: Bool = false) {
+    init(socket: consuming Socket, remoteAddress: TetherSocketAddress, loop: EventLoop, noDelay: Bool, sealed: Bool = false) {
         loop.preconditionInLoop()
         let fd = socket.descriptor
         self.descriptor = fd

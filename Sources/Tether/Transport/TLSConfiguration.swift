@@ -92,7 +92,7 @@ package protocol TLSProvider: Sendable, CustomStringConvertible {
     ///   - host: The host the client connects to, for SNI and certificate verification;
     ///     `nil` on a server.
     ///   - remoteAddress: The peer's address, for messages.
-    func makeSession(host: String?, remoteAddress: SocketAddress) throws(TetherError) -> any TLSSession
+    func makeSession(host: String?, remoteAddress: TetherSocketAddress) throws(TetherError) -> any TLSSession
 }
 
 /// Where a session's handshake stands after it took bytes.

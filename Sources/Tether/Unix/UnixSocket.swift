@@ -38,7 +38,7 @@ struct UnixConnector: StreamConnector {
     let path: String
 
     func connect(to endpoint: Endpoint, in context: ConnectContext, isolation: isolated any Actor) async -> Result<ConnectedStream, TetherError> {
-        guard let address = SocketAddress(unixPath: path) else {
+        guard let address = TetherSocketAddress(unixPath: path) else {
             return .failure(TetherError(code: .invalidArgument, message: "cannot connect to \(endpoint): the path is longer than a socket address holds"))
         }
         let loop = context.loop
@@ -73,7 +73,7 @@ struct UnixListener: StreamListener {
     static let defaultPermissions = 0o600
 
     func listen(in context: ListenContext, accept: @escaping @Sendable (any OpenedStream) -> Void) async throws(TetherError) -> any ListeningPort {
-        guard let address = SocketAddress(unixPath: path) else {
+        guard let address = TetherSocketAddress(unixPath: path) else {
             throw TetherError(code: .bindFailed, message: "cannot listen on unix://\(path): the path is longer than a socket address holds")
         }
         try removeStaleSocket(at: address)
@@ -85,7 +85,7 @@ struct UnixListener: StreamListener {
             ) { socket, _ in
                 // The client's end of a Unix domain socket is unnamed: it is known by the
                 // file it connected to.
-                accept(SocketStream(SocketBox(socket), remoteAddress: SocketAddress(unixPath: "")!, noDelay: false))
+                accept(SocketStream(SocketBox(socket), remoteAddress: TetherSocketAddress(unixPath: "")!, noDelay: false))
             }
         let identity = try? Syscall.fileIdentity(path)
         try await listener.startOnLoop()
@@ -94,7 +94,7 @@ struct UnixListener: StreamListener {
 
     /// A socket file at the path that nothing listens on (its server died) is removed; a
     /// socket something listens on, or any other file, is left and fails the start.
-    private func removeStaleSocket(at address: SocketAddress) throws(TetherError) {
+    private func removeStaleSocket(at address: TetherSocketAddress) throws(TetherError) {
         let existing: FileIdentity?
         do {
             existing = try Syscall.fileIdentity(path)
@@ -143,7 +143,7 @@ final class UnixPort: ListeningPort, @unchecked Sendable {
         self.identity = identity
     }
 
-    var address: SocketAddress { listener.address }
+    var address: TetherSocketAddress { listener.address }
 
     func close() {
         guard !closed else { return }

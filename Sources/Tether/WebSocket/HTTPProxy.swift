@@ -24,7 +24,7 @@ public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
     public var port: Int
     /// Extra header fields of the `CONNECT` request, such as `Proxy-Authorization`. The
     /// `Host` field is always sent and must not be repeated here. Default: none.
-    public var headers: HTTPHeaders
+    public var headers: TetherHTTPHeaders
     /// The largest head of the proxy's answer accepted; a larger one fails the attempt.
     /// Default 8 KiB.
     public var maximumResponseHeadSize: Int = 8 << 10
@@ -35,7 +35,7 @@ public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
     ///   - host: The proxy's host name or numeric address.
     ///   - port: The proxy's TCP port.
     ///   - headers: Extra header fields of the `CONNECT` request. Default: none.
-    public init(host: String, port: Int, headers: HTTPHeaders = [:]) {
+    public init(host: String, port: Int, headers: TetherHTTPHeaders = [:]) {
         self.host = host
         self.port = port
         self.headers = headers
@@ -54,7 +54,7 @@ public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
             guard rest[slash...].allSatisfy({ $0 == "/" }) else { return nil }
             rest = rest[..<slash]
         }
-        var headers: HTTPHeaders = [:]
+        var headers: TetherHTTPHeaders = [:]
         if let at = rest.lastIndex(of: "@") {
             let credentials = rest[..<at]
             guard credentials.contains(":") else { return nil }
@@ -89,7 +89,7 @@ enum ProxyTunnel {
     }
 
     /// The `CONNECT` request for `target`.
-    static func request(for target: Endpoint, headers: HTTPHeaders) -> [UInt8] {
+    static func request(for target: Endpoint, headers: TetherHTTPHeaders) -> [UInt8] {
         let authority = authority(of: target)
         var text = "CONNECT \(authority) HTTP/1.1\r\nHost: \(authority)\r\n"
         for field in headers { text += "\(field.name): \(field.value)\r\n" }

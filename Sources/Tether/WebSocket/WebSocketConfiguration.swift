@@ -9,7 +9,7 @@ public struct WebSocketClientConfiguration: Sendable {
     /// `["Authorization": "Bearer …"]` or an `Origin`. The fields the handshake needs
     /// (`Host`, `Upgrade`, `Connection`, `Sec-WebSocket-Key`, `Sec-WebSocket-Version`) are
     /// always sent and must not be repeated here. Default: none.
-    public var headers: HTTPHeaders = [:]
+    public var headers: TetherHTTPHeaders = [:]
     /// The largest message accepted from the server, summed over its fragments; a larger
     /// one ends the connection with close code 1009 and ``TetherError/Code/frameTooLarge``.
     /// Default 16 MiB + 64 KiB: one frame of the default largest payload with its header.

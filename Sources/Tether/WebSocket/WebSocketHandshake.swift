@@ -30,7 +30,7 @@ package enum WebSocketHandshake {
     ///   - key: The `Sec-WebSocket-Key`.
     ///   - headers: Extra fields from the configuration (a bearer token, say).
     /// - Returns: The request's bytes.
-    package static func request(path: String, host: String, key: String, headers: HTTPHeaders) -> [UInt8] {
+    package static func request(path: String, host: String, key: String, headers: TetherHTTPHeaders) -> [UInt8] {
         var text = "GET \(path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         text += "Sec-WebSocket-Key: \(key)\r\nSec-WebSocket-Version: 13\r\n"
         for field in headers { text += "\(field.name): \(field.value)\r\n" }
@@ -138,10 +138,10 @@ package enum WebSocketHandshake {
     }
 
     /// The start line and the header fields of a head (without its blank line).
-    static func parseHead(_ head: String) -> (String, HTTPHeaders) {
+    static func parseHead(_ head: String) -> (String, TetherHTTPHeaders) {
         var lines = head.split(separator: "\r\n", omittingEmptySubsequences: false)
         let start = lines.isEmpty ? "" : String(lines.removeFirst())
-        var fields = HTTPHeaders()
+        var fields = TetherHTTPHeaders()
         for line in lines {
             guard let colon = line.firstIndex(of: ":") else { continue }
             let name = line[..<colon].trimmingSpaces

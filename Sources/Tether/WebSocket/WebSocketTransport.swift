@@ -3,7 +3,7 @@
 struct WebSocketLayerOptions: Sendable {
     enum Role: Sendable {
         /// Sends the upgrade request for `path` with `Host: host` and the extra headers.
-        case client(path: String, host: String, headers: HTTPHeaders)
+        case client(path: String, host: String, headers: TetherHTTPHeaders)
         /// Answers upgrade requests for `path` (any when `nil`) from the allowed origins.
         case server(path: String?, allowedOrigins: [String]?)
     }

@@ -62,7 +62,7 @@ actor ChannelProbe: FrameChannelOwner {
     ) throws(TetherError) {
         let transport = TCPTransport(
             socket: Socket(adopting: descriptor),
-            remoteAddress: (try? Syscall.peerAddress(descriptor)) ?? SocketAddress(ipAddress: "127.0.0.1", port: 0)!,
+            remoteAddress: (try? Syscall.peerAddress(descriptor)) ?? TetherSocketAddress(ipAddress: "127.0.0.1", port: 0)!,
             loop: loop,
             noDelay: true
         )

@@ -6,10 +6,10 @@
 /// One loop serves both sides when a test puts a client and a server on the group: then
 /// every timer of both fires in one deadline order as the test advances the clock.
 func withManualLoop<T: Sendable>(
-    _ body: (ManualClock, EventLoopGroup) async throws -> T
+    _ body: (ManualClock, TetherEventLoopGroup) async throws -> T
 ) async throws -> T {
     let clock = ManualClock()
-    let group = EventLoopGroup(loopCount: 1, clock: clock)
+    let group = TetherEventLoopGroup(loopCount: 1, clock: clock)
     defer { group.shutdown() }
     return try await body(clock, group)
 }

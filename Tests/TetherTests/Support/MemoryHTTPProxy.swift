@@ -98,7 +98,7 @@ final class MemoryHTTPProxy: @unchecked Sendable {
         }
 
         /// The target answered the dial, or did not.
-        private func tunnel(_ dialed: Result<(InMemoryTransport, SocketAddress), TetherError>) {
+        private func tunnel(_ dialed: Result<(InMemoryTransport, TetherSocketAddress), TetherError>) {
             guard client.isOpen else { return }
             guard case .success(let (end, _)) = dialed else {
                 client.buffers.outbound.writeBytes(Array("HTTP/1.1 502 Bad Gateway\r\n\r\n".utf8))

@@ -19,7 +19,7 @@ final class RawSocket: @unchecked Sendable {
 
     /// Connects to `endpoint`, waiting at most `timeout` for the handshake.
     static func connect(to endpoint: Endpoint, timeout: Duration = eventBound) throws -> RawSocket {
-        let address = SocketAddress(ipAddress: endpoint.host, port: endpoint.port)!
+        let address = TetherSocketAddress(ipAddress: endpoint.host, port: endpoint.port)!
         let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         precondition(fd >= 0)
         let socket = RawSocket(fd: fd)
@@ -36,7 +36,7 @@ final class RawSocket: @unchecked Sendable {
     /// Binds a socket to a free port on 127.0.0.1 without listening: connections to it are
     /// refused, and the port stays reserved (no parallel test can take it) while it lives.
     static func bindOnly() throws -> (RawSocket, Endpoint) {
-        let address = SocketAddress(ipAddress: "127.0.0.1", port: 0)!
+        let address = TetherSocketAddress(ipAddress: "127.0.0.1", port: 0)!
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard address.withSockAddr({ bind(fd, $0, $1) }) == 0 else {
             Glibc.close(fd)
@@ -48,7 +48,7 @@ final class RawSocket: @unchecked Sendable {
 
     /// Opens a listening socket on 127.0.0.1 (or `host`) with a free port (or `port`).
     static func listen(host: String = "127.0.0.1", port: Int = 0, backlog: Int32 = 16) throws -> (RawSocket, Endpoint) {
-        let address = SocketAddress(ipAddress: host, port: port)!
+        let address = TetherSocketAddress(ipAddress: host, port: port)!
         let fd = socket(address.isIPv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))

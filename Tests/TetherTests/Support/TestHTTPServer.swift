@@ -46,7 +46,7 @@ final class TestHTTPServer: Sendable {
     let hangups: AsyncStream<String>
 
     init() throws {
-        let address = SocketAddress(ipAddress: "127.0.0.1", port: 0)!
+        let address = TetherSocketAddress(ipAddress: "127.0.0.1", port: 0)!
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(4))

@@ -9,7 +9,7 @@ import CTetherShims
 
 /// A socket address: an IPv4 or IPv6 address and a port, or the path of a Unix domain
 /// socket.
-public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
+public struct TetherSocketAddress: Sendable, Hashable, CustomStringConvertible {
     enum Storage: Sendable, Hashable {
         case v4(host: [UInt8], port: UInt16)
         case v6(host: [UInt8], port: UInt16, scope: UInt32)
@@ -237,7 +237,7 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     public init?(parsing text: String) {
         if text.hasPrefix("unix://") {
             let path = String(text.dropFirst("unix://".count))
-            guard path.hasPrefix("/"), SocketAddress(unixPath: path) != nil else { return nil }
+            guard path.hasPrefix("/"), TetherSocketAddress(unixPath: path) != nil else { return nil }
             self.init(unixSocket: path)
             return
         }

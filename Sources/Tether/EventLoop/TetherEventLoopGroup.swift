@@ -5,14 +5,14 @@ import Synchronization
 /// Each loop is one thread running `epoll` (Linux) or `kqueue` (Darwin). Connections are
 /// spread across the loops round-robin. Most programs use ``shared``, which has one loop
 /// per processor core and lives as long as the process.
-public final class EventLoopGroup: Sendable {
+public final class TetherEventLoopGroup: Sendable {
     package let loops: [EventLoop]
     private let cursor = Atomic<Int>(0)
     /// The clock of a group whose loops run on a manual clock; `nil` for real time.
     package let manualClock: ManualClock?
 
     /// The process-wide group: one loop per core, started on first use.
-    public static let shared = EventLoopGroup(loopCount: max(1, ProcessorCount.online))
+    public static let shared = TetherEventLoopGroup(loopCount: max(1, ProcessorCount.online))
 
     /// Starts a group of loops.
     ///
