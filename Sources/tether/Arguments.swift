@@ -26,6 +26,11 @@ struct Arguments {
         items.contains { $0 == "-h" || $0 == "--help" }
     }
 
+    /// Whether `--help-all` appears anywhere: the full help, every option.
+    var wantsAllHelp: Bool {
+        items.contains("--help-all")
+    }
+
     /// Removes and returns the value of option `name` (`--port 9000` or `--port=9000`),
     /// or `nil` when it is absent. The last occurrence wins.
     mutating func option(_ name: String) throws(ArgumentError) -> String? {
