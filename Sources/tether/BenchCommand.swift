@@ -122,7 +122,7 @@ struct BenchCommand: Command {
     func run() async throws -> ExitStatus {
         #if DEBUG
         // An unoptimized build measures several times less than the library can do.
-        Console.err("tether: warning: this tether is a debug build, which measures several times less than a release build: use `swift run -c release tether bench …`")
+        Console.err("tether: warning: this tether is a debug build, which measures several times less than a release build: use `swift run -c release tether bench …`, against a release server")
         #endif
         var configuration = ConnectionConfiguration(profile: profile)
         configuration.heartbeat = .disabled
@@ -196,7 +196,12 @@ struct BenchCommand: Command {
         }
         let elapsed = nanoseconds(clock.now - start)
         report(latencies.sorted(), target: target, elapsedNanoseconds: elapsed, security: security)
+        Console.err(Self.serverNote)
     }
+
+    /// Printed after the results: the server's build counts as much as this one's, and only
+    /// the server can tell which it is.
+    static let serverNote = "tether: check the server's build too: a debug build of `tether serve` says so when it starts; measure against `swift run -c release tether serve …`"
 
     private func report(_ sorted: [UInt64], target: Endpoint, elapsedNanoseconds: UInt64, security: String) {
         let seconds = Double(elapsedNanoseconds) / 1e9

@@ -473,6 +473,11 @@ struct ServeCommand: Command {
                         let host = ws.ipAddress.contains(":") ? "[\(ws.ipAddress)]" : ws.ipAddress
                         Console.out("listening on \(webSocketScheme)://\(host):\(ws.port)\(webSocket.path ?? "/")")
                     }
+                    #if DEBUG
+                    // A load test of a debug build measures the build: say so where whoever
+                    // runs `tether bench` against it sees it.
+                    Console.err(Self.debugBuildWarning)
+                    #endif
                     return .idle
                 }
                 group.addTask {
@@ -534,6 +539,9 @@ struct ServeCommand: Command {
         await cluster?.close()
         return .success
     }
+
+    /// What a debug build prints once it listens.
+    static let debugBuildWarning = "tether: warning: this tether is a debug build, which serves several times fewer requests than a release build (`swift run -c release tether serve …`)"
 
     /// The mailboxes: in the `--store` file, or in memory.
     private func mailboxConfiguration() throws(TetherError) -> MailboxConfiguration {
