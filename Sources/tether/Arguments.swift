@@ -26,6 +26,11 @@ struct Arguments {
         items.contains { $0 == "-h" || $0 == "--help" }
     }
 
+    /// Whether `--help-all` appears anywhere: the full help, every option.
+    var wantsAllHelp: Bool {
+        items.contains("--help-all")
+    }
+
     /// Removes and returns the value of option `name` (`--port 9000` or `--port=9000`),
     /// or `nil` when it is absent. The last occurrence wins.
     mutating func option(_ name: String) throws(ArgumentError) -> String? {
@@ -167,6 +172,25 @@ enum Parse {
             throw ArgumentError("\(where_)'\(text)' is not HOST:PORT, ws[s]://HOST:PORT/PATH or unix:///PATH (for example 127.0.0.1:9000, [::1]:9000, ws://127.0.0.1:8080/tether or unix:///run/tether.sock)")
         }
         return endpoint
+    }
+
+    /// `HOST:PORT` or `[IPV6]:PORT` with a numeric address, for a socket of this machine to
+    /// bind or a datagram's destination; port 0 is allowed (the caller refuses it where it
+    /// makes no sense). With `defaultHost`, a port alone (`9000`) is that host's port.
+    static func ipAddressAndPort(_ text: String, defaultHost: String? = nil) throws(ArgumentError) -> (host: String, port: Int) {
+        let portOnly = defaultHost != nil && !text.isEmpty && text.allSatisfy(\.isASCII) && text.allSatisfy(\.isNumber)
+        let example = defaultHost == nil ? "127.0.0.1:9000 or [::1]:9000" : "9000, 0.0.0.0:9000 or [::1]:9000"
+        let form = defaultHost == nil ? "HOST:PORT" : "[HOST:]PORT"
+        if portOnly, let defaultHost {
+            return (defaultHost, try port(text, option: form))
+        }
+        guard text.contains(":"), !text.lowercased().hasPrefix("unix:"), let endpoint = Endpoint(parsing: text) else {
+            throw ArgumentError("'\(text)' is not \(form) (for example \(example))")
+        }
+        guard TetherSocketAddress(ipAddress: endpoint.host, port: endpoint.port) != nil else {
+            throw ArgumentError("'\(text)': '\(endpoint.host)' is not a numeric IPv4 or IPv6 address (for example \(example))")
+        }
+        return (endpoint.host, endpoint.port)
     }
 
     /// JSON text, checked before it is sent.

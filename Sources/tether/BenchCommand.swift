@@ -8,6 +8,26 @@ struct BenchCommand: Command {
         tether bench HOST:PORT|ws://HOST:PORT/PATH [--profile NAME] [--connections C] [--in-flight K] [--duration S] [--size BYTES] [--type T] [--on-loop] \
         \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
+    static let briefHelp: String? = """
+        Opens C connections and keeps K requests in flight on each (a closed loop), for
+        SECONDS; prints a progress line each second on stderr and, at the end, throughput
+        and latency percentiles on stdout. Exits 1 when a request fails. Measure with a
+        release build on both sides: `swift run -c release tether serve …` and
+        `swift run -c release tether bench …`.
+
+          tether bench 127.0.0.1:9000 --connections 4 --in-flight 50
+
+        common options:
+        \(optionHelp([
+            ("HOST:PORT", "the server: 127.0.0.1:9000, [::1]:9000, or ws://HOST:PORT/PATH, wss://…"),
+            ("--connections C", "connections to open (default 1)"),
+            ("--in-flight K", "requests in flight per connection (default 1)"),
+            ("--duration SECONDS", "how long to measure (default 5)"),
+            ("--size BYTES", "payload bytes per request (default 64)"),
+            ("--profile NAME", "the wire format (default seed; `tether profiles`)"),
+            ("--tls", "connect with TLS; --ca FILE trusts other CAs than the system's"),
+        ], column: 23))
+        """
     static let help = """
         Opens C connections and keeps K requests in flight on each: every response sends the
         next request at once (a closed loop). The payload is SIZE bytes; the server should
@@ -102,7 +122,7 @@ struct BenchCommand: Command {
     func run() async throws -> ExitStatus {
         #if DEBUG
         // An unoptimized build measures several times less than the library can do.
-        Console.err("tether: warning: this tether is a debug build, which measures several times less than a release build: use `swift run -c release tether bench …`")
+        Console.err("tether: warning: this tether is a debug build, which measures several times less than a release build: use `swift run -c release tether bench …`, against a release server")
         #endif
         var configuration = ConnectionConfiguration(profile: profile)
         configuration.heartbeat = .disabled
@@ -176,7 +196,12 @@ struct BenchCommand: Command {
         }
         let elapsed = nanoseconds(clock.now - start)
         report(latencies.sorted(), target: target, elapsedNanoseconds: elapsed, security: security)
+        Console.err(Self.serverNote)
     }
+
+    /// Printed after the results: the server's build counts as much as this one's, and only
+    /// the server can tell which it is.
+    static let serverNote = "tether: check the server's build too: a debug build of `tether serve` says so when it starts; measure against `swift run -c release tether serve …`"
 
     private func report(_ sorted: [UInt64], target: Endpoint, elapsedNanoseconds: UInt64, security: String) {
         let seconds = Double(elapsedNanoseconds) / 1e9

@@ -15,8 +15,12 @@ protocol Command: Sendable {
     static var summary: String { get }
     /// The synopsis line, without `usage: `.
     static var synopsis: String { get }
-    /// The full help text printed by `--help`, after the synopsis.
+    /// The full help text printed by `--help-all`, after the synopsis.
     static var help: String { get }
+    /// What `--help` prints after the synopsis when ``help`` is longer than a screen: what
+    /// the command does and its common options. `nil` (the default) when ``help`` is short
+    /// enough to be printed by `--help` itself.
+    static var briefHelp: String? { get }
 
     /// Reads the options and positionals this command takes.
     ///
@@ -28,6 +32,10 @@ protocol Command: Sendable {
     /// - Returns: The exit status.
     /// - Throws: ``TetherError`` (exit status 1 with its message) or another error.
     func run() async throws -> ExitStatus
+}
+
+extension Command {
+    static var briefHelp: String? { nil }
 }
 
 /// The exit statuses of `tether`.

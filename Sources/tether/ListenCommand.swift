@@ -18,6 +18,31 @@ struct ListenCommand: Command {
         [--heartbeat fixed|adaptive] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
+    static let briefHelp: String? = """
+        Connects and prints each notification (push) as one JSON line on stdout, and each
+        change of the connection's state on stderr; reconnects by itself with backoff when
+        the connection breaks or the server restarts. With --client-id it has a session: the
+        server keeps its pushes while it is away and replays them when it comes back.
+
+          tether listen 127.0.0.1:9000 --count 3
+          {"type":2,"serial":7,"content":{"seq":7,"time":"…"}}
+
+        Exits 0 after N pushes, or on SIGINT or SIGTERM; 1 when the first connect fails.
+
+        common options:
+        \(optionHelp([
+            ("HOST:PORT", "the server: 127.0.0.1:9000, [::1]:9000, or ws://HOST:PORT/PATH, wss://…"),
+            ("--client-id ID", "identify as this client and resume where it left off"),
+            ("--token TOKEN", "a credential sent with the client id"),
+            ("--type TYPE", "only pushes of this type (0x2…0x400)"),
+            ("--count N", "stop after N pushes"),
+            ("--max-attempts N", "give up after N failed reconnect attempts in a row"),
+            ("--profile NAME", "the wire format (default seed; `tether profiles`)"),
+            ("--verbose", "print on stderr how each connection was opened"),
+            ("--fallback URL", "a ws:// or wss:// endpoint for when HOST:PORT cannot connect"),
+            ("--tls", "connect with TLS; --ca FILE trusts other CAs than the system's"),
+        ], column: 23))
+        """
     static let help = """
         Connects and prints each notification (push) as one JSON line on stdout:
 

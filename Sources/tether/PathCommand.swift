@@ -19,7 +19,11 @@ struct PathCommand: Command {
         COUNT lines were printed:
 
           no usable path
-          usable: IPv4 via 192.0.2.1 on wlan0 (index 3) from 192.0.2.10/24; IPv6 via fe80::1 on wlan0 (index 3) from 2001:db8:1:2::/64
+          usable: IPv4 via 192.0.2.1 on wlan0 (index 3) from 192.0.2.10/24
+
+        With IPv6 too, the line goes on like this:
+
+          …; IPv6 via fe80::1 on wlan0 (index 3) from 2001:db8:1:2::/64
 
         Each IPv4 address is the interface's primary address with its prefix length; each
         IPv6 entry is the prefix of a global address, so a new temporary address is no change.

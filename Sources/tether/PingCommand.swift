@@ -8,6 +8,26 @@ struct PingCommand: Command {
         tether ping (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) [--profile NAME] [--count N] [--heartbeat fixed|adaptive] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] \
         [--max-missed N] \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
+    static let briefHelp: String? = """
+        Connects with heartbeats every INTERVAL and prints one line per ack or miss, then a
+        summary. A heartbeat not acked within TIMEOUT (by default half the interval) counts
+        as missed. Exits 1 when no heartbeat was acked.
+
+          tether ping 127.0.0.1:9000 --count 3
+          heartbeat 1 from 127.0.0.1:9000: rtt 0.123 ms
+
+        common options:
+        \(optionHelp([
+            ("HOST:PORT", "the server: 127.0.0.1:9000, [::1]:9000, or ws://HOST:PORT/PATH, wss://…"),
+            ("--count N", "heartbeats to wait for (default 4)"),
+            ("--heartbeat-interval SECONDS", "time between heartbeats (default 1)"),
+            ("--heartbeat-timeout SECONDS", "how long each ack may take (default half the interval)"),
+            ("--max-missed N", "misses in a row that count the connection as lost, and reconnect"),
+            ("--profile NAME", "the wire format (default seed; `tether profiles`)"),
+            ("--verbose", "print on stderr how each connection was opened"),
+            ("--tls", "connect with TLS; --ca FILE trusts other CAs than the system's"),
+        ], column: 33))
+        """
     static let help = """
         Connects with heartbeats every INTERVAL and prints one line per ack or miss, then a
         summary. A heartbeat not acked within TIMEOUT (by default half the interval) counts

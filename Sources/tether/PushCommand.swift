@@ -34,8 +34,7 @@ struct PushCommand: Command {
         options:
           --postgres URL             the cluster's database (postgresql://USER@HOST:PORT/DB
                                      or a libpq connection string)
-          --client-id ID             push to this client (1 to 256 bytes); repeat it for
-                                     several
+          --client-id ID             push to this client (1 to 256 bytes); repeatable
           --type TYPE                the push's type, 0x2…0x400 (default 0x2)
           --json JSON                the content, checked to be JSON
           --text TEXT                the content as it is, UTF-8

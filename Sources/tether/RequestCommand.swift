@@ -11,6 +11,28 @@ struct RequestCommand: Command {
         [--timeout SECONDS] [--heartbeat fixed|adaptive] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
+    static let briefHelp: String? = """
+        Connects, sends one request, prints the response content (UTF-8) on stdout and
+        exits 0. An error response ({"error": "…"}) prints its message on stderr and exits 1.
+
+          tether request 127.0.0.1:9000 --type 0x402 --json '{"hello": "world"}'
+          tether request 127.0.0.1:9000 --http-get http://127.0.0.1:8080/status
+
+        common options:
+        \(optionHelp([
+            ("HOST:PORT", "the server: 127.0.0.1:9000, [::1]:9000, or ws://HOST:PORT/PATH, wss://…"),
+            ("--type TYPE", "the request type: above 0x400 in the seed profile"),
+            ("--json JSON", "the content, checked to be JSON (default: no content)"),
+            ("--text TEXT", "the content as it is, UTF-8"),
+            ("--file PATH", "the content read from a file, as it is"),
+            ("--http-get URL", "have the server GET this http or https URL"),
+            ("--profile NAME", "the wire format (default seed; `tether profiles`)"),
+            ("--timeout SECONDS", "limit for connecting and for the response (default 10)"),
+            ("--verbose", "print on stderr how the connection was opened"),
+            ("--fallback URL", "a ws:// or wss:// endpoint for when HOST:PORT cannot connect"),
+            ("--tls", "connect with TLS; --ca FILE trusts other CAs than the system's"),
+        ], column: 23))
+        """
     static let help = """
         Connects, sends one request, prints the response content (UTF-8) on stdout and
         exits 0. An error response ({"error": "…"}) prints its message on stderr and exits 1.

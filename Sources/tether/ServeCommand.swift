@@ -191,6 +191,38 @@ struct ServeCommand: Command {
           -h, --help                    show this help
         """
 
+    static let briefHelp: String? = """
+        Runs the seed demo server until SIGINT or SIGTERM, then drains and exits 0. It
+        answers 0x402 with {"echo": <request content>}, 0x404 {"delay_ms": N} the same
+        after N ms, and acks heartbeats. Prints `listening on HOST:PORT` on stdout once it
+        accepts connections, and logs peers on stderr. Clients that identify get a mailbox.
+
+          tether serve --port 9000 --push-every 1
+          tether serve --port 9001 --websocket-port 8080 --websocket-path /tether
+
+        common options:
+        \(optionHelp(commonOptions, column: 32))
+        """
+
+    /// The options `--help` lists, in a line each.
+    private static let commonOptions: [(option: String, text: String)] = [
+        ("--host HOST", "address to listen on (default 127.0.0.1)"),
+        ("--port PORT", "port; 0 picks a free one (default 9000)"),
+        ("--unix PATH", "also listen on a Unix domain socket at PATH"),
+        ("--websocket-port PORT", "also serve WebSocket on this port (0: a free one)"),
+        ("--websocket-path PATH", "the path WebSocket clients ask for (default: any)"),
+        ("--profile NAME", "the wire format (default seed; `tether profiles`)"),
+        ("--push-every SECONDS", "push tick n to every client this often"),
+        ("--store FILE", "keep the mailboxes in this SQLite file"),
+        ("--postgres URL", "join the cluster on this PostgreSQL database"),
+        ("--token SECRET", "accept only session hellos with this token"),
+        ("--idle-timeout SECONDS", "close a peer silent for this long (default 60)"),
+        ("--drain-timeout SECONDS", "on a signal, time left for requests (default 30)"),
+        ("--http-allow HOST[:PORT]", "forward HTTP (type 0x403) to this host; repeatable"),
+        ("--tls-cert FILE", "serve TLS only, with this PEM certificate"),
+        ("--tls-key FILE", "the private key of --tls-cert (PEM, not encrypted)"),
+    ]
+
     var host = "127.0.0.1"
     var port = 9000
     var profile = Profile.seed
@@ -441,6 +473,11 @@ struct ServeCommand: Command {
                         let host = ws.ipAddress.contains(":") ? "[\(ws.ipAddress)]" : ws.ipAddress
                         Console.out("listening on \(webSocketScheme)://\(host):\(ws.port)\(webSocket.path ?? "/")")
                     }
+                    #if DEBUG
+                    // A load test of a debug build measures the build: say so where whoever
+                    // runs `tether bench` against it sees it.
+                    Console.err(Self.debugBuildWarning)
+                    #endif
                     return .idle
                 }
                 group.addTask {
@@ -502,6 +539,9 @@ struct ServeCommand: Command {
         await cluster?.close()
         return .success
     }
+
+    /// What a debug build prints once it listens.
+    static let debugBuildWarning = "tether: warning: this tether is a debug build, which serves several times fewer requests than a release build (`swift run -c release tether serve …`)"
 
     /// The mailboxes: in the `--store` file, or in memory.
     private func mailboxConfiguration() throws(TetherError) -> MailboxConfiguration {

@@ -11,12 +11,16 @@ import Tether
 struct UDPCommand: Command {
     static let name = "udp"
     static let summary = "receive or send UDP datagrams"
-    static let synopsis = "tether udp listen [--host H] --port P [--count N] | tether udp send --host H --port P TEXT"
+    static let synopsis = """
+        tether udp listen [HOST:]PORT [--count N]
+        tether udp send HOST:PORT TEXT
+        """
     static let help = """
         listen: binds a UDP socket to HOST (default 127.0.0.1) and PORT (0 for one the
         system chooses), prints where it listens, then one line per datagram until
         interrupted (Ctrl-C) or COUNT datagrams were printed:
 
+          tether udp listen 9000
           listening on udp 127.0.0.1:9000
           from 127.0.0.1:51234: hello
           from [::1]:40000: hex 00 01 ff
@@ -28,13 +32,17 @@ struct UDPCommand: Command {
         send: sends TEXT as one datagram to HOST:PORT from a port the system chooses, and
         prints `sent N bytes to ADDRESS`. Delivery is not confirmed: UDP may lose datagrams.
 
-        HOST is a numeric IPv4 or IPv6 address (127.0.0.1, ::1, 0.0.0.0).
+          tether udp send 127.0.0.1:9000 hello
+
+        HOST is a numeric IPv4 or IPv6 address (127.0.0.1, 0.0.0.0, [::1], [::]).
 
         arguments:
-          --host H       the address to bind (listen) or send to (send)
-          --port P       the UDP port
+          [HOST:]PORT    listen: the address and port to bind: 9000, 0.0.0.0:9000, [::1]:9000
+          HOST:PORT      send: where to send: 127.0.0.1:9000, [::1]:9000
           --count N      listen: exit 0 after N datagrams
           -h, --help     show this help
+
+        The older spelling `--host H --port P` still works, with a note on stderr.
         """
 
     enum Action: Sendable {
@@ -47,26 +55,44 @@ struct UDPCommand: Command {
     var action: Action
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
-        let host = try arguments.option("--host")
-        guard let portText = try arguments.option("--port") else { throw ArgumentError("missing --port") }
-        port = try Parse.port(portText, option: "--port")
+        // The spelling of earlier versions, --host H --port P, instead of HOST:PORT.
+        let oldHost = try arguments.option("--host")
+        let oldPort = try arguments.option("--port").map { (text) throws(ArgumentError) in try Parse.port(text, option: "--port") }
         let count = try arguments.option("--count").map { (text) throws(ArgumentError) in try Parse.count(text, option: "--count") }
-        switch try arguments.positional("listen or send") {
-        case "listen":
-            self.host = host ?? "127.0.0.1"
-            action = .listen(count: count)
-        case "send":
-            guard let host else { throw ArgumentError("udp send needs --host") }
-            guard port != 0 else { throw ArgumentError("udp send needs a --port other than 0") }
+        let action = try arguments.positional("listen or send")
+        guard action == "listen" || action == "send" else {
+            throw ArgumentError("unknown udp action '\(action)': listen or send")
+        }
+        let address: (host: String, port: Int)
+        if oldHost != nil || oldPort != nil {
+            address = try Self.oldAddress(host: oldHost, port: oldPort, action: action)
+        } else if action == "listen" {
+            address = try Parse.ipAddressAndPort(try arguments.positional("[HOST:]PORT"), defaultHost: "127.0.0.1")
+        } else {
+            address = try Parse.ipAddressAndPort(try arguments.positional("HOST:PORT"))
+        }
+        (host, port) = address
+        if action == "listen" {
+            self.action = .listen(count: count)
+        } else {
+            guard port != 0 else { throw ArgumentError("udp send needs a port other than 0") }
             guard count == nil else { throw ArgumentError("--count is for udp listen") }
-            self.host = host
-            action = .send(text: try arguments.positional("TEXT"))
-        case let other:
-            throw ArgumentError("unknown udp action '\(other)': listen or send")
+            self.action = .send(text: try arguments.positional("TEXT"))
         }
-        guard TetherSocketAddress(ipAddress: self.host, port: port) != nil else {
-            throw ArgumentError("--host '\(self.host)' is not a numeric IPv4 or IPv6 address")
+    }
+
+    /// The address given as `--host H --port P`, with a note on stderr that says how to
+    /// give it now.
+    private static func oldAddress(host: String?, port: Int?, action: String) throws(ArgumentError) -> (host: String, port: Int) {
+        guard let port else { throw ArgumentError("missing --port") }
+        if action == "send", host == nil { throw ArgumentError("udp send needs --host") }
+        let host = host ?? "127.0.0.1"
+        guard let address = TetherSocketAddress(ipAddress: host, port: port) else {
+            throw ArgumentError("--host '\(host)' is not a numeric IPv4 or IPv6 address")
         }
+        let example = action == "listen" ? "tether udp listen \(address)" : "tether udp send \(address) TEXT"
+        Console.err("tether: --host and --port are deprecated here: give the address as HOST:PORT, `\(example)`")
+        return (host, port)
     }
 
     func run() async throws -> ExitStatus {

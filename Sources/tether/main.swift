@@ -35,7 +35,8 @@ func topLevelHelp() -> String {
         commands:
         \(lines.joined(separator: "\n"))
 
-        Run `tether <command> --help` for the options of one command.
+        Run `tether <command> --help` for the common options of one command, and
+        `tether <command> --help-all` for all of them.
         Frame types are decimal (1026) or hex (0x402); durations are seconds (0.5).
 
         Wire formats: serve, request, listen, ping and bench speak the seed profile unless
@@ -56,7 +57,7 @@ func topLevelHelp() -> String {
 func usageFailure(_ message: String, command: (any Command.Type)?) -> ExitStatus {
     Console.fail(message)
     if let command {
-        Console.err("usage: \(command.synopsis)")
+        Console.err(HelpText.usage(of: command))
         Console.err("Run `tether \(command.name) --help` for more.")
     } else {
         Console.err("usage: tether <command> [options]")
@@ -74,7 +75,11 @@ func runTether(_ argv: [String]) async -> ExitStatus {
             guard let command = commands.first(where: { $0.name == name }) else {
                 return usageFailure("unknown command '\(name)'", command: nil)
             }
-            Console.out("usage: \(command.synopsis)\n\n\(command.help)")
+            let rest = argv.dropFirst(2)
+            guard rest.allSatisfy({ $0 == "--all" }) else {
+                return usageFailure("`tether help \(name)` takes --all and nothing else", command: nil)
+            }
+            Console.out(HelpText.text(of: command, all: !rest.isEmpty))
         } else {
             Console.out(topLevelHelp())
         }
@@ -84,8 +89,12 @@ func runTether(_ argv: [String]) async -> ExitStatus {
         return usageFailure("unknown command '\(word)'", command: nil)
     }
     var arguments = Arguments(argv.dropFirst())
+    if arguments.wantsAllHelp {
+        Console.out(HelpText.text(of: command, all: true))
+        return .success
+    }
     if arguments.wantsHelp {
-        Console.out("usage: \(command.synopsis)\n\n\(command.help)")
+        Console.out(HelpText.text(of: command, all: false))
         return .success
     }
     let parsed: any Command

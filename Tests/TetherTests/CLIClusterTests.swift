@@ -193,9 +193,9 @@ struct CLIClusterTests {
         }
     }
 
-    @Test("serve --help describes --postgres and --node; the command list has push")
+    @Test("serve --help-all describes --postgres and --node; the command list has push")
     func help() async throws {
-        let serve = try await runTether(["serve", "--help"])
+        let serve = try await runTether(["serve", "--help-all"])
         #expect(serve.status == 0)
         for text in ["[--store FILE | --postgres URL [--node NAME]]", "--postgres URL                join the cluster", "--node NAME                   this server's name"] {
             #expect(serve.output.contains(text), "\(text) in \(serve.output)")

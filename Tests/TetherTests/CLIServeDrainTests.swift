@@ -29,7 +29,7 @@ struct CLIServeDrainTests {
 
     @Test("--drain-timeout is listed with its default, and must be a positive number")
     func option() async throws {
-        let help = try tether(["serve", "--help"])
+        let help = try tether(["serve", "--help-all"])
         defer { help.kill() }
         #expect(try await help.waitForExit(within: eventBound) == 0)
         #expect(help.outputText.contains("--drain-timeout SECONDS"))

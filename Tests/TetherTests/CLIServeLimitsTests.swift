@@ -4,9 +4,9 @@ import Testing
 /// `tether serve` and its limits on hostile peers, run as a child process.
 @Suite("tether serve limits", .serialized, .timeLimit(.guarded))
 struct CLIServeLimitsTests {
-    @Test("--help lists the request, handler and frame limits with their defaults")
+    @Test("--help-all lists the request, handler and frame limits with their defaults")
     func help() async throws {
-        let help = try tether(["serve", "--help"])
+        let help = try tether(["serve", "--help-all"])
         defer { help.kill() }
         #expect(try await help.waitForExit(within: eventBound) == 0)
         let text = help.outputText

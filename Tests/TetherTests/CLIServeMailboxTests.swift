@@ -14,9 +14,9 @@ struct CLIServeMailboxTests {
         return withoutEpoch(try await raw.readFrame())
     }
 
-    @Test("--help lists the token, the store-wide bounds and the expiry, with their defaults")
+    @Test("--help-all lists the token, the store-wide bounds and the expiry, with their defaults")
     func help() async throws {
-        let help = try tether(["serve", "--help"])
+        let help = try tether(["serve", "--help-all"])
         defer { help.kill() }
         #expect(try await help.waitForExit(within: eventBound) == 0)
         let text = help.outputText

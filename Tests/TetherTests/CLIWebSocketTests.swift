@@ -143,10 +143,10 @@ struct CLIWebSocketTests {
         }
     }
 
-    @Test("--help of serve, request, listen, ping and bench names the WebSocket options")
+    @Test("--help-all of serve, request, listen, ping and bench names the WebSocket options")
     func help() async throws {
         for (command, option) in [("serve", "--websocket-port PORT"), ("serve", "--websocket-main-port"), ("serve", "--websocket-path PATH"), ("request", "wss://HOST:PORT/PATH"), ("request", "--fallback URL"), ("listen", "--fallback URL"), ("ping", "--fallback URL"), ("request", "--proxy URL"), ("listen", "--proxy URL"), ("ping", "--proxy URL"), ("bench", "--fallback URL"), ("bench", "--proxy URL")] {
-            let help = try tether([command, "--help"])
+            let help = try tether([command, "--help-all"])
             defer { help.kill() }
             #expect(try await help.waitForExit(within: eventBound) == 0)
             #expect(help.outputText.contains(option), "\(command): \(option)")
