@@ -39,7 +39,7 @@ struct ResolutionNamespaceTests {
             mount --bind "$D/resolv.conf" /etc/resolv.conf || { echo "setup failed: resolv.conf"; exit 91; }
             mount --bind "$D/hosts" /etc/hosts || { echo "setup failed: hosts"; exit 92; }
             mkfifo "$D/dns"
-            "$T" udp listen --host 127.0.0.1 --port 53 > "$D/dns" 2>&1 &
+            "$T" udp listen 127.0.0.1:53 > "$D/dns" 2>&1 &
             DNS=$!
             trap 'kill $DNS 2>/dev/null' EXIT
             exec 3< "$D/dns"
