@@ -91,30 +91,6 @@ struct TestNetworkTests {
         }
     }
 
-    @Test("a session client comes back after the advance that spends its backoff, once its hello is answered: awaited, since the store works off the loops; mailboxes set after testing(on:)")
-    func sessionReconnectsAfterAdvance() async throws {
-        try await withTestNetwork { network in
-            var configuration = ServerConfiguration.testing(on: network)
-            configuration.mailboxes = .inMemory                 // after testing(on:)
-            try await withTestServer(configuration: configuration) { server in
-                var client = ConnectionConfiguration.testing(on: network)
-                client.session = SessionConfiguration(clientID: "alice")
-                try await Connection.withConnection(to: server.endpoint, configuration: client) { connection in
-                    let states = connection.states
-                    try await server.restart()
-                    let phases = try await collect(2, from: states.map(\.phase), "the break")
-                    #expect(phases == [.connected, .reconnecting])
-                    await network.advance(by: .milliseconds(20))    // the first backoff, exactly
-                    // The hello is a store call, off the loops: await its answer.
-                    let back = try await collect(2, from: states.map(\.phase), "the hello's answer")
-                    #expect(back == [.connecting, .connected])
-                    #expect(await connection.metrics.connects == 2)
-                    #expect(await connection.metrics.reconnectAttempts == 1)
-                }
-            }
-        }
-    }
-
     @Test("mailboxes set after testing(on:) stamp and age their pushes on the test clock")
     func mailboxClockFollowsTestClock() async throws {
         try await withTestNetwork { network in
