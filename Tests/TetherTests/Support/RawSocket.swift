@@ -94,10 +94,14 @@ final class RawSocket: @unchecked Sendable {
 
     private func readBlocking(_ count: Int, timeout: Duration) throws -> [UInt8] {
         var bytes: [UInt8] = []
+        bytes.reserveCapacity(count)
+        // One chunk of at most 64 KiB, reused: a zeroed buffer of everything still to come
+        // on every read made reading a 15 MiB frame quadratic, minutes on a busy machine.
+        var chunk = [UInt8](repeating: 0, count: min(count, 65_536))
         while bytes.count < count {
             guard poll(Int16(POLLIN), timeout: timeout) else { throw TimedOut(what: "\(count) bytes") }
-            var chunk = [UInt8](repeating: 0, count: count - bytes.count)
-            let got = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let want = min(chunk.count, count - bytes.count)
+            let got = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, want, 0) }
             if got <= 0 { break }
             bytes += chunk.prefix(got)
         }
