@@ -163,6 +163,18 @@ struct SlowLinkTests {
             #expect(lost?.reason?.code == .heartbeatTimeout, "\(String(describing: lost))")
             let failed = await request.result
             #expect(throws: TetherError.self) { try failed.get() }
+            // The server's frame rule counts from the last bytes it read. On a busy machine the
+            // last bytes the proxy forwarded before the stall can reach the server's read after
+            // the client has already been found, with the link's time stopped: the rule then
+            // waits for time that no one moves. So wait, one turn of the peer's loop at a time,
+            // until the server has read every byte the proxy forwarded, then move the time on.
+            let forwarded = proxy.counters.bytesUpstream
+            if let peer = server.peers.first {
+                try await bounded("the server to read the \(forwarded) bytes forwarded before the stall") {
+                    while await peer.metrics.bytesIn < forwarded {}
+                }
+            }
+            await clock.advance(by: .seconds(2))
             let gone = try await firstEvent(events, "the server to end the stalled peer") { $0.kind == .peerDisconnected }
             #expect([.frameTimeout, .idleTimeout, .peerClosed, .connectionReset].contains(gone.reason?.code), "\(String(describing: gone.reason))")
             await connection.close()
