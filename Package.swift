@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "TetherTLS", targets: ["TetherTLS"]),
         .library(name: "TetherSQLite", targets: ["TetherSQLite"]),
         .library(name: "TetherHTTP", targets: ["TetherHTTP"]),
+        .library(name: "TetherUDP", targets: ["TetherUDP"]),
         .library(name: "TetherPostgres", targets: ["TetherPostgres"]),
         .library(name: "TetherTesting", targets: ["TetherTesting"]),
         .executable(name: "tether", targets: ["tether"]),
@@ -80,6 +81,13 @@ let package = Package(
             dependencies: ["Tether"],
             swiftSettings: strict
         ),
+        // Datagrams over UDP on Tether's event loops: its own module so programs that only
+        // keep connections never see it.
+        .target(
+            name: "TetherUDP",
+            dependencies: ["Tether"],
+            swiftSettings: strict
+        ),
         // What tests of code that uses Tether need: an in-memory network, a manual clock,
         // faults on demand (in memory and through a proxy on 127.0.0.1), and the helpers
         // tests otherwise copy. It depends on no test framework, so any can use it.
@@ -90,19 +98,19 @@ let package = Package(
         ),
         .executableTarget(
             name: "tether",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherUDP"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherTesting", "CSQLite", "COpenSSL", "CZlib", "CPostgres"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherUDP", "TetherTesting", "CSQLite", "COpenSSL", "CZlib", "CPostgres"],
             swiftSettings: strict
         ),
         // The code examples of the documentation and the README, compiled (and the
         // self-contained ones run) so they cannot drift from the API.
         .testTarget(
             name: "DocumentationTests",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting", "TetherPostgres"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting", "TetherPostgres", "TetherUDP"],
             swiftSettings: strict
         ),
     ],

@@ -33,6 +33,8 @@ let package = Package(
             name: "TetherBesideNIO",
             dependencies: [
                 .product(name: "Tether", package: "Tether"),
+                .product(name: "TetherHTTP", package: "Tether"),
+                .product(name: "TetherUDP", package: "Tether"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/CTetherShims"
 printf 'module CTetherShims {\n    header "shims.h"\n    export *\n}\n' > "$work/CTetherShims/module.modulemap"
 : > "$work/CTetherShims/shims.h"
-swiftc -typecheck -swift-version 6 -warnings-as-errors \
+swiftc -typecheck -swift-version 6 -warnings-as-errors -package-name tether \
     -I "$stub" -I "$work/CTetherShims" \
     Sources/Tether/Platform/Selector+Kqueue.swift Sources/Tether/Platform/Selector.swift "$stub/Platform.swift"
 echo "Selector+Kqueue.swift type-checks against Darwin's kqueue declarations"

@@ -61,7 +61,7 @@ scratch="$root/.build-docs"
 graphs="$scratch/symbol-graphs"
 archive="$scratch/Tether.doccarchive"
 logs="$scratch/logs"
-modules=(Tether TetherTLS TetherSQLite TetherPostgres TetherHTTP TetherTesting)
+modules=(Tether TetherTLS TetherSQLite TetherPostgres TetherHTTP TetherUDP TetherTesting)
 started=$(date +%s%N)
 failures=()
 

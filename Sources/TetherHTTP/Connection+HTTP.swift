@@ -1,3 +1,5 @@
+public import Tether
+
 extension Connection {
     /// Performs an HTTP request through the server at the other end of this connection.
     ///
@@ -17,20 +19,20 @@ extension Connection {
     ///
     /// - Parameters:
     ///   - request: The method, URL, headers and body.
-    ///   - timeout: How long to wait for the answer. ``RequestTimeout/configured`` (the
-    ///     default) waits for the request's own ``HTTPRequest/timeout`` plus 2 s, or else
-    ///     ``ConnectionConfiguration/requestTimeout``; a duration of its own waits that long;
-    ///     ``RequestTimeout/unlimited`` waits until the answer comes, the task is cancelled
+    ///   - timeout: How long to wait for the answer. ``Tether/RequestTimeout/configured`` (the
+    ///     default) waits for the request's own ``TetherHTTP/HTTPRequest/timeout`` plus 2 s, or else
+    ///     ``Tether/ConnectionConfiguration/requestTimeout``; a duration of its own waits that long;
+    ///     ``Tether/RequestTimeout/unlimited`` waits until the answer comes, the task is cancelled
     ///     or the connection ends. When the request sets no timeout of its own, the server is
     ///     asked to give up on the upstream exchange after the limit this gives, if any
     ///     (with none, the server's own limit applies).
     ///   - type: The frame type the server forwards HTTP requests on. Default `0x403`.
     /// - Returns: The upstream server's response.
-    /// - Throws: ``TetherError`` with ``TetherError/Code/httpFailed`` when the server could not
-    ///   get a response (its ``TetherError/underlying`` is an ``HTTPForwardingError`` with
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/httpFailed`` when the server could not
+    ///   get a response (its ``Tether/TetherError/underlying`` is an ``TetherHTTP/HTTPForwardingError`` with
     ///   the reason: a host not allowed, a timeout, a body over the limit, an unreachable
-    ///   host); ``TetherError/Code/remoteError`` when the server does not forward HTTP;
-    ///   ``TetherError/Code/invalidArgument`` for an invalid method; and whatever
+    ///   host); ``Tether/TetherError/Code/remoteError`` when the server does not forward HTTP;
+    ///   ``Tether/TetherError/Code/invalidArgument`` for an invalid method; and whatever
     ///   ``request(_:timeout:)`` throws.
     public func http(_ request: HTTPRequest, timeout: RequestTimeout = .configured, type: UInt32 = 0x403) async throws -> HTTPResponse {
         guard request.method.isValid else {

@@ -101,7 +101,7 @@ public final class HTTPForwarder: Sendable {
     ///
     /// - Parameter request: The method, URL, headers, body and timeout.
     /// - Returns: The upstream server's response, with hop-by-hop fields removed.
-    /// - Throws: ``Tether/HTTPForwardingError`` with the reason when the request is refused
+    /// - Throws: ``HTTPForwardingError`` with the reason when the request is refused
     ///   or no complete response arrives in time and within the size limit.
     public func perform(_ request: HTTPRequest) async throws(HTTPForwardingError) -> HTTPResponse {
         guard request.method.isValid else {

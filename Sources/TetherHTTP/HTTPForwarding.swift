@@ -116,11 +116,11 @@ public struct HTTPForwardingConfiguration: Sendable {
     /// The hosts requests may go to. Empty (the default) refuses everything.
     public var allowedHosts: [HTTPAllowedHost]
     /// The longest an exchange with the upstream server may take, redirects included. A
-    /// client may ask for less with ``Tether/HTTPRequest/timeout``, never more. Default 30 s.
+    /// client may ask for less with ``HTTPRequest/timeout``, never more. Default 30 s.
     public var timeout: Duration = .seconds(30)
     /// The largest response body passed back. A larger one is cut off as soon as it is seen
     /// (from `Content-Length`, or while it streams) and answered with
-    /// ``Tether/HTTPForwardingError/Reason/responseTooLarge``. The server's frame limit
+    /// ``HTTPForwardingError/Reason/responseTooLarge``. The server's frame limit
     /// (``Tether/Limits/maximumPayloadLength``) applies too. Default 8 MiB.
     public var maximumResponseBodySize: Int = 8 << 20
     /// How many redirects are followed, each only to an allowed host; a redirect elsewhere,

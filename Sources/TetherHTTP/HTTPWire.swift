@@ -1,3 +1,5 @@
+package import Tether
+
 /// How HTTP requests and responses travel as frame payloads (type `0x403` in the seed
 /// profile).
 ///

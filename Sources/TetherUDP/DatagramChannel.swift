@@ -1,3 +1,12 @@
+import Tether
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The machinery of a ``DatagramSocket``: the UDP socket registered with an event loop, the
 /// reads on the loop, the sends from any thread, and the inbox between the loop and the reader.
 ///
@@ -33,7 +42,7 @@ final class DatagramChannel: IOHandler, @unchecked Sendable {
 
     /// Opens a UDP socket bound to `address` (any thread); ``start()`` registers it.
     ///
-    /// - Throws: ``TetherError/Code/bindFailed`` when the socket cannot be opened or bound.
+    /// - Throws: ``Tether/TetherError/Code/bindFailed`` when the socket cannot be opened or bound.
     init(binding address: TetherSocketAddress, configuration: DatagramConfiguration, loop: EventLoop) throws(TetherError) {
         let socket: Socket
         do {

@@ -1,3 +1,12 @@
+public import Tether
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// How a ``DatagramSocket`` sends, receives and bounds what it holds.
 ///
 /// Every field has a default, so `DatagramConfiguration()` is a working configuration; change
@@ -11,7 +20,7 @@ public struct DatagramConfiguration: Sendable {
     /// The largest datagram, in bytes, that the socket sends or receives. Default 65,507,
     /// the largest UDP payload over IPv4.
     ///
-    /// A send of more bytes throws ``TetherError/Code/frameTooLarge`` before any system
+    /// A send of more bytes throws ``Tether/TetherError/Code/frameTooLarge`` before any system
     /// call. The socket reads into a buffer of this size (allocated once, when it is
     /// bound): a datagram that arrives larger is cut by the kernel, and is dropped and
     /// counted in ``DatagramSocket/truncatedDatagrams`` rather than delivered cut. At
@@ -27,7 +36,7 @@ public struct DatagramConfiguration: Sendable {
     /// `receiveBufferCount` times ``maximumDatagramSize`` bytes are held. At least 1.
     public var receiveBufferCount: Int
 
-    /// The event loops to run on. Default ``TetherEventLoopGroup/shared``.
+    /// The event loops to run on. Default ``Tether/TetherEventLoopGroup/shared``.
     public var eventLoopGroup: TetherEventLoopGroup
 
     /// A configuration with every default.

@@ -1,3 +1,12 @@
+import Tether
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// What the reader of a ``DatagramSocket`` gets next.
 enum DatagramEvent: Sendable {
     case datagram(Datagram)

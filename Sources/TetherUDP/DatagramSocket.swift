@@ -1,3 +1,12 @@
+public import Tether
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A UDP socket on one of Tether's event loops: send datagrams to any address, and read the
 /// datagrams that arrive, with their senders, as an async sequence.
 ///
@@ -55,8 +64,8 @@ public final class DatagramSocket: Sendable {
     ///   - port: The UDP port, or 0 for one the system chooses (read ``localAddress``).
     ///   - configuration: The bounds and the event loops.
     /// - Returns: The open socket, reading from now on.
-    /// - Throws: ``TetherError/Code/invalidArgument`` for a host that is not a numeric
-    ///   address, a port out of range or a bound below 1; ``TetherError/Code/bindFailed``
+    /// - Throws: ``Tether/TetherError/Code/invalidArgument`` for a host that is not a numeric
+    ///   address, a port out of range or a bound below 1; ``Tether/TetherError/Code/bindFailed``
     ///   when the address cannot be bound (in use, not an address of this host).
     public static func bind(host: String, port: Int, configuration: DatagramConfiguration = .init()) async throws(TetherError) -> DatagramSocket {
         guard configuration.maximumDatagramSize >= 1, configuration.receiveBufferCount >= 1 else {
@@ -85,12 +94,12 @@ public final class DatagramSocket: Sendable {
     /// - Parameters:
     ///   - bytes: The whole datagram, at most ``DatagramConfiguration/maximumDatagramSize`` bytes.
     ///   - address: Where to send it.
-    /// - Throws: ``TetherError/Code/frameTooLarge`` for a datagram over the maximum size
-    ///   (before any system call); ``TetherError/Code/outboundBufferFull`` when the
+    /// - Throws: ``Tether/TetherError/Code/frameTooLarge`` for a datagram over the maximum size
+    ///   (before any system call); ``Tether/TetherError/Code/outboundBufferFull`` when the
     ///   kernel's send buffer has no room now (try again later);
-    ///   ``TetherError/Code/connectionRefused`` on a connected socket when the kernel holds
-    ///   a refusal of an earlier datagram; ``TetherError/Code/connectionClosed`` after
-    ///   ``close()``; ``TetherError/Code/systemCall`` for another failure of `sendto(2)`.
+    ///   ``Tether/TetherError/Code/connectionRefused`` on a connected socket when the kernel holds
+    ///   a refusal of an earlier datagram; ``Tether/TetherError/Code/connectionClosed`` after
+    ///   ``close()``; ``Tether/TetherError/Code/systemCall`` for another failure of `sendto(2)`.
     public func send(_ bytes: [UInt8], to address: TetherSocketAddress) throws(TetherError) {
         try channel.send(bytes, to: address)
     }
@@ -98,7 +107,7 @@ public final class DatagramSocket: Sendable {
     /// Sends one datagram to the address given to ``connect(to:)``.
     ///
     /// - Parameter bytes: The whole datagram, at most ``DatagramConfiguration/maximumDatagramSize`` bytes.
-    /// - Throws: ``TetherError/Code/notConnected`` when the socket is not connected; else
+    /// - Throws: ``Tether/TetherError/Code/notConnected`` when the socket is not connected; else
     ///   as ``send(_:to:)``.
     public func send(_ bytes: [UInt8]) throws(TetherError) {
         try channel.send(bytes, to: nil)
@@ -109,14 +118,14 @@ public final class DatagramSocket: Sendable {
     ///
     /// A connected UDP socket learns from the ICMP "port unreachable" answer to a datagram
     /// that nothing listens at the peer's port. The reader of ``datagrams`` gets that as a
-    /// ``TetherError/Code/connectionRefused`` error, once per refusal, in the order of
+    /// ``Tether/TetherError/Code/connectionRefused`` error, once per refusal, in the order of
     /// arrival (or, when the kernel reports it to a send first, that send throws it). The
     /// socket stays open: send again, or read ``datagrams`` again, once the peer listens.
     /// Connecting again replaces the peer.
     ///
     /// - Parameter address: The peer, of the same family as ``localAddress``.
-    /// - Throws: ``TetherError/Code/connectFailed`` when the system refuses the address
-    ///   (another family, unreachable); ``TetherError/Code/connectionClosed`` after ``close()``.
+    /// - Throws: ``Tether/TetherError/Code/connectFailed`` when the system refuses the address
+    ///   (another family, unreachable); ``Tether/TetherError/Code/connectionClosed`` after ``close()``.
     public func connect(to address: TetherSocketAddress) throws(TetherError) {
         try channel.connect(to: address)
     }
@@ -126,7 +135,7 @@ public final class DatagramSocket: Sendable {
     /// Up to ``DatagramConfiguration/receiveBufferCount`` datagrams wait for the reader;
     /// more are dropped (the newest) and counted in ``droppedDatagrams``. The sequence ends
     /// when the socket closes, dropping what was held. On a connected socket it throws
-    /// ``TetherError/Code/connectionRefused`` when the peer refused a datagram; a loop over
+    /// ``Tether/TetherError/Code/connectionRefused`` when the peer refused a datagram; a loop over
     /// it ends then, and a new loop over `datagrams` goes on with the datagrams after the
     /// refusal. Several loops may read at once: each datagram goes to one of them.
     public var datagrams: DatagramSequence {
@@ -134,7 +143,7 @@ public final class DatagramSocket: Sendable {
     }
 
     /// Closes the socket: ``datagrams`` ends (what was held is dropped), and later sends
-    /// throw ``TetherError/Code/connectionClosed``. Idempotent.
+    /// throw ``Tether/TetherError/Code/connectionClosed``. Idempotent.
     public func close() {
         channel.close()
     }
@@ -165,8 +174,8 @@ public struct DatagramSequence: AsyncSequence, Sendable {
         /// task was cancelled.
         ///
         /// - Returns: The oldest datagram held, or `nil` at the end.
-        /// - Throws: ``TetherError/Code/connectionRefused`` when the peer of a connected
-        ///   socket refused a datagram; ``TetherError/Code/systemCall`` for another receive
+        /// - Throws: ``Tether/TetherError/Code/connectionRefused`` when the peer of a connected
+        ///   socket refused a datagram; ``Tether/TetherError/Code/systemCall`` for another receive
         ///   failure. The socket stays open.
         public mutating func next() async throws(TetherError) -> Datagram? {
             try Self.unwrap(await channel.next())

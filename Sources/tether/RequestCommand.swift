@@ -1,5 +1,6 @@
 import Foundation
 import Tether
+import TetherHTTP
 
 /// `tether request`: one request, its response on stdout.
 struct RequestCommand: Command {

@@ -6,6 +6,7 @@ import Musl
 import Darwin
 #endif
 import Tether
+import TetherUDP
 
 /// `tether udp listen` and `tether udp send`: UDP datagrams by hand, with ``DatagramSocket``.
 struct UDPCommand: Command {

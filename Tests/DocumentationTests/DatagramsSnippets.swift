@@ -2,6 +2,7 @@
 // that run it on 127.0.0.1 and check what it prints.
 import Testing
 @testable import Tether
+@testable import TetherUDP
 
 /// The examples' `print`, recorded by the test that runs them (see ``Transcript``).
 private func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {

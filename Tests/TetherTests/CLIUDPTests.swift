@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tether
+@testable import TetherUDP
 
 /// `tether udp listen` and `tether udp send`, end to end, as child processes on 127.0.0.1.
 @Suite("tether udp", .serialized, .timeLimit(.guarded))

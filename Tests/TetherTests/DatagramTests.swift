@@ -1,5 +1,6 @@
 import Testing
 @testable import Tether
+@testable import TetherUDP
 
 /// ``DatagramSocket`` over real UDP sockets on 127.0.0.1 and ::1.
 @Suite("UDP datagrams", .timeLimit(.guarded))

@@ -14,7 +14,6 @@ struct LayeringTests {
         "EventLoop",  // the loops, their timers and clocks, the executors
         "Transport",  // byte transports and the seam that makes them: TCP and its address race, TLS layer, in-memory network
         "Unix",  // Unix domain sockets: a connector and a listener over a socket file
-        "Datagram",  // UDP sockets on the loops: DatagramSocket and its inbox
         "WebSocket",  // RFC 6455: the frame reader and writer, the handshakes, the layer over TCP
         "Channel",  // the framed channel both sides use
         "Mailboxes",  // where session pushes wait: the store protocol and its callers
@@ -63,8 +62,9 @@ struct LayeringTests {
         "TetherSQLite": ["Tether", "CSQLite"],
         "TetherPostgres": ["Tether", "CPostgres"],
         "TetherHTTP": ["Tether"],
+        "TetherUDP": ["Tether"],
         "TetherTesting": ["Tether"],
-        "tether": ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres"],
+        "tether": ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherUDP"],
     ]
 
     /// Modules of the platform every module may import.

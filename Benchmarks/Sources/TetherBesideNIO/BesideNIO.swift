@@ -11,8 +11,10 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import Tether
+import TetherHTTP
+import TetherUDP
 
-/// Every public top-level type of Tether, by its plain name.
+/// Every public top-level type of Tether, TetherHTTP and TetherUDP, by its plain name.
 let tetherTypes: [Any.Type] = [
     AdaptiveHeartbeat.self,
     ChecksumAlgorithm.self,
@@ -39,6 +41,10 @@ let tetherTypes: [Any.Type] = [
     (any FrameCodec).self,
     FrameIntegrity.self,
     FrameLayout.self,
+    HTTPAllowedHost.self,
+    HTTPExchangeRecord.self,
+    HTTPForwarder.self,
+    HTTPForwardingConfiguration.self,
     HTTPForwardingError.self,
     HTTPProxy.self,
     HTTPRequest.self,
@@ -71,7 +77,6 @@ let tetherTypes: [Any.Type] = [
     RequestOutcome.self,
     RequestTimeout.self,
     Response.self,
-    SeedCodec.self,
     SendCompletion.self,
     Server.self,
     ServerConfiguration.self,

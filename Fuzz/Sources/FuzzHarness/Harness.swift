@@ -132,6 +132,9 @@ public enum FuzzHarness {
     }
 
     /// Encodes `frame` with a fresh codec and decodes the bytes all at once with another.
+    /// The built-in profiles whose frames carry a checksum: a frame they decode is verified.
+    static let checksummed: Set<String> = [Profile.seedExtended.name, Profile.marker.name]
+
     static func checkRoundTrip(_ frame: Frame, profile: Profile) throws(FuzzViolation) {
         var encoded = FrameBuffer()
         do {
@@ -143,7 +146,7 @@ public enum FuzzHarness {
         var decoder = CheckedDecoder(profile: profile, stage: "decoding a re-encoded frame")
         try decoder.feed(bytes)
         try decoder.finish()
-        let integrity: FrameIntegrity = profile.layout?.checksum == nil ? .unchecked : .verified
+        let integrity: FrameIntegrity = checksummed.contains(profile.name) ? .verified : .unchecked
         guard decoder.error == nil, decoder.frames.count == 1, let back = decoder.frames.first,
               back.type == frame.type, back.serial == frame.serial, back.payload == frame.payload,
               back.fields == frame.fields, back.integrity == integrity, back.skippedBytes == 0

@@ -147,7 +147,7 @@ public struct ObservedRequest: Sendable, Hashable, CustomStringConvertible {
     ///   - payloadSize: The length of its content.
     ///   - endpoint: On a client, the connection's endpoint.
     ///   - remoteAddress: On a server, the peer's address.
-    public init(type: UInt32, serial: UInt32, payloadSize: Int, endpoint: Endpoint? = nil, remoteAddress: TetherSocketAddress? = nil) {
+    init(type: UInt32, serial: UInt32, payloadSize: Int, endpoint: Endpoint? = nil, remoteAddress: TetherSocketAddress? = nil) {
         self.type = type
         self.serial = serial
         self.payloadSize = payloadSize
@@ -181,7 +181,7 @@ public struct RequestOutcome: Sendable, CustomStringConvertible {
     ///   - response: The response, if any.
     ///   - error: The error, if any.
     ///   - duration: The time it took.
-    public init(response: Response? = nil, error: (any Error)? = nil, duration: Duration = .zero) {
+    init(response: Response? = nil, error: (any Error)? = nil, duration: Duration = .zero) {
         self.response = response
         self.error = error
         self.duration = duration

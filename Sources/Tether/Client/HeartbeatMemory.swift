@@ -154,15 +154,15 @@ extension HeartbeatMemory {
     /// ```
     public struct Snapshot: Sendable, Hashable, Codable {
         /// What is remembered of one network and server.
-        public struct Entry: Sendable, Hashable, Codable {
+        struct Entry: Sendable, Hashable, Codable {
             /// The network: ``NetworkPath/identity`` of its path; empty when none was known.
-            public var network: String
+            var network: String
             /// The server, as its ``Endpoint/description`` (`host:port`, or a WebSocket URL).
-            public var endpoint: String
+            var endpoint: String
             /// The last interval that worked there, to start from.
-            public var lastGoodInterval: Duration?
+            var lastGoodInterval: Duration?
             /// The shortest interval that failed there and is not tried again for now.
-            public var failedInterval: Duration?
+            var failedInterval: Duration?
 
             /// Creates an entry.
             ///
@@ -171,7 +171,7 @@ extension HeartbeatMemory {
             ///   - endpoint: The server's description.
             ///   - lastGoodInterval: The last interval that worked.
             ///   - failedInterval: The shortest interval that failed.
-            public init(network: String, endpoint: String, lastGoodInterval: Duration?, failedInterval: Duration? = nil) {
+            init(network: String, endpoint: String, lastGoodInterval: Duration?, failedInterval: Duration? = nil) {
                 self.network = network
                 self.endpoint = endpoint
                 self.lastGoodInterval = lastGoodInterval
@@ -180,12 +180,12 @@ extension HeartbeatMemory {
         }
 
         /// The entries, the one used least recently first.
-        public var entries: [Entry]
+        var entries: [Entry]
 
         /// A snapshot of `entries`.
         ///
         /// - Parameter entries: The entries, the one used least recently first.
-        public init(entries: [Entry] = []) {
+        init(entries: [Entry] = []) {
             self.entries = entries
         }
     }

@@ -10,16 +10,16 @@ extension FrameBuffer {
 
 /// A growable byte buffer with a reader and a writer index.
 ///
-/// Codecs decode frames from the readable bytes (between ``readerIndex`` and
-/// ``writerIndex``) and encode frames by appending at the writer index. Connections keep
+/// Codecs decode frames from the readable bytes, consuming what they read, and encode
+/// frames by appending after them. Connections keep
 /// one buffer per direction and reuse it for the life of the connection, so reading and
 /// writing frames does not allocate a buffer per frame.
 public struct FrameBuffer: Sendable {
     var storage: [UInt8]
     /// Index of the first readable byte.
-    public private(set) var readerIndex: Int
+    package private(set) var readerIndex: Int
     /// Index one past the last readable byte; where the next write lands.
-    public private(set) var writerIndex: Int
+    package private(set) var writerIndex: Int
     /// Bytes consumed since the buffer was made: read, skipped or cleared. With
     /// ``readableBytes`` it gives how many were ever written (``writtenTotal``): how far a
     /// byte written now is from the start of the stream.
@@ -127,7 +127,7 @@ public struct FrameBuffer: Sendable {
     ///   consume anything.
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws.
-    public func withReadableBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+    package func withReadableBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
         let result: Result<R, E> = storage.withUnsafeBytes { raw in
             let slice = UnsafeRawBufferPointer(rebasing: raw[readerIndex..<writerIndex])
             do throws(E) { return .success(try body(slice)) } catch { return .failure(error) }
@@ -191,7 +191,7 @@ public struct FrameBuffer: Sendable {
     ///   - value: The integer.
     ///   - index: Absolute index in the buffer, at most `writerIndex - size`.
     ///   - endianness: Byte order on the wire.
-    public mutating func setInteger<T: FixedWidthInteger>(_ value: T, at index: Int, endianness: FrameBuffer.Endianness = .big) {
+    package mutating func setInteger<T: FixedWidthInteger>(_ value: T, at index: Int, endianness: FrameBuffer.Endianness = .big) {
         precondition(index >= readerIndex && index + MemoryLayout<T>.size <= writerIndex, "setInteger outside the written bytes")
         let wire = endianness == .big ? value.bigEndian : value.littleEndian
         storage.withUnsafeMutableBytes { $0.storeBytes(of: wire, toByteOffset: index, as: T.self) }
@@ -251,7 +251,7 @@ public struct FrameBuffer: Sendable {
     }
 
     /// Empties the buffer, keeping its storage.
-    public mutating func clear() {
+    package mutating func clear() {
         consumedTotal += readableBytes
         readerIndex = 0
         writerIndex = 0

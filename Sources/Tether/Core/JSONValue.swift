@@ -230,7 +230,7 @@ extension JSONValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, Expre
 }
 
 /// JSON helpers shared by ``Request``, ``Response`` and ``Frame``.
-enum JSONCoding {
+package enum JSONCoding {
     /// `value` as JSON: with `encoder` when given, otherwise a ``JSONValue`` by
     /// ``JSONWriter`` and anything else by ``JSONValue/encoder``.
     static func encode<T: Encodable>(_ value: T, with encoder: JSONEncoder? = nil) throws(TetherError) -> [UInt8] {
@@ -244,6 +244,12 @@ enum JSONCoding {
 
     /// `T` from the JSON `payload`: with `decoder` when given, otherwise parsed by
     /// ``JSONParser`` and decoded by ``JSONValueDecoder``. `what` names the content in errors.
+    /// `T` from the JSON `payload`, parsed by ``JSONParser``: for the other modules of the
+    /// package, which do not see Foundation's decoder through this one.
+    package static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8], what: String) throws(TetherError) -> T {
+        try decode(type, from: payload, what: what, with: nil)
+    }
+
     static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8], what: String, with decoder: JSONDecoder? = nil) throws(TetherError) -> T {
         if let decoder {
             do {

@@ -16,13 +16,13 @@
 /// A timeout counts from the call, time spent in the queue included; one that passes ends
 /// the request with ``TetherError/Code/timedOut``.
 public struct RequestTimeout: Sendable, Hashable, CustomStringConvertible {
-    enum Kind: Sendable, Hashable {
+    package enum Kind: Sendable, Hashable {
         case configured
         case unlimited
         case after(Duration)
     }
 
-    let kind: Kind
+    package let kind: Kind
 
     private init(_ kind: Kind) {
         self.kind = kind

@@ -72,7 +72,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// Connecting failed for a reason other than a refusal or a timeout.
         public static let connectFailed = Code(value: .connectFailed)
         /// Every address of the endpoint refused the connection; or the peer of a connected
-        /// ``DatagramSocket`` refused a datagram (nothing listens at its port).
+        /// ``TetherUDP/DatagramSocket`` refused a datagram (nothing listens at its port).
         public static let connectionRefused = Code(value: .connectionRefused)
         /// Connecting did not finish within the connect timeout.
         public static let connectTimedOut = Code(value: .connectTimedOut)
@@ -81,7 +81,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// A request got no response within its timeout.
         public static let timedOut = Code(value: .timedOut)
         /// The connection was closed by this side, with ``Connection/close()`` (or the
-        /// ``DatagramSocket`` with ``DatagramSocket/close()``).
+        /// ``TetherUDP/DatagramSocket`` with ``TetherUDP/DatagramSocket/close()``).
         public static let connectionClosed = Code(value: .connectionClosed)
         /// The peer closed the connection.
         public static let peerClosed = Code(value: .peerClosed)
@@ -104,21 +104,21 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// The peer sent bytes that break the wire protocol.
         public static let protocolError = Code(value: .protocolError)
         /// A frame's declared length is above the configured maximum, or a datagram to send
-        /// is larger than ``DatagramConfiguration/maximumDatagramSize``.
+        /// is larger than ``TetherUDP/DatagramConfiguration/maximumDatagramSize``.
         public static let frameTooLarge = Code(value: .frameTooLarge)
         /// The stream ended in the middle of a frame.
         public static let truncatedFrame = Code(value: .truncatedFrame)
         /// The peer stopped answering heartbeats.
         public static let heartbeatTimeout = Code(value: .heartbeatTimeout)
         /// More bytes are waiting to be written than the outbound limit allows, or the
-        /// kernel's send buffer of a ``DatagramSocket`` has no room for a datagram now.
+        /// kernel's send buffer of a ``TetherUDP/DatagramSocket`` has no room for a datagram now.
         public static let outboundBufferFull = Code(value: .outboundBufferFull)
         /// A request could not be queued: ``Limits/maximumQueuedRequests`` requests already
         /// wait to be sent (the queue, not the requests in flight, which only
         /// ``Limits/maximumInFlightRequests`` bounds by holding the queue).
         public static let tooManyPendingRequests = Code(value: .tooManyPendingRequests)
         /// The operation needs an open connection and there is none (or a
-        /// ``DatagramSocket`` sends without an address and is not connected).
+        /// ``TetherUDP/DatagramSocket`` sends without an address and is not connected).
         public static let notConnected = Code(value: .notConnected)
         /// The peer answered the request with an error response.
         public static let remoteError = Code(value: .remoteError)
@@ -159,7 +159,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// A server could not perform an HTTP request sent with ``Connection/http(_:timeout:type:)``:
         /// the host is not on its allow-list, the upstream server timed out or could not be
         /// reached, or its response was too large. ``TetherError/underlying`` is an
-        /// ``HTTPForwardingError`` with the reason.
+        /// ``TetherHTTP/HTTPForwardingError`` with the reason.
         public static let httpFailed = Code(value: .httpFailed)
         /// A newer connection with the same session client id took the session over, and
         /// the server closed this one: another device or process runs as the same client.

@@ -33,7 +33,7 @@ public struct TransferProgress: Sendable, Hashable, CustomStringConvertible {
     ///   - serial: The frame's serial.
     ///   - bytes: Bytes moved so far.
     ///   - total: The frame's size on the wire.
-    public init(direction: Direction, type: UInt32, serial: UInt32, bytes: Int, total: Int) {
+    init(direction: Direction, type: UInt32, serial: UInt32, bytes: Int, total: Int) {
         self.direction = direction
         self.type = type
         self.serial = serial

@@ -1,7 +1,7 @@
 /// Something registered with an event loop that reacts to readiness of its descriptor.
 ///
 /// Called on the loop's thread only.
-protocol IOHandler: AnyObject {
+package protocol IOHandler: AnyObject {
     func handleReadiness(_ event: ReadinessEvent)
 }
 
@@ -137,7 +137,7 @@ package final class EventLoop: @unchecked Sendable {
     }
 
     /// Whether the caller runs on this loop's thread.
-    var inLoop: Bool {
+    package var inLoop: Bool {
         guard let thread else { return false }
         return BlockingThread.isCurrent(thread)
     }
@@ -171,7 +171,7 @@ package final class EventLoop: @unchecked Sendable {
     }
 
     /// Runs `body` on the loop thread, soon.
-    func execute(_ body: @escaping @Sendable () -> Void) {
+    package func execute(_ body: @escaping @Sendable () -> Void) {
         enqueue(.closure(body))
     }
 
@@ -237,7 +237,7 @@ package final class EventLoop: @unchecked Sendable {
     // MARK: Descriptors
 
     /// Registers `handler` for readiness of `fd`. Loop thread only.
-    func register(_ fd: Int32, interest: Interest, handler: any IOHandler) throws(Errno) {
+    package func register(_ fd: Int32, interest: Interest, handler: any IOHandler) throws(Errno) {
         preconditionInLoop()
         try selector.register(fd, interest: interest)
         let index = Int(fd)
@@ -253,7 +253,7 @@ package final class EventLoop: @unchecked Sendable {
     }
 
     /// Stops watching `fd`. Call before closing it. Loop thread only.
-    func deregister(_ fd: Int32) {
+    package func deregister(_ fd: Int32) {
         preconditionInLoop()
         selector.deregister(fd)
         if Int(fd) < handlers.count { handlers[Int(fd)] = nil }
@@ -461,7 +461,7 @@ final class LoopTaskExecutor: TaskExecutor, @unchecked Sendable {
 
 extension EventLoop {
     /// Runs `body` on the loop and returns its result.
-    func submit<T: Sendable>(_ body: @escaping @Sendable () throws(TetherError) -> T) async throws(TetherError) -> T {
+    package func submit<T: Sendable>(_ body: @escaping @Sendable () throws(TetherError) -> T) async throws(TetherError) -> T {
         let result: Result<T, TetherError> = await withCheckedContinuation { continuation in
             execute {
                 do throws(TetherError) {

@@ -36,7 +36,7 @@ public final class TetherEventLoopGroup: Sendable {
     }
 
     /// The next loop, round-robin.
-    func next() -> EventLoop {
+    package func next() -> EventLoop {
         let index = cursor.wrappingAdd(1, ordering: .relaxed).oldValue
         return loops[index % loops.count]
     }

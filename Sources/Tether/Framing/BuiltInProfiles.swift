@@ -1,14 +1,14 @@
 extension FrameLayout {
     /// The seed format as a layout: `type u32 | serial u32 | length u32`, big-endian.
-    /// ``Profile/seed`` uses ``SeedCodec``, which writes the same bytes.
-    public static let seed = FrameLayout.header([.type(), .serial(), .length()])
+    /// ``Profile/seed`` uses the seed codec, which writes the same bytes.
+    package static let seed = FrameLayout.header([.type(), .serial(), .length()])
 
     /// The seed's richer format: `type u32 | version u32 | serial u32 | contentType u32 |
     /// checksum (SHA-256 of the body, 32 bytes) | length u32`, big-endian: a 52-byte header.
     ///
     /// - Parameter onMismatch: What a decoder does with a frame whose checksum does not match.
     /// - Returns: The layout.
-    public static func seedExtended(onChecksumMismatch onMismatch: ChecksumMismatch = .report) -> FrameLayout {
+    package static func seedExtended(onChecksumMismatch onMismatch: ChecksumMismatch = .report) -> FrameLayout {
         .header(
             [.type(), .version(width: 4), .serial(), .contentType(width: 4), .checksum, .length()],
             checksum: Checksum(.sha256, coverage: .body, placement: .header, onMismatch: onMismatch)
@@ -20,7 +20,7 @@ extension FrameLayout {
     ///
     /// The decoder resynchronises: garbage before a marker, a false marker or a damaged frame
     /// is skipped up to the next marker, and the count is reported in ``Frame/skippedBytes``.
-    public static let marker = FrameLayout.header(
+    package static let marker = FrameLayout.header(
         [.marker(0x7E), .value("destination", width: 2), .value("source", width: 2), .length(width: 2)],
         checksum: Checksum(.crc16, coverage: .frame, placement: .trailer, onMismatch: .resynchronize),
         resynchronizes: true
@@ -28,14 +28,14 @@ extension FrameLayout {
 
     /// A compact format with a compressed flag: `version u16 | functionCode u16 | compressed u8 |
     /// length u16`, big-endian (a 7-byte header), a JSON body, zlib-compressed when the flag is 1.
-    public static let compact = FrameLayout.header(
+    package static let compact = FrameLayout.header(
         [.version(width: 2), .type(width: 2), .value("compressed", width: 1), .length(width: 2)],
         compression: Compression(flagField: "compressed", threshold: 256)
     )
 }
 
 extension Profile {
-    /// The seed's richer format (``FrameLayout/seedExtended(onChecksumMismatch:)``): each frame
+    /// The seed's richer format (a ``FrameLayout``): each frame
     /// carries a version, a content type and a SHA-256 of its body. A frame whose checksum
     /// does not match is delivered with ``Frame/integrity`` set to ``FrameIntegrity/failed``.
     /// Types, serials and heartbeats as in ``seed``.
@@ -52,7 +52,7 @@ extension Profile {
         try! Profile(name: "seed-extended", layout: .seedExtended(onChecksumMismatch: onMismatch), heartbeatType: 0x1, classify: seedKind(of:))
     }
 
-    /// Marker-framed frames with addresses and a CRC-16 trailer (``FrameLayout/marker``).
+    /// Marker-framed frames with addresses and a CRC-16 trailer (a ``FrameLayout``).
     ///
     /// The format has no type and no serial: every frame is a request or a response, and a
     /// server answers in order. It has no heartbeats and no pushes. A response goes from the
@@ -70,7 +70,7 @@ extension Profile {
         classify: { $0 == 0x401 ? .message : .invalid }
     )
 
-    /// A compact 7-byte header with a function code and zlib compression (``FrameLayout/compact``).
+    /// A compact 7-byte header with a function code and zlib compression (a ``FrameLayout``).
     ///
     /// Function codes follow the seed's ranges (`0x1` heartbeat, `0x2…0x400` pushes, above
     /// `0x400` requests). The format has no serial: a server answers the requests of each

@@ -59,17 +59,17 @@ extension FrameCodec {
 }
 
 /// The seed wire format: `type: UInt32 | serial: UInt32 | length: UInt32`, big-endian, then `length` bytes.
-public struct SeedCodec: FrameCodec {
+package struct SeedCodec: FrameCodec {
     /// The size of the header in bytes.
-    public static let headerLength = 12
+    package static let headerLength = 12
 
     /// The largest payload accepted or sent, in bytes.
-    public var maximumPayloadLength: Int
+    package var maximumPayloadLength: Int
 
     /// Creates the codec.
     ///
     /// - Parameter maximumPayloadLength: The largest payload accepted; default 16 MiB.
-    public init(maximumPayloadLength: Int = 16 << 20) {
+    package init(maximumPayloadLength: Int = 16 << 20) {
         self.maximumPayloadLength = maximumPayloadLength
     }
 
@@ -80,7 +80,7 @@ public struct SeedCodec: FrameCodec {
     /// - Parameter buffer: Received bytes; the frame's bytes are consumed on success.
     /// - Returns: A frame, or `nil` when more bytes are needed.
     /// - Throws: ``TetherError`` with ``TetherError/Code/frameTooLarge``.
-    public mutating func decode(_ buffer: inout FrameBuffer) throws(TetherError) -> Frame? {
+    package mutating func decode(_ buffer: inout FrameBuffer) throws(TetherError) -> Frame? {
         guard let length = buffer.peekInteger(at: 8, as: UInt32.self) else { return nil }
         guard UInt64(length) <= UInt64(maximumPayloadLength) else {
             throw TetherError(
@@ -103,7 +103,7 @@ public struct SeedCodec: FrameCodec {
     ///   - frame: The frame to encode.
     ///   - buffer: The outbound buffer.
     /// - Throws: ``TetherError`` with ``TetherError/Code/frameTooLarge`` when the payload is over the limit.
-    public func encode(_ frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) {
+    package func encode(_ frame: Frame, into buffer: inout FrameBuffer) throws(TetherError) {
         guard frame.payload.count <= maximumPayloadLength else {
             throw .payloadOverLimit(type: frame.type, bytes: frame.payload.count, limit: maximumPayloadLength)
         }

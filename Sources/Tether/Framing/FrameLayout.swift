@@ -4,8 +4,8 @@
 /// serial, a version, a length, perhaps a checksum. Describe that header field by field
 /// with ``header(_:lengthIncludes:lengthAdjustment:checksum:compression:resynchronizes:maximumSkippedBytes:impliedType:)``,
 /// or describe a text protocol whose frames end with a delimiter with
-/// ``delimited(by:messageType:heartbeatLine:heartbeatType:)``. ``makeCodec(maximumPayloadLength:)``
-/// then gives a codec that handles partial and coalesced reads, rejects an oversize length
+/// ``delimited(by:messageType:heartbeatLine:heartbeatType:)``. A ``Profile`` made with
+/// ``Profile/init(name:layout:heartbeatType:correlation:replyFields:classify:)`` then has a codec that handles partial and coalesced reads, rejects an oversize length
 /// before it waits for the bytes, verifies checksums, inflates compressed bodies with a
 /// hard limit and, for formats with a start marker, resynchronises after garbage.
 ///
@@ -22,7 +22,7 @@ public struct FrameLayout: Sendable, Hashable {
     /// One field of a frame header.
     public struct Field: Sendable, Hashable {
         /// What a header field holds.
-        public enum Role: Sendable, Hashable {
+        package enum Role: Sendable, Hashable {
             /// The frame type (``Frame/type``); at most 4 bytes.
             case type
             /// The serial that matches a response to its request (``Frame/serial``); at most 4 bytes.
@@ -42,13 +42,13 @@ public struct FrameLayout: Sendable, Hashable {
         }
 
         /// The field's name: the key in ``Frame/fields`` for value fields, and the name used in messages.
-        public var name: String
+        package var name: String
         /// Size on the wire in bytes: 1, 2, 4 or 8 (a checksum field takes its algorithm's width).
-        public var width: Int
+        package var width: Int
         /// Byte order on the wire.
-        public var endianness: FrameBuffer.Endianness
+        package var endianness: FrameBuffer.Endianness
         /// What the field holds.
-        public var role: Role
+        package var role: Role
 
         /// Creates a field.
         ///
@@ -57,7 +57,7 @@ public struct FrameLayout: Sendable, Hashable {
         ///   - width: Size on the wire in bytes: 1, 2, 4 or 8.
         ///   - endianness: Byte order on the wire.
         ///   - role: What the field holds.
-        public init(name: String, width: Int, endianness: FrameBuffer.Endianness = .big, role: Role) {
+        package init(name: String, width: Int, endianness: FrameBuffer.Endianness = .big, role: Role) {
             self.name = name
             self.width = width
             self.endianness = endianness
@@ -221,13 +221,13 @@ public struct FrameLayout: Sendable, Hashable {
         }
 
         /// The algorithm, which also sets the width on the wire.
-        public var algorithm: ChecksumAlgorithm
+        package var algorithm: ChecksumAlgorithm
         /// Which bytes it covers.
-        public var coverage: Coverage
+        package var coverage: Coverage
         /// Where it is.
-        public var placement: Placement
+        package var placement: Placement
         /// What a decoder does when it does not match.
-        public var onMismatch: ChecksumMismatch
+        package var onMismatch: ChecksumMismatch
 
         /// Creates a checksum description.
         ///
@@ -247,17 +247,17 @@ public struct FrameLayout: Sendable, Hashable {
     /// zlib compression of bodies, announced by a flag bit in a header field.
     public struct Compression: Sendable, Hashable {
         /// The value field holding the flag.
-        public var flagField: String
+        package var flagField: String
         /// The flag's bits in that field.
-        public var flagMask: UInt64
+        package var flagMask: UInt64
         /// Bodies of at least this many bytes are compressed, when that makes them smaller.
-        public var threshold: Int
+        package var threshold: Int
         /// The zlib level, 1 (fastest) to 9 (smallest), or -1 for zlib's default (6).
-        public var level: Int32
+        package var level: Int32
         /// The most bytes a compressed body may inflate to; `nil` uses the codec's
         /// maximum payload length. A body that would inflate past it ends the connection
         /// with ``TetherError/Code/frameTooLarge`` before that memory is used.
-        public var maximumInflatedLength: Int?
+        package var maximumInflatedLength: Int?
 
         /// Creates a compression description.
         ///
@@ -368,43 +368,43 @@ public struct FrameLayout: Sendable, Hashable {
     }
 
     /// The header fields in wire order; empty for a delimited layout.
-    public var fields: [Field] {
+    package var fields: [Field] {
         if case .header(let header) = framing { return header.fields }
         return []
     }
 
     /// The delimiter, for a delimited layout.
-    public var delimiter: [UInt8]? {
+    package var delimiter: [UInt8]? {
         if case .delimited(let delimited) = framing { return delimited.delimiter }
         return nil
     }
 
     /// The header's size in bytes; 0 for a delimited layout.
-    public var headerLength: Int {
+    package var headerLength: Int {
         guard case .header(let header) = framing else { return 0 }
         return header.fields.reduce(0) { $0 + ($1.role == .checksum ? (header.checksum?.algorithm.width ?? 0) : $1.width) }
     }
 
     /// The checksum the frames carry, if any.
-    public var checksum: Checksum? {
+    package var checksum: Checksum? {
         if case .header(let header) = framing { return header.checksum }
         return nil
     }
 
     /// The compression of bodies, if any.
-    public var compression: Compression? {
+    package var compression: Compression? {
         if case .header(let header) = framing { return header.compression }
         return nil
     }
 
     /// Whether frames carry a serial on the wire.
-    public var carriesSerial: Bool { fields.contains { $0.role == .serial } }
+    package var carriesSerial: Bool { fields.contains { $0.role == .serial } }
 
     /// Whether frames carry a type on the wire.
-    public var carriesType: Bool { fields.contains { $0.role == .type } }
+    package var carriesType: Bool { fields.contains { $0.role == .type } }
 
     /// The largest serial the wire can carry: `UInt32.max` for a 4-byte serial field.
-    public var maximumSerial: UInt32 {
+    package var maximumSerial: UInt32 {
         guard let field = fields.first(where: { $0.role == .serial }), field.width < 4 else { return .max }
         return UInt32((1 << (field.width * 8)) - 1)
     }
@@ -414,7 +414,7 @@ public struct FrameLayout: Sendable, Hashable {
     /// compression flag that names a value field, a marker first when resynchronising.
     ///
     /// - Throws: ``TetherError`` with ``TetherError/Code/invalidArgument`` that says what is wrong.
-    public func validate() throws(TetherError) {
+    package func validate() throws(TetherError) {
         _ = try CompiledLayout(self)
     }
 
@@ -425,7 +425,7 @@ public struct FrameLayout: Sendable, Hashable {
     /// - Returns: A fresh codec.
     /// - Throws: ``TetherError`` with ``TetherError/Code/invalidArgument`` when the layout is
     ///   not valid (see ``validate()``).
-    public func makeCodec(maximumPayloadLength: Int = 16 << 20) throws(TetherError) -> any FrameCodec {
+    package func makeCodec(maximumPayloadLength: Int = 16 << 20) throws(TetherError) -> any FrameCodec {
         switch try CompiledLayout(self) {
         case .header(let compiled):
             HeaderCodec(layout: compiled, maximumPayloadLength: maximumPayloadLength)

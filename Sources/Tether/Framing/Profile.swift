@@ -53,7 +53,7 @@ public struct Profile: Sendable {
     /// Fields a handler sets in ``Response/fields`` win over these.
     public var replyFields: @Sendable (_ requestFields: [String: UInt64]) -> [String: UInt64]
     /// The layout the codec comes from, for profiles described by one.
-    public var layout: FrameLayout?
+    package var layout: FrameLayout?
 
     /// Creates a profile from a codec of its own.
     ///
@@ -139,7 +139,7 @@ public struct Profile: Sendable {
         }
     }
 
-    /// The seed protocol: ``SeedCodec`` framing; type `0x1` heartbeat, `0x2…0x400`
+    /// The seed protocol: the seed codec framing; type `0x1` heartbeat, `0x2…0x400`
     /// notifications, above `0x400` requests and responses; type `0` is invalid.
     public static let seed = Profile(
         name: "seed",

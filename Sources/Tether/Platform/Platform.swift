@@ -20,7 +20,7 @@ package struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
     package static let interrupted = Errno(rawValue: EINTR)
     static let wouldBlock = Errno(rawValue: EAGAIN)
     static let inProgress = Errno(rawValue: EINPROGRESS)
-    static let connectionRefused = Errno(rawValue: ECONNREFUSED)
+    package static let connectionRefused = Errno(rawValue: ECONNREFUSED)
     static let connectionReset = Errno(rawValue: ECONNRESET)
     static let brokenPipe = Errno(rawValue: EPIPE)
     static let timedOut = Errno(rawValue: ETIMEDOUT)
@@ -107,7 +107,7 @@ package enum Syscall {
     /// - Returns: How many bytes the kernel took (all of them: a datagram is never split),
     ///   or would-block.
     /// - Throws: The `errno` of a failure other than `EINTR` and `EAGAIN`.
-    static func sendDatagram(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, to address: TetherSocketAddress?) throws(Errno) -> IOResult<Int> {
+    package static func sendDatagram(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, to address: TetherSocketAddress?) throws(Errno) -> IOResult<Int> {
         guard let address else {
             return try nonblocking { send(fd, bytes.baseAddress, bytes.count, noSignalFlag) }
         }
@@ -126,7 +126,7 @@ package enum Syscall {
     ///   than `space` (its rest is lost); or would-block.
     /// - Throws: The `errno` of a failure other than `EINTR` and `EAGAIN`, such as
     ///   `ECONNREFUSED` on a connected socket whose peer's port is closed.
-    static func receiveDatagram(_ fd: Int32, into space: UnsafeMutableRawBufferPointer) throws(Errno) -> IOResult<(count: Int, sender: TetherSocketAddress, truncated: Bool)> {
+    package static func receiveDatagram(_ fd: Int32, into space: UnsafeMutableRawBufferPointer) throws(Errno) -> IOResult<(count: Int, sender: TetherSocketAddress, truncated: Bool)> {
         var storage = sockaddr_storage()
         var vector = iovec(iov_base: space.baseAddress, iov_len: space.count)
         var message = msghdr()
@@ -306,8 +306,8 @@ extension SocketOptions {
 }
 
 extension SocketOptions {
-    static let ipv6Level = Int32(IPPROTO_IPV6)
-    static let ipv6Only = IPV6_V6ONLY
+    package static let ipv6Level = Int32(IPPROTO_IPV6)
+    package static let ipv6Only = IPV6_V6ONLY
 }
 
 /// Monotonic time in nanoseconds (`clock_gettime(CLOCK_MONOTONIC)`), the loop's clock for deadlines.

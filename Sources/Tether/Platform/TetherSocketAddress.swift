@@ -132,7 +132,7 @@ public struct TetherSocketAddress: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    var family: Int32 {
+    package var family: Int32 {
         switch storage {
         case .v4: AF_INET
         case .v6: AF_INET6

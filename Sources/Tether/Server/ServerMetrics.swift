@@ -37,7 +37,7 @@ public struct PeerMetrics: Sendable, Hashable {
     ///   - notificationsReplayed: Stored pushes replayed to the peer.
     ///   - readPauses: Times reading the peer was paused at its request limit.
     ///   - pushHolds: Times the peer's client asked for its pushes to be held.
-    public init(
+    init(
         bytesIn: Int = 0,
         bytesOut: Int = 0,
         framesIn: Int = 0,

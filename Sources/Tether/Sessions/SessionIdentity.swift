@@ -73,7 +73,7 @@ public struct SessionIdentityContext: Sendable, Hashable {
     ///   - previous: The identity of the last hello.
     ///   - attempt: The attempt number.
     ///   - endpoint: The endpoint being greeted.
-    public init(
+    init(
         reason: Reason,
         rejection: TetherError? = nil,
         rejectionReason: String? = nil,

@@ -22,7 +22,7 @@ package struct Socket: ~Copyable {
     ///   - family: The address family (`AF_INET`, `AF_INET6`).
     ///   - type: The socket type (``SocketOptions/streamType``).
     /// - Throws: `Errno` when the system refuses.
-    init(family: Int32, type: Int32) throws(Errno) {
+    package init(family: Int32, type: Int32) throws(Errno) {
         self.descriptor = try Syscall.makeSocket(family: family, type: type)
     }
 
