@@ -242,14 +242,14 @@ package enum JSONCoding {
         }
     }
 
-    /// `T` from the JSON `payload`: with `decoder` when given, otherwise parsed by
-    /// ``JSONParser`` and decoded by ``JSONValueDecoder``. `what` names the content in errors.
     /// `T` from the JSON `payload`, parsed by ``JSONParser``: for the other modules of the
     /// package, which do not see Foundation's decoder through this one.
     package static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8], what: String) throws(TetherError) -> T {
         try decode(type, from: payload, what: what, with: nil)
     }
 
+    /// `T` from the JSON `payload`: with `decoder` when given, otherwise parsed by
+    /// ``JSONParser`` and decoded by ``JSONValueDecoder``. `what` names the content in errors.
     static func decode<T: Decodable>(_ type: T.Type, from payload: [UInt8], what: String, with decoder: JSONDecoder? = nil) throws(TetherError) -> T {
         if let decoder {
             do {
