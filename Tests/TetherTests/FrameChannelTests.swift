@@ -54,12 +54,12 @@ struct FrameChannelTests {
             let requests = (1...5).map { Frame(type: 0x402, serial: UInt32($0), payload: Array(repeating: UInt8($0), count: $0 * 100)) }
             #expect(await client.write(requests).written == 5)
             let received = try await collect(5, from: server.events, "requests at the server")
-            #expect(received == requests.map(ChannelEvent.frame))
+            #expect(received == requests.map(ProbeEvent.frame))
 
             let replies = requests.reversed().map { Frame(type: 0x402, serial: $0.serial, payload: $0.payload.reversed()) }
             #expect(await server.write(replies).written == 5)
             let answers = try await collect(5, from: client.events, "replies at the client")
-            #expect(answers == replies.map(ChannelEvent.frame))
+            #expect(answers == replies.map(ProbeEvent.frame))
 
             let requestBytes = requests.reduce(0) { $0 + 12 + $1.payload.count }
             #expect(await client.bytesWritten == requestBytes)
@@ -146,7 +146,7 @@ struct FrameChannelTests {
             await client.setWritableThreshold(0)
             await server.resumeReading()
             let received = try await collect(5, from: server.events, "the five frames")
-            #expect(received == frames[0..<5].map(ChannelEvent.frame))
+            #expect(received == frames[0..<5].map(ProbeEvent.frame))
             let writable = try await collect(1, from: client.events, "writable")
             #expect(writable == [.writable])
             #expect(await client.pendingOutboundBytes == 0)
@@ -197,7 +197,7 @@ struct FrameChannelTests {
                 }
             }
             let events = try await collect(21, from: server.events, "twenty frames and the end")
-            #expect(Array(events.prefix(20)) == frames.map(ChannelEvent.frame))
+            #expect(Array(events.prefix(20)) == frames.map(ProbeEvent.frame))
             #expect(events.last == .closed(.peerClosed, "peer 127.0.0.1:1 closed the connection"))
             #expect(await client.lateEvents == 0)
         }
@@ -211,7 +211,7 @@ struct FrameChannelTests {
             let frames = (1...3).map { Frame(type: 0x20, serial: UInt32($0), payload: [UInt8($0)]) }
             try await send(frames.flatMap { seedBytes(type: $0.type, serial: $0.serial, payload: $0.payload) }, from: sink, thenClose: true, on: loop)
             let events = try await collect(4, from: probe.events, "three frames and the end")
-            #expect(Array(events.prefix(3)) == frames.map(ChannelEvent.frame))
+            #expect(Array(events.prefix(3)) == frames.map(ProbeEvent.frame))
             guard case .closed(let code, let message) = events.last else {
                 Issue.record("expected the end, got \(events)")
                 return
@@ -294,7 +294,7 @@ struct FrameChannelTests {
             let requests = (1...3).map { Frame(type: 0x402, serial: UInt32($0), payload: Array(repeating: UInt8($0), count: 5000)) }
             #expect(await client.write(requests).written == 3)
             let received = try await collect(4, from: server.events, "the server's handshake and the requests")
-            #expect(received == [.secured] + requests.map(ChannelEvent.frame))
+            #expect(received == [.secured] + requests.map(ProbeEvent.frame))
             #expect(await server.write([Frame(type: 0x402, serial: 9, payload: [7])]).written == 1)
             #expect(try await collect(1, from: client.events, "the reply") == [.frame(Frame(type: 0x402, serial: 9, payload: [7]))])
 

@@ -94,7 +94,7 @@ struct LargePayloadTests {
             let writing = Task { try await offThread { try peer.write(bytes) } }
             let received = try await collect(frames.count, from: probe.events, "the frames")
             try await writing.value
-            #expect(received == frames.map(ChannelEvent.frame))
+            #expect(received == frames.map(ProbeEvent.frame))
             #expect(await probe.readPendingCount() == bytes.count)
             #expect(await probe.largeBodyStorage == nil)
         }

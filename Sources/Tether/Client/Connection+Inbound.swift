@@ -57,6 +57,7 @@ extension Connection: FrameChannelOwner {
             }
             completeRequest(with: frame)
         case .notification:
+            if !channelTable.isEmpty, frame.type == configuration.channelWireTypes.message, channelFrame(frame) { return }
             counters.notificationsReceived += 1
             guard session != nil else {
                 notificationFeed.publish(frame)

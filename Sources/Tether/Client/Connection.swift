@@ -117,6 +117,8 @@ public actor Connection {
     var openWaiter: CheckedContinuation<Void, any Error>?
     /// Where the session stands, with ``ConnectionConfiguration/session``.
     var session: ClientSessionState?
+    /// The channel subscriptions (``subscribe(to:from:)``), by channel name.
+    var channelTable: [String: ClientChannel] = [:]
     /// Where the hello's identity comes from; see ``switchSession(to:resumeAfter:resumeEpoch:)``.
     var identity: ConnectionIdentity
     /// The caller of ``switchSession(to:resumeAfter:resumeEpoch:)`` while the switch is under way.
@@ -764,6 +766,7 @@ public actor Connection {
             verifyConnection()
         case .countConnection:
             counters.connects += 1
+            if !channelTable.isEmpty { resubscribeChannels() }
         case .writeQueued:
             pump()
         case .resumeOpener:
@@ -814,6 +817,7 @@ public actor Connection {
             notificationFeed.finish()
             heartbeatFeed.finish()
             transferFeed.finish()
+            endChannels()
         }
     }
 }

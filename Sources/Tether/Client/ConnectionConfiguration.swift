@@ -233,6 +233,12 @@ public struct ConnectionConfiguration: Sendable {
     /// How long ``prepare`` may run on a connection before the attempt fails with
     /// ``TetherError/Code/timedOut``. Default 10 s.
     public var prepareTimeout: Duration = .seconds(10)
+    /// The frame types of channels (``Connection/subscribe(to:from:)``); must match the
+    /// server's ``ChannelConfiguration/wireTypes``.
+    public var channelWireTypes = ChannelWireTypes()
+    /// How many events of one channel subscription may wait to be read; more are dropped
+    /// and counted in ``ChannelSubscription/dropped``. Default 4,096.
+    public var channelBufferSize = 4_096
     /// Which frames report their progress in ``Connection/transfers``: by default those of
     /// 1 MiB or more, every 256 KiB; `nil` for none.
     public var progress: ProgressConfiguration? = ProgressConfiguration()

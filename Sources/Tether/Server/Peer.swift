@@ -26,6 +26,8 @@ public actor Peer {
     private let handlers: HandlerTable
     /// The server's mailboxes, when it has them: sessions are accepted only then.
     let hub: MailboxHub?
+    /// The server's channels, when it has them (``ServerConfiguration/channels``).
+    let channels: ChannelHub?
     /// The accepted stream and the settings of its port, until ``run()`` attaches it.
     private var pending: Server.Accepted?
     /// The framed channel of this peer.
@@ -96,6 +98,7 @@ public actor Peer {
         self.handlers = server.handlers
         self.slots = server.handlerSlots
         self.hub = server.hub
+        self.channels = server.channelHub
         self.pending = accepted
         self.idleNanoseconds = server.configuration.idleTimeout.map { MonotonicTime.nanoseconds(of: $0) }
     }
@@ -562,6 +565,8 @@ extension Peer: FrameChannelOwner {
                 acknowledged(frame, hub: hub)
             } else if frame.type == hub?.configuration.wireTypes.hello {
                 deliver(frame)
+            } else if let channels, channelRequest(frame, hub: channels) {
+                // Answered by the channels.
             } else if let entry = handlers.handler(for: frame.type) {
                 // An immediate handler answers here unless earlier requests still wait to
                 // be started: then it takes its turn after them.

@@ -70,6 +70,8 @@ public final class Server: Sendable {
     let eventFeed: Broadcaster<ServerEvent>
     /// Sessions and mailboxes, when ``ServerConfiguration/mailboxes`` is set.
     let hub: MailboxHub?
+    /// Channels, when ``ServerConfiguration/channels`` is set.
+    let channelHub: ChannelHub?
     /// The places for suspending handlers over all peers.
     let handlerSlots: HandlerSlots
     /// What the framed channels of every peer share.
@@ -97,6 +99,15 @@ public final class Server: Sendable {
             return MailboxHub(configuration: mailboxes)
         }
         self.hub = hub
+        if let channels = configuration.channels {
+            let types = channels.wireTypes
+            let profile = configuration.profile
+            precondition(
+                profile.classify(types.subscribe) == .message && profile.classify(types.unsubscribe) == .message && profile.classify(types.message) == .notification,
+                "ServerConfiguration.channels: profile \(profile.name) does not take ChannelWireTypes' subscribe and unsubscribe types for requests and the message type for a push"
+            )
+        }
+        channelHub = configuration.channels.map { ChannelHub(configuration: $0, codec: configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)) }
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
         channelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
         webSocketChannelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.webSocket?.tls, drainTimeout: configuration.drainTimeout)
@@ -154,6 +165,9 @@ public final class Server: Sendable {
     private func refuseReserved(_ type: UInt32) {
         if let refusal = configuration.profile.requestRefusal(of: type, session: configuration.mailboxes?.wireTypes) {
             preconditionFailure("Server.handle(type:): no handler can run for \(refusal)")
+        }
+        if let channels = configuration.channels?.wireTypes, type == channels.subscribe || type == channels.unsubscribe {
+            preconditionFailure("Server.handle(type:): no handler can run for type 0x\(String(type, radix: 16)): with ServerConfiguration.channels it is a channel request's type (ChannelWireTypes)")
         }
     }
 
@@ -454,6 +468,7 @@ public final class Server: Sendable {
             return Self.peerEndedDuringDrain(in: &state)
         }
         lastOfDrain?.resume()
+        channelHub?.leaveAll(peer.id)
         eventFeed.publish(ServerEvent(kind: .peerDisconnected, address: peer.remoteAddress, peer: peer.id, reason: reason, clientID: clientID))
     }
 }

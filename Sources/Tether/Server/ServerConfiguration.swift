@@ -63,6 +63,11 @@ public struct ServerConfiguration: Sendable {
     /// numbers and stores each push to a client id (``Server/push(_:toClient:)``), and
     /// replays what a client missed when it comes back. Default `nil`: no sessions.
     public var mailboxes: MailboxConfiguration?
+    /// Channels: named topics with a history, which clients subscribe to
+    /// (``Connection/subscribe(to:from:)``) and the server publishes to
+    /// (``Server/publish(_:to:)``). Default `nil`: no channels, and their frame types
+    /// (``ChannelWireTypes``) are free for handlers.
+    public var channels: ChannelConfiguration?
     /// TLS for every peer: make one with `.server(…)` from the `TetherTLS` module. Its
     /// certificate and key are loaded when the server starts. A peer's TLS handshake must
     /// finish within ``TLSConfiguration/handshakeTimeout``; one that fails or stalls closes

@@ -1,7 +1,7 @@
 @testable import Tether
 
 /// What a ``ChannelProbe`` heard from its framed channel.
-enum ChannelEvent: Sendable, Equatable {
+enum ProbeEvent: Sendable, Equatable {
     case frame(Frame)
     case closed(TetherError.Code, String)
     case writable
@@ -12,8 +12,8 @@ enum ChannelEvent: Sendable, Equatable {
 /// loop, records every event in order, and counts any that come after the channel closed.
 actor ChannelProbe: FrameChannelOwner {
     nonisolated let loop: EventLoop
-    nonisolated let events: AsyncStream<ChannelEvent>
-    private nonisolated let feed: AsyncStream<ChannelEvent>.Continuation
+    nonisolated let events: AsyncStream<ProbeEvent>
+    private nonisolated let feed: AsyncStream<ProbeEvent>.Continuation
     private(set) var channel: FrameChannel<ChannelProbe>?
     /// While `false`, frames stay in the channel's buffer (as a server peer at its limit).
     var accepting = true
@@ -156,7 +156,7 @@ actor ChannelProbe: FrameChannelOwner {
     var bytesWritten: Int { channel?.bytesWritten ?? 0 }
     var remoteAddress: String { channel?.remoteAddress.description ?? "" }
 
-    private func record(_ event: ChannelEvent) {
+    private func record(_ event: ProbeEvent) {
         if ended { lateEvents += 1 }
         feed.yield(event)
     }

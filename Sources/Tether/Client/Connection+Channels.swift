@@ -1,0 +1,319 @@
+// Channel subscriptions of a connection (ServerConfiguration.channels on the server): each
+// keeps the epoch and the offset of the last message it delivered, subscribes again on every
+// new connection from there, and delivers each offset once, in order, recovering one it
+// missed from the channel's history or saying that the history no longer has it.
+
+/// Where a new subscription starts.
+public enum ChannelStart: Sendable, Hashable {
+    /// With the next message published.
+    case now
+    /// After the message at `offset` of the channel's history `epoch` (a
+    /// ``ChannelMessage``'s), as an app that kept its place asks on its next launch; when
+    /// the history no longer reaches back there, or has another epoch, the subscription
+    /// starts with a ``ChannelEvent/reset(_:)``.
+    case after(offset: UInt64, epoch: String)
+    /// With up to `count` of the latest messages still in the channel's history.
+    case latest(Int)
+}
+
+/// A message of a channel.
+public struct ChannelMessage: Sendable, Hashable {
+    /// The channel's name.
+    public var channel: String
+    /// The message's place in the channel: 1, 2, 3, … within an epoch.
+    public var offset: UInt64
+    /// The history the offset belongs to; a new one begins when the server's channel is
+    /// made again (after a restart).
+    public var epoch: String
+    /// The content, as published.
+    public var payload: [UInt8]
+
+    /// The content parsed as JSON, or `nil` when it is not JSON.
+    public var json: JSONValue? { try? JSONValue(parsing: payload) }
+}
+
+/// The server could not give a subscriber what it missed: the subscription goes on from
+/// the channel's latest message.
+public struct ChannelReset: Sendable, Hashable {
+    /// The channel's name.
+    public var channel: String
+    /// Why: the history no longer reaches back far enough, or began again.
+    public var reason: String
+    /// The channel's epoch from now on.
+    public var epoch: String
+    /// The offset the subscription goes on after.
+    public var after: UInt64
+}
+
+/// What a channel subscription delivers.
+public enum ChannelEvent: Sendable, Hashable {
+    /// The channel's next message.
+    case message(ChannelMessage)
+    /// Messages were lost: the next message is not the one after the last delivered.
+    case reset(ChannelReset)
+}
+
+/// The messages of one channel, from ``Connection/subscribe(to:from:)``: an async sequence
+/// that ends when the connection closes. Ending the iteration (its task cancelled, or the
+/// sequence let go) ends the subscription on the server too.
+public struct ChannelSubscription: AsyncSequence, Sendable {
+    /// What the subscription delivers: its channel's messages and resets.
+    public typealias Element = ChannelEvent
+    /// A subscription never throws: it ends when its connection ends.
+    public typealias Failure = Never
+
+    /// The channel's name.
+    public let channel: String
+    private let stream: AsyncStream<ChannelEvent>
+    private let drops: DropCount
+
+    init(channel: String, stream: AsyncStream<ChannelEvent>, drops: DropCount) {
+        self.channel = channel
+        self.stream = stream
+        self.drops = drops
+    }
+
+    /// Events dropped because ``ConnectionConfiguration/channelBufferSize`` of them already
+    /// waited to be read.
+    public var dropped: Int { drops.count }
+
+    /// The iterator.
+    ///
+    /// - Returns: An iterator over the subscription's events.
+    public func makeAsyncIterator() -> AsyncStream<ChannelEvent>.AsyncIterator {
+        stream.makeAsyncIterator()
+    }
+}
+
+/// One subscription's state, confined to its connection.
+final class ClientChannel {
+    let name: String
+    let continuation: AsyncStream<ChannelEvent>.Continuation
+    let drops: DropCount
+    var epoch: String?
+    /// The offset of the last message delivered, or asked to start after.
+    var last: UInt64?
+    /// Counts the subscription requests sent; only the latest one's answer counts.
+    var attempt = 0
+    /// Whether an answer is awaited: messages wait in ``pending`` until it comes.
+    var awaiting = false
+    /// Whether the latest request was lost with its connection, so the next one resends it.
+    var needsResend = false
+    /// How the first request asks to start.
+    var start: ChannelStart
+    var pending: [(offset: UInt64, payload: [UInt8])] = []
+    /// The caller of ``Connection/subscribe(to:from:)`` until the first answer.
+    var firstAnswer: CheckedContinuation<Void, any Error>?
+
+    init(name: String, start: ChannelStart, continuation: AsyncStream<ChannelEvent>.Continuation, drops: DropCount) {
+        self.name = name
+        self.start = start
+        self.continuation = continuation
+        self.drops = drops
+        if case .after(let offset, let epoch) = start {
+            last = offset
+            self.epoch = epoch
+        }
+    }
+
+    func yield(_ event: ChannelEvent) {
+        if case .dropped = continuation.yield(event) { drops.add() }
+    }
+}
+
+extension Connection {
+    /// Subscribes to a channel of the server (``ServerConfiguration/channels``) and returns
+    /// its messages.
+    ///
+    /// ```swift
+    /// let room = try await connection.subscribe(to: "room-42")
+    /// for await event in room {
+    ///     if case .message(let message) = event { show(message.payload) }
+    /// }
+    /// ```
+    ///
+    /// The subscription lives as long as the connection: on every new connection it
+    /// subscribes again after the last message it delivered, and the server writes what it
+    /// missed from the channel's history first. Each offset is delivered once, in order. A
+    /// message missed on the way (the server's outbound bound) is recovered the same way.
+    /// When the history no longer has what was missed, or the server's channel began again,
+    /// a ``ChannelEvent/reset(_:)`` says so and the messages go on from the latest.
+    ///
+    /// - Parameters:
+    ///   - channel: The channel's name: 1 to 200 bytes of ASCII letters, digits and
+    ///     `- _ . : / @` (``ChannelConfiguration/maximumNameLength``).
+    ///   - start: Where to start; with the next message by default.
+    /// - Returns: The channel's events.
+    /// - Throws: ``TetherError/Code/subscriptionRefused`` when the server refuses (it has no
+    ///   channels, a bound, its authorizer), with the channel and the reason;
+    ///   ``TetherError/Code/invalidArgument`` for a name that is not a channel name, a
+    ///   channel this connection is subscribed to already, or a profile whose types cannot
+    ///   carry channels; what a request throws when the connection closes or fails first.
+    public func subscribe(to channel: String, from start: ChannelStart = .now) async throws -> ChannelSubscription {
+        if let problem = ChannelWire.nameProblem(channel, limit: ChannelWire.nameLimit) {
+            throw TetherError(code: .invalidArgument, message: problem)
+        }
+        let types = configuration.channelWireTypes
+        guard configuration.profile.classify(types.subscribe) == .message, configuration.profile.classify(types.message) == .notification else {
+            throw TetherError(code: .invalidArgument, message: "profile \(configuration.profile.name) cannot carry channels: ChannelWireTypes' subscribe type must be a request and its message type a push")
+        }
+        guard channelTable[channel] == nil else {
+            throw TetherError(code: .invalidArgument, message: "this connection is subscribed to channel \(channel) already")
+        }
+        let drops = DropCount()
+        let (stream, continuation) = AsyncStream<ChannelEvent>.makeStream(bufferingPolicy: .bufferingOldest(max(1, configuration.channelBufferSize)))
+        let entry = ClientChannel(name: channel, start: start, continuation: continuation, drops: drops)
+        channelTable[channel] = entry
+        let token = ObjectIdentifier(entry)
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            Task { await self.subscriptionEnded(channel, token) }
+        }
+        try await withCheckedThrowingContinuation { (waiter: CheckedContinuation<Void, any Error>) in
+            entry.firstAnswer = waiter
+            sendSubscription(entry)
+        }
+        return ChannelSubscription(channel: channel, stream: stream, drops: drops)
+    }
+
+    /// Asks the server for `entry`'s channel from where it stands.
+    func sendSubscription(_ entry: ClientChannel) {
+        entry.attempt += 1
+        entry.awaiting = true
+        entry.needsResend = false
+        let attempt = entry.attempt
+        var body = ChannelWire.Subscribe(channel: entry.name)
+        if let last = entry.last, let epoch = entry.epoch {
+            body.after = last
+            body.epoch = epoch
+        } else if case .latest(let count) = entry.start {
+            body.last = count
+        }
+        let request = Request(type: configuration.channelWireTypes.subscribe, payload: SessionWire.encode(body))
+        let name = entry.name
+        Task { [self] in
+            do {
+                let response = try await self.request(request)
+                self.subscriptionAnswered(name, attempt: attempt, response)
+            } catch {
+                self.subscriptionFailed(name, attempt: attempt, error)
+            }
+        }
+    }
+
+    private func subscriptionAnswered(_ name: String, attempt: Int, _ response: Response) {
+        guard let entry = channelTable[name], attempt == entry.attempt else { return }
+        if let refusal = response.errorMessage {
+            // The server's own refusals name the channel; another answer (a server without
+            // channels) is said to be about it.
+            let message = refusal.hasPrefix("channel \(name)") ? refusal : "channel \(name): the server refused the subscription: \(refusal)"
+            let error = TetherError(code: .subscriptionRefused, message: message)
+            channelTable[entry.name] = nil
+            if let waiter = entry.firstAnswer {
+                entry.firstAnswer = nil
+                waiter.resume(throwing: error)
+            }
+            entry.continuation.finish()
+            return
+        }
+        guard let answer = SessionWire.decode(ChannelWire.Subscribed.self, from: response.payload) else {
+            subscriptionFailed(name, attempt: attempt, TetherError(code: .protocolError, message: "the answer to the subscription of channel \(entry.name) is not a channel answer"))
+            return
+        }
+        if !answer.recovered, entry.last != nil {
+            entry.yield(.reset(ChannelReset(channel: entry.name, reason: answer.reason ?? "messages were lost", epoch: answer.epoch, after: answer.after)))
+        }
+        if answer.recovered, answer.epoch == entry.epoch, let last = entry.last {
+            entry.last = max(last, answer.after)
+        } else {
+            entry.last = answer.after
+        }
+        entry.epoch = answer.epoch
+        entry.awaiting = false
+        if let waiter = entry.firstAnswer {
+            entry.firstAnswer = nil
+            waiter.resume()
+        }
+        let waiting = entry.pending.sorted { $0.offset < $1.offset }
+        entry.pending.removeAll()
+        for message in waiting {
+            channelMessage(entry, offset: message.offset, payload: message.payload)
+        }
+    }
+
+    private func subscriptionFailed(_ name: String, attempt: Int, _ error: any Error) {
+        guard let entry = channelTable[name], attempt == entry.attempt else { return }
+        if let waiter = entry.firstAnswer {
+            // The first answer never came: the caller gets the error, and nothing stays.
+            entry.firstAnswer = nil
+            channelTable[entry.name] = nil
+            entry.continuation.finish()
+            waiter.resume(throwing: error)
+            return
+        }
+        // Lost with its connection, or unanswered: the next connection asks again.
+        entry.needsResend = true
+    }
+
+    /// A connection is up: every subscription asks again from where it stands.
+    func resubscribeChannels() {
+        for entry in channelTable.values where entry.firstAnswer == nil || entry.needsResend {
+            sendSubscription(entry)
+        }
+    }
+
+    private func subscriptionEnded(_ name: String, _ token: ObjectIdentifier) {
+        guard let entry = channelTable[name], ObjectIdentifier(entry) == token else { return }
+        channelTable[name] = nil
+        guard state.phase == .connected else { return }
+        let request = Request(type: configuration.channelWireTypes.unsubscribe, payload: SessionWire.encode(ChannelWire.Unsubscribe(channel: entry.name)))
+        Task { [self] in _ = try? await self.request(request) }
+    }
+
+    /// Ends every subscription: the connection has closed or failed.
+    func endChannels() {
+        let entries = channelTable.values
+        channelTable.removeAll()
+        for entry in entries {
+            if let waiter = entry.firstAnswer {
+                entry.firstAnswer = nil
+                waiter.resume(throwing: TetherError(code: .connectionClosed, message: "the connection ended before the server answered the subscription of channel \(entry.name)"))
+            }
+            entry.continuation.finish()
+        }
+    }
+
+    /// A frame of the channel message type; whether it was one for a subscription.
+    func channelFrame(_ frame: Frame) -> Bool {
+        guard let (name, offset, payload) = ChannelWire.open(frame.payload) else {
+            if let channel {
+                connectionLost(channel.fromPeer(TetherError(code: .protocolError, message: "a channel message of \(frame.payload.count) bytes is too short for its channel name and offset")))
+            }
+            return true
+        }
+        guard let entry = channelTable[name] else { return true }
+        channelMessage(entry, offset: offset, payload: payload)
+        return true
+    }
+
+    /// Delivers the message at `offset` if it is the next, drops one already delivered, and
+    /// asks for what was missed before a later one.
+    private func channelMessage(_ entry: ClientChannel, offset: UInt64, payload: [UInt8]) {
+        if entry.awaiting {
+            if entry.pending.count < max(1, configuration.channelBufferSize) {
+                entry.pending.append((offset, payload))
+            }
+            return
+        }
+        guard let last = entry.last, let epoch = entry.epoch else { return }
+        if offset <= last { return }
+        if offset == last + 1 {
+            entry.last = offset
+            entry.yield(.message(ChannelMessage(channel: entry.name, offset: offset, epoch: epoch, payload: payload)))
+            return
+        }
+        // A gap: the messages between are asked for again, and this one waits for them.
+        entry.pending.append((offset, payload))
+        sendSubscription(entry)
+    }
+}

@@ -1,0 +1,265 @@
+// A server's channels: each one's epoch, offsets, bounded history and subscribers, under one
+// lock. A message is encoded once, kept once in its channel's history, and handed to each
+// subscriber's event loop in one job per loop, queued while the lock is held: every
+// subscriber gets a channel's messages in offset order, after the answer to its subscription
+// and the history that answer promised.
+
+/// A message of a channel's history: its offset, when it was stored, and its frame encoded
+/// once for every subscriber.
+struct ChannelEntry: Sendable {
+    var offset: UInt64
+    var storedAt: MailboxTime
+    var encoded: EncodedBroadcast
+    /// The content's bytes, which the history bounds count.
+    var size: Int
+}
+
+final class ChannelHub: Sendable {
+    struct Topic {
+        var epoch: String
+        var latest: UInt64 = 0
+        /// Consecutive offsets, oldest first: a message that could not be kept empties it,
+        /// so a recovery never skips one.
+        var history: [ChannelEntry] = []
+        var historyBytes = 0
+        var subscribers: [PeerID: Peer] = [:]
+
+        /// The first offset the history still has; `latest + 1` when it is empty.
+        var firstAvailable: UInt64 { history.first?.offset ?? latest + 1 }
+    }
+
+    struct State {
+        var topics: [String: Topic] = [:]
+        /// The channels each peer is subscribed to.
+        var memberships: [PeerID: Set<String>] = [:]
+        var historyBytes = 0
+        var published = 0
+        var refused = 0
+    }
+
+    /// What a subscription comes to: the answer and the history to write after it.
+    enum Admission {
+        case admitted(ChannelWire.Subscribed, backlog: [ChannelEntry])
+        case refused(String)
+    }
+
+    let configuration: ChannelConfiguration
+    let state = Lock(State())
+    private let codec: Lock<any FrameCodec>
+
+    init(configuration: ChannelConfiguration, codec: any FrameCodec) {
+        self.configuration = configuration
+        self.codec = Lock(codec)
+    }
+
+    private static func newEpoch() -> String {
+        String(UInt64.random(in: 1...UInt64.max), radix: 16)
+    }
+
+    /// Counts kept for ``Server/metrics()``: messages published and subscriptions refused.
+    var counts: (published: Int, refused: Int) {
+        state.withLock { ($0.published, $0.refused) }
+    }
+
+    // MARK: Subscribing
+
+    /// Subscribes `peer` to the channel of `request` (again, when it is already: a recovery),
+    /// and says where its messages start.
+    func subscribe(_ peer: Peer, _ request: ChannelWire.Subscribe) -> Admission {
+        if let problem = ChannelWire.nameProblem(request.channel, limit: configuration.maximumNameLength) {
+            return refuse(problem)
+        }
+        let now = configuration.clock()
+        return state.withLock { state -> Admission in
+            let already = state.memberships[peer.id]?.contains(request.channel) ?? false
+            if !already, (state.memberships[peer.id]?.count ?? 0) >= configuration.maximumChannelsPerPeer {
+                state.refused += 1
+                return .refused("channel \(request.channel): this connection is subscribed to \(configuration.maximumChannelsPerPeer) channels already, the most it may (ChannelConfiguration.maximumChannelsPerPeer)")
+            }
+            guard var topic = topic(request.channel, in: &state, now: now) else {
+                state.refused += 1
+                return .refused("channel \(request.channel): the server has \(configuration.maximumChannels) channels already, the most it keeps (ChannelConfiguration.maximumChannels)")
+            }
+            if !already, topic.subscribers.count >= configuration.maximumSubscribersPerChannel {
+                state.refused += 1
+                return .refused("channel \(request.channel) has \(configuration.maximumSubscribersPerChannel) subscribers already, the most it may (ChannelConfiguration.maximumSubscribersPerChannel)")
+            }
+            Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
+            topic.subscribers[peer.id] = peer
+            state.memberships[peer.id, default: []].insert(request.channel)
+            let answer = Self.start(of: request, in: topic)
+            let backlog = topic.history.filter { $0.offset > answer.after }
+            state.topics[request.channel] = topic
+            return .admitted(answer, backlog: backlog)
+        }
+    }
+
+    private func refuse(_ reason: String) -> Admission {
+        state.withLock { $0.refused += 1 }
+        return .refused(reason)
+    }
+
+    /// Where the messages of a subscription start, and whether that is where it asked.
+    private static func start(of request: ChannelWire.Subscribe, in topic: Topic) -> ChannelWire.Subscribed {
+        func answer(after: UInt64, recovered: Bool = true, _ reason: String? = nil) -> ChannelWire.Subscribed {
+            ChannelWire.Subscribed(channel: request.channel, epoch: topic.epoch, after: after, recovered: recovered, reason: reason)
+        }
+        if let after = request.after {
+            if let epoch = request.epoch, epoch != topic.epoch {
+                return answer(after: topic.latest, recovered: false, "the history of channel \(request.channel) began again (epoch \(epoch) is gone, \(topic.epoch) is current)")
+            }
+            if after > topic.latest {
+                return answer(after: topic.latest, recovered: false, "offset \(after) is past the latest message of channel \(request.channel), \(topic.latest)")
+            }
+            if after + 1 < topic.firstAvailable {
+                return answer(after: topic.latest, recovered: false, "the history of channel \(request.channel) no longer reaches back to offset \(after + 1): it begins at \(topic.firstAvailable)")
+            }
+            return answer(after: after)
+        }
+        if let last = request.last, last > 0 {
+            let wanted = topic.latest > UInt64(last) ? topic.latest - UInt64(last) : 0
+            return answer(after: max(wanted, topic.firstAvailable - 1))
+        }
+        return answer(after: topic.latest)
+    }
+
+    /// Ends `peer`'s subscription to `channel`; whether it had one.
+    @discardableResult
+    func unsubscribe(_ peer: PeerID, from channel: String) -> Bool {
+        state.withLock { state in
+            guard state.memberships[peer]?.remove(channel) != nil else { return false }
+            if state.memberships[peer]?.isEmpty == true { state.memberships[peer] = nil }
+            state.topics[channel]?.subscribers[peer] = nil
+            return true
+        }
+    }
+
+    /// Ends every subscription of a peer that has gone.
+    func leaveAll(_ peer: PeerID) {
+        state.withLock { state in
+            guard let channels = state.memberships.removeValue(forKey: peer) else { return }
+            for channel in channels { state.topics[channel]?.subscribers[peer] = nil }
+        }
+    }
+
+    // MARK: Publishing
+
+    /// Publishes `content` to `channel`: the next offset, kept in the history as far as the
+    /// bounds allow, and queued for every subscriber.
+    func publish(_ content: [UInt8], to channel: String) throws(TetherError) -> UInt64 {
+        if let problem = ChannelWire.nameProblem(channel, limit: configuration.maximumNameLength) {
+            throw TetherError(code: .invalidArgument, message: problem)
+        }
+        let now = configuration.clock()
+        let type = configuration.wireTypes.message
+        return try state.withLock { state throws(TetherError) -> UInt64 in
+            guard var topic = topic(channel, in: &state, now: now) else {
+                throw TetherError(code: .invalidArgument, message: "channel \(channel) cannot be made: the server has \(configuration.maximumChannels) channels already, the most it keeps (ChannelConfiguration.maximumChannels)")
+            }
+            let offset = topic.latest + 1
+            let frame = Frame(type: type, payload: ChannelWire.envelope(channel: channel, offset: offset, content: content))
+            var buffer = FrameBuffer()
+            let failure = codec.withLock { codec -> TetherError? in
+                do {
+                    try codec.encode(frame, into: &buffer)
+                    return nil
+                } catch {
+                    return (error as? TetherError) ?? TetherError(code: .encodingFailed, message: String(describing: error))
+                }
+            }
+            if let failure {
+                throw TetherError(code: .invalidArgument, message: "a message for channel \(channel) cannot be encoded: \(failure.message)", underlying: failure)
+            }
+            topic.latest = offset
+            state.published += 1
+            let entry = ChannelEntry(offset: offset, storedAt: now, encoded: EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil), size: content.count)
+            Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
+            keep(entry, in: &topic, total: &state.historyBytes)
+            Self.send(entry.encoded, to: topic.subscribers.values)
+            state.topics[channel] = topic
+            return offset
+        }
+    }
+
+    /// Keeps `entry` within the history bounds: the channel's oldest messages go first; when
+    /// it still does not fit, nothing of the channel's history is kept, so the history
+    /// stays consecutive.
+    private func keep(_ entry: ChannelEntry, in topic: inout Topic, total: inout Int) {
+        func dropOldest() {
+            let gone = topic.history.removeFirst()
+            topic.historyBytes -= gone.size
+            total -= gone.size
+        }
+        guard configuration.historySize > 0, entry.size <= configuration.maximumHistoryBytesPerChannel else {
+            Self.clear(&topic, total: &total)
+            return
+        }
+        while !topic.history.isEmpty,
+              topic.history.count >= configuration.historySize
+                || topic.historyBytes + entry.size > configuration.maximumHistoryBytesPerChannel
+                || total + entry.size > configuration.maximumHistoryBytes {
+            dropOldest()
+        }
+        guard total + entry.size <= configuration.maximumHistoryBytes else {
+            Self.clear(&topic, total: &total)
+            return
+        }
+        topic.history.append(entry)
+        topic.historyBytes += entry.size
+        total += entry.size
+    }
+
+    private static func clear(_ topic: inout Topic, total: inout Int) {
+        total -= topic.historyBytes
+        topic.history.removeAll()
+        topic.historyBytes = 0
+    }
+
+    /// Drops the messages older than `age`.
+    private static func expire(_ topic: inout Topic, total: inout Int, now: MailboxTime, age: Duration?) {
+        guard let age, let first = topic.history.first, first.storedAt.adding(age) < now else { return }
+        let keep = topic.history.firstIndex { !($0.storedAt.adding(age) < now) } ?? topic.history.endIndex
+        let gone = topic.history[..<keep].reduce(0) { $0 + $1.size }
+        topic.history.removeFirst(keep)
+        topic.historyBytes -= gone
+        total -= gone
+    }
+
+    /// The channel `name`, made if it is new and there is room: a channel with no
+    /// subscriber and nothing left in its history is let go to make it.
+    private func topic(_ name: String, in state: inout State, now: MailboxTime) -> Topic? {
+        if let topic = state.topics[name] { return topic }
+        if state.topics.count >= configuration.maximumChannels {
+            let age = configuration.historyAge
+            let idle = state.topics.first { _, topic in
+                guard topic.subscribers.isEmpty else { return false }
+                guard let last = topic.history.last else { return true }
+                return age.map { last.storedAt.adding($0) < now } ?? false
+            }
+            guard let (idleName, idleTopic) = idle else { return nil }
+            state.historyBytes -= idleTopic.historyBytes
+            state.topics[idleName] = nil
+        }
+        return Topic(epoch: Self.newEpoch())
+    }
+
+    /// Queues `message` for `subscribers`: one job per event loop, written in the loop's
+    /// next turn. Called with the lock held, so every loop gets a channel's messages in
+    /// offset order.
+    private static func send(_ message: EncodedBroadcast, to subscribers: Dictionary<PeerID, Peer>.Values) {
+        guard !subscribers.isEmpty else { return }
+        var byLoop: [ObjectIdentifier: (EventLoop, [Peer])] = [:]
+        for peer in subscribers {
+            byLoop[ObjectIdentifier(peer.loop), default: (peer.loop, [])].1.append(peer)
+        }
+        for (loop, peers) in byLoop.values {
+            loop.execute {
+                for peer in peers {
+                    _ = callOnLoop(loop, peer, message) { (peer: isolated Peer, message: EncodedBroadcast) in
+                        peer.writeChannelMessage(message)
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+import Synchronization
+import Testing
+import TetherTesting
+@testable import Tether
+
+/// A client configuration that reconnects at once after a cut, with no jitter.
+private func reconnecting() -> ConnectionConfiguration {
+    testConfiguration {
+        var policy = ReconnectPolicy()
+        policy.initialDelay = .milliseconds(20)
+        policy.maximumDelay = .milliseconds(20)
+        policy.jitter = 0
+        $0.reconnect = policy
+    }
+}
+
+/// The next `count` events of `subscription`.
+private func events(_ count: Int, of subscription: ChannelSubscription) async throws -> [ChannelEvent] {
+    try await collect(count, from: subscription, "\(count) events of channel \(subscription.channel)")
+}
+
+/// The offsets of the messages among `events`.
+private func offsets(_ events: [ChannelEvent]) -> [UInt64] {
+    events.compactMap { if case .message(let message) = $0 { message.offset } else { nil } }
+}
+
+private func texts(_ events: [ChannelEvent]) -> [String] {
+    events.compactMap { if case .message(let message) = $0 { String(decoding: message.payload, as: UTF8.self) } else { nil } }
+}
+
+@Suite("Channels: named topics with history and recovery", .timeLimit(.guarded))
+struct ChannelTests {
+    @Test("three subscribers of one channel get the messages of four publishers at once: every offset once, in order, each publisher's in its order")
+    func concurrentPublishers() async throws {
+        try await withServer(configure: { $0.channels = ChannelConfiguration() }) { server, endpoint in
+            var connections: [Connection] = []
+            var subscriptions: [ChannelSubscription] = []
+            for _ in 0..<3 {
+                let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+                connections.append(connection)
+                subscriptions.append(try await connection.subscribe(to: "feed"))
+            }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for publisher in 0..<4 {
+                    group.addTask {
+                        for n in 0..<250 { try server.publish(Array("\(publisher)-\(n)".utf8), to: "feed") }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            for subscription in subscriptions {
+                let received = try await events(1_000, of: subscription)
+                #expect(offsets(received) == Array(1...1_000))
+                let sent = texts(received)
+                #expect(Set(sent).count == 1_000)
+                for publisher in 0..<4 {
+                    let mine = sent.filter { $0.hasPrefix("\(publisher)-") }.map { Int($0.split(separator: "-")[1])! }
+                    #expect(mine == Array(0..<250), "publisher \(publisher)'s messages out of order")
+                }
+            }
+            for connection in connections { await connection.close() }
+        }
+    }
+
+    @Test("a subscriber cut off while 20 messages are published gets them on its next connection, after the 10 it had, once and in order, with no reset")
+    func recoversAfterReconnect() async throws {
+        try await withServer(configure: { $0.channels = ChannelConfiguration() }) { server, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting())
+                let room = try await connection.subscribe(to: "room-42")
+                for n in 1...10 { try server.publish(json: ["n": .int(n)], to: "room-42") }
+                #expect(offsets(try await events(10, of: room)) == Array(1...10))
+                let watcher = StateWatcher(connection)
+                proxy.refusesConnections = true
+                proxy.cutAll()
+                try await watcher.next(.reconnecting)
+                for n in 11...30 { try server.publish(json: ["n": .int(n)], to: "room-42") }
+                proxy.refusesConnections = false
+                try await watcher.next(.connected)
+                let after = try await events(20, of: room)
+                #expect(offsets(after) == Array(11...30))
+                #expect(after.allSatisfy { if case .message = $0 { true } else { false } })
+                try server.publish(json: ["n": 31], to: "room-42")
+                #expect(offsets(try await events(1, of: room)) == [31])
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("when the history no longer reaches back, the subscriber is told with a reset that says where it begins, then goes on from the latest")
+    func resetWhenHistoryIsGone() async throws {
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.historySize = 5
+            $0.channels = channels
+        }) { server, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting())
+                let room = try await connection.subscribe(to: "room")
+                for n in 1...10 { try server.publish(Array("m\(n)".utf8), to: "room") }
+                #expect(offsets(try await events(10, of: room)) == Array(1...10))
+                let watcher = StateWatcher(connection)
+                proxy.refusesConnections = true
+                proxy.cutAll()
+                try await watcher.next(.reconnecting)
+                for n in 11...30 { try server.publish(Array("m\(n)".utf8), to: "room") }
+                proxy.refusesConnections = false
+                let first = try await events(1, of: room)
+                guard case .reset(let reset)? = first.first else {
+                    Issue.record("expected a reset, got \(first)")
+                    return
+                }
+                #expect(reset.channel == "room")
+                #expect(reset.after == 30)
+                #expect(reset.reason == "the history of channel room no longer reaches back to offset 11: it begins at 26")
+                try server.publish(Array("m31".utf8), to: "room")
+                let next = try await events(1, of: room)
+                #expect(offsets(next) == [31])
+                #expect(texts(next) == ["m31"])
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("a subscription starts after an offset of its epoch, with the latest N, or with a reset when the epoch is not the channel's")
+    func starts() async throws {
+        try await withServer(configure: { $0.channels = ChannelConfiguration() }) { server, endpoint in
+            for n in 1...10 { try server.publish(Array("m\(n)".utf8), to: "news") }
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let latest = try await connection.subscribe(to: "news", from: .latest(3))
+            let three = try await events(3, of: latest)
+            #expect(offsets(three) == [8, 9, 10])
+            guard case .message(let eighth)? = three.first else { return }
+
+            let other = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let resumed = try await other.subscribe(to: "news", from: .after(offset: 6, epoch: eighth.epoch))
+            #expect(texts(try await events(4, of: resumed)) == ["m7", "m8", "m9", "m10"])
+
+            let third = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let stale = try await third.subscribe(to: "news", from: .after(offset: 6, epoch: "0"))
+            guard case .reset(let reset)? = try await events(1, of: stale).first else {
+                Issue.record("expected a reset for another epoch")
+                return
+            }
+            #expect(reset.reason == "the history of channel news began again (epoch 0 is gone, \(eighth.epoch) is current)")
+            #expect(reset.after == 10)
+            try server.publish(Array("m11".utf8), to: "news")
+            #expect(offsets(try await events(1, of: stale)) == [11])
+            for connection in [connection, other, third] { await connection.close() }
+        }
+    }
+
+    @Test("refusals name the channel and the reason: the authorizer, the per-connection bound, a server without channels; bad names and a second subscription fail at once")
+    func refusals() async throws {
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.maximumChannelsPerPeer = 2
+            channels.authorize = { subscriber in
+                if subscriber.channel.hasPrefix("staff/") { throw TetherError(code: .invalidArgument, message: "members only") }
+            }
+            $0.channels = channels
+        }) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let refused = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "staff/room") }
+            #expect(refused?.code == .subscriptionRefused)
+            #expect(refused?.message == "channel staff/room: the server refused the subscription: members only")
+            // Kept: a subscription let go ends, on the server too.
+            let a = try await connection.subscribe(to: "a")
+            let b = try await connection.subscribe(to: "b")
+            let full = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "c") }
+            #expect(full?.code == .subscriptionRefused)
+            #expect(full?.message == "channel c: this connection is subscribed to 2 channels already, the most it may (ChannelConfiguration.maximumChannelsPerPeer)")
+            let twice = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "a") }
+            #expect(twice?.code == .invalidArgument)
+            #expect(twice?.message == "this connection is subscribed to channel a already")
+            withExtendedLifetime((a, b)) {}
+            let badName = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "no spaces") }
+            #expect(badName?.message == "channel name 'no spaces' has a character other than ASCII letters, digits and - _ . : / @")
+            await connection.close()
+        }
+        try await withServer(handlers: echoHandlers) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let none = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "room") }
+            #expect(none?.code == .subscriptionRefused)
+            #expect(none?.message == "channel room: the server refused the subscription: unknown type 0xff01")
+            await connection.close()
+        }
+    }
+
+    @Test("a peer that asks for 300 channels gets 128 and a refusal for each of the rest; the server's channels stay within their bound and others are served")
+    func floodOfSubscriptions() async throws {
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.maximumChannels = 200
+            $0.channels = channels
+        }) { server, endpoint in
+            let flooder = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            var refused = 0
+            for n in 0..<300 {
+                let answer = try await flooder.request(Request(type: ChannelWireTypes().subscribe, json: ["channel": .string("c\(n)")]))
+                if answer.errorMessage != nil { refused += 1 }
+            }
+            #expect(refused == 300 - 128)
+            let kept = server.channelHub!.state.withLock { $0.topics.count }
+            #expect(kept <= 200)
+            let other = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let room = try await other.subscribe(to: "c1")
+            try server.publish(Array("hi".utf8), to: "c1")
+            #expect(texts(try await events(1, of: room)) == ["hi"])
+            await flooder.close()
+            await other.close()
+        }
+    }
+}
