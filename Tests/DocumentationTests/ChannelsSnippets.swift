@@ -56,6 +56,16 @@ private func authorizeExample(configuration: inout ServerConfiguration) {
     configuration.channels = channels
 }
 
+private func publishExamples(channels: inout ChannelConfiguration, connection: Connection) async throws -> UInt64 {
+    channels.authorizePublish = { access in
+        guard access.channel.hasPrefix("chat/") else {
+            throw TetherError(code: .invalidArgument, message: "read-only channel")
+        }
+    }
+    let offset = try await connection.publish(Array("hello".utf8), to: "chat/general")
+    return offset
+}
+
 @Suite("Channels article")
 struct ChannelsArticleTests {
     @Test("the room example: a post through the handler reaches a subscriber with its offset")

@@ -87,6 +87,52 @@ struct ChannelTests {
         }
     }
 
+    @Test("messages the server could not write to a subscriber that stopped reading (its outbound bound) come from the history once it reads again: every offset once, in order, no reset")
+    func recoversWhatTheOutboundBoundDropped() async throws {
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.historySize = 1_000
+            channels.maximumHistoryBytesPerChannel = 32 << 20
+            $0.channels = channels
+            $0.limits.maximumOutboundBytes = 256 << 10
+        }) { server, endpoint in
+            try await withFaultProxy(to: endpoint) { proxy in
+                let connection = try await Connection.connect(to: proxy.endpoint, configuration: testConfiguration())
+                let feed = try await connection.subscribe(to: "feed")
+                proxy.updateMode { $0.stalled = true }
+                // 9.6 MB: more than the kernel's buffers on loopback and the outbound bound hold.
+                let body = [UInt8](repeating: 0x61, count: 16 << 10)
+                for _ in 1...600 { try server.publish(body, to: "feed") }
+                proxy.updateMode { $0.stalled = false }
+                let received = try await events(600, of: feed)
+                #expect(offsets(received) == Array(1...600))
+                #expect(received.allSatisfy { if case .message(let message) = $0 { message.payload == body } else { false } })
+                #expect(feed.dropped == 0)
+                await connection.close()
+            }
+        }
+    }
+
+    @Test("a history of 9.6 MB asked for at once, behind an outbound bound of 256 KiB, is written in pages as the connection drains: every offset once, in order")
+    func longHistoryBehindTheOutboundBound() async throws {
+        let body = [UInt8](repeating: 0x62, count: 16 << 10)
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.historySize = 1_000
+            channels.maximumHistoryBytesPerChannel = 32 << 20
+            $0.channels = channels
+            $0.limits.maximumOutboundBytes = 256 << 10
+        }) { server, endpoint in
+            for _ in 1...600 { try server.publish(body, to: "archive") }
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let archive = try await connection.subscribe(to: "archive", from: .latest(600))
+            let received = try await events(600, of: archive)
+            #expect(offsets(received) == Array(1...600))
+            #expect(archive.dropped == 0)
+            await connection.close()
+        }
+    }
+
     @Test("when the history no longer reaches back, the subscriber is told with a reset that says where it begins, then goes on from the latest")
     func resetWhenHistoryIsGone() async throws {
         try await withServer(configure: {
@@ -162,13 +208,13 @@ struct ChannelTests {
         }) { _, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let refused = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "staff/room") }
-            #expect(refused?.code == .subscriptionRefused)
+            #expect(refused?.code == .channelRefused)
             #expect(refused?.message == "channel staff/room: the server refused the subscription: members only")
             // Kept: a subscription let go ends, on the server too.
             let a = try await connection.subscribe(to: "a")
             let b = try await connection.subscribe(to: "b")
             let full = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "c") }
-            #expect(full?.code == .subscriptionRefused)
+            #expect(full?.code == .channelRefused)
             #expect(full?.message == "channel c: this connection is subscribed to 2 channels already, the most it may (ChannelConfiguration.maximumChannelsPerPeer)")
             let twice = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "a") }
             #expect(twice?.code == .invalidArgument)
@@ -181,9 +227,39 @@ struct ChannelTests {
         try await withServer(handlers: echoHandlers) { _, endpoint in
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let none = await #expect(throws: TetherError.self) { try await connection.subscribe(to: "room") }
-            #expect(none?.code == .subscriptionRefused)
+            #expect(none?.code == .channelRefused)
             #expect(none?.message == "channel room: the server refused the subscription: unknown type 0xff01")
             await connection.close()
+        }
+    }
+
+    @Test("a client publishes where the server's publish authorizer lets it, and every subscriber gets it; elsewhere, or on a server that lets no client publish, it is refused with the reason")
+    func clientsPublish() async throws {
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.authorizePublish = { access in
+                guard access.channel.hasPrefix("chat/") else { throw TetherError(code: .invalidArgument, message: "read-only channel") }
+            }
+            $0.channels = channels
+        }) { _, endpoint in
+            let reader = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let writer = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let room = try await reader.subscribe(to: "chat/general")
+            #expect(try await writer.publish(Array("hello".utf8), to: "chat/general") == 1)
+            #expect(try await writer.publish(Array("again".utf8), to: "chat/general") == 2)
+            let received = try await events(2, of: room)
+            #expect(texts(received) == ["hello", "again"])
+            let refused = await #expect(throws: TetherError.self) { try await writer.publish(Array("x".utf8), to: "news") }
+            #expect(refused?.code == .channelRefused)
+            #expect(refused?.message == "channel news: the server refused the publication: read-only channel")
+            await reader.close()
+            await writer.close()
+        }
+        try await withServer(configure: { $0.channels = ChannelConfiguration() }) { _, endpoint in
+            let writer = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let refused = await #expect(throws: TetherError.self) { try await writer.publish(Array("x".utf8), to: "news") }
+            #expect(refused?.message == "channel news: clients may not publish to channels on this server (ChannelConfiguration.authorizePublish)")
+            await writer.close()
         }
     }
 

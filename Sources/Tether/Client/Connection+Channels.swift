@@ -144,7 +144,7 @@ extension Connection {
     ///     `- _ . : / @` (``ChannelConfiguration/maximumNameLength``).
     ///   - start: Where to start; with the next message by default.
     /// - Returns: The channel's events.
-    /// - Throws: ``TetherError/Code/subscriptionRefused`` when the server refuses (it has no
+    /// - Throws: ``TetherError/Code/channelRefused`` when the server refuses (it has no
     ///   channels, a bound, its authorizer), with the channel and the reason;
     ///   ``TetherError/Code/invalidArgument`` for a name that is not a channel name, a
     ///   channel this connection is subscribed to already, or a profile whose types cannot
@@ -174,6 +174,35 @@ extension Connection {
             sendSubscription(entry)
         }
         return ChannelSubscription(channel: channel, stream: stream, drops: drops)
+    }
+
+    /// Publishes `content` to a channel of the server, when its
+    /// ``ChannelConfiguration/authorizePublish`` lets this client: every subscriber gets it,
+    /// as it gets what the server publishes (``Server/publish(_:to:)``).
+    ///
+    /// - Parameters:
+    ///   - content: The message's bytes.
+    ///   - channel: The channel's name.
+    /// - Returns: The message's offset in the channel.
+    /// - Throws: ``TetherError/Code/channelRefused`` when the server refuses (clients
+    ///   may not publish there, its authorizer, a bound), with the channel and the reason;
+    ///   ``TetherError/Code/invalidArgument`` for a name that is not a channel name; what
+    ///   ``request(_:timeout:)`` throws.
+    @discardableResult
+    public func publish(_ content: [UInt8], to channel: String) async throws -> UInt64 {
+        if let problem = ChannelWire.nameProblem(channel, limit: ChannelWire.nameLimit) {
+            throw TetherError(code: .invalidArgument, message: problem)
+        }
+        let request = Request(type: configuration.channelWireTypes.publish, payload: ChannelWire.publication(channel: channel, content: content))
+        let response = try await self.request(request)
+        if let refusal = response.errorMessage {
+            let message = refusal.hasPrefix("channel \(channel)") ? refusal : "channel \(channel): the server refused the publication: \(refusal)"
+            throw TetherError(code: .channelRefused, message: message)
+        }
+        guard let published = SessionWire.decode(ChannelWire.Published.self, from: response.payload) else {
+            throw TetherError(code: .protocolError, message: "the answer to a publication to channel \(channel) is not a channel answer: \(response.text)")
+        }
+        return published.offset
     }
 
     /// Asks the server for `entry`'s channel from where it stands.
@@ -207,7 +236,7 @@ extension Connection {
             // The server's own refusals name the channel; another answer (a server without
             // channels) is said to be about it.
             let message = refusal.hasPrefix("channel \(name)") ? refusal : "channel \(name): the server refused the subscription: \(refusal)"
-            let error = TetherError(code: .subscriptionRefused, message: message)
+            let error = TetherError(code: .channelRefused, message: message)
             channelTable[entry.name] = nil
             if let waiter = entry.firstAnswer {
                 entry.firstAnswer = nil
@@ -251,7 +280,12 @@ extension Connection {
             waiter.resume(throwing: error)
             return
         }
-        // Lost with its connection, or unanswered: the next connection asks again.
+        // Unanswered on a connection still up: asked again at once. Lost with its
+        // connection: the next connection asks again.
+        if (error as? TetherError)?.code == .timedOut, state.phase == .connected {
+            sendSubscription(entry)
+            return
+        }
         entry.needsResend = true
     }
 

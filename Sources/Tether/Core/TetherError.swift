@@ -54,7 +54,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case httpFailed
             case sessionTakenOver
             case serverDraining
-            case subscriptionRefused
+            case channelRefused
         }
 
         let value: Value
@@ -173,11 +173,12 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// was never sent because the connection left the draining server. Safe to send
         /// again, to another server or after the reconnect.
         public static let serverDraining = Code(value: .serverDraining)
-        /// The server refused a channel subscription (``Connection/subscribe(to:from:)``):
-        /// it has no channels, one of its bounds (``ChannelConfiguration``) is reached, or
-        /// its ``ChannelConfiguration/authorize`` refused; the message names the channel
-        /// and the reason.
-        public static let subscriptionRefused = Code(value: .subscriptionRefused)
+        /// The server refused a channel subscription (``Connection/subscribe(to:from:)``)
+        /// or publication (``Connection/publish(_:to:)``): it has no channels, one of its
+        /// bounds (``ChannelConfiguration``) is reached, or its
+        /// ``ChannelConfiguration/authorize`` or ``ChannelConfiguration/authorizePublish``
+        /// refused; the message names the channel and the reason.
+        public static let channelRefused = Code(value: .channelRefused)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }

@@ -42,9 +42,14 @@ public struct ChannelConfiguration: Sendable {
     public var wireTypes = ChannelWireTypes()
     /// Decides whether a peer may subscribe to a channel; `nil`, the default, lets every
     /// peer subscribe to every channel. An error it throws refuses the subscription, and
-    /// its message reaches the client in the ``TetherError/Code/subscriptionRefused``
+    /// its message reaches the client in the ``TetherError/Code/channelRefused``
     /// error that ``Connection/subscribe(to:from:)`` throws.
-    public var authorize: (@Sendable (ChannelSubscriber) async throws -> Void)?
+    public var authorize: (@Sendable (ChannelAccess) async throws -> Void)?
+    /// Decides whether a peer may publish to a channel (``Connection/publish(_:to:)``);
+    /// `nil`, the default, lets no client publish: only the server does
+    /// (``Server/publish(_:to:)``). `{ _ in }` lets every client publish everywhere. An error
+    /// it throws refuses the publication, and its message reaches the client.
+    public var authorizePublish: (@Sendable (ChannelAccess) async throws -> Void)?
     /// The wall clock that ages the histories. Default the system's; tests may set their own.
     public var clock: @Sendable () -> MailboxTime = { MailboxTime.now() }
 
@@ -52,8 +57,9 @@ public struct ChannelConfiguration: Sendable {
     public init() {}
 }
 
-/// A subscription a server's ``ChannelConfiguration/authorize`` decides on.
-public struct ChannelSubscriber: Sendable {
+/// A subscription or a publication a server's ``ChannelConfiguration/authorize`` or
+/// ``ChannelConfiguration/authorizePublish`` decides on.
+public struct ChannelAccess: Sendable {
     /// The channel asked for.
     public var channel: String
     /// The peer that asks.

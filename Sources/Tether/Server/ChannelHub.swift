@@ -142,6 +142,16 @@ final class ChannelHub: Sendable {
         }
     }
 
+    /// Up to `limit` messages of `channel`'s history from `offset` on.
+    func history(of channel: String, from offset: UInt64, limit: Int) -> [ChannelEntry] {
+        state.withLock { state in
+            guard let topic = state.topics[channel], let first = topic.history.first, offset <= topic.latest else { return [] }
+            let start = offset > first.offset ? Int(offset - first.offset) : 0
+            guard start < topic.history.count else { return [] }
+            return Array(topic.history[start..<min(topic.history.count, start + limit)])
+        }
+    }
+
     // MARK: Publishing
 
     /// Publishes `content` to `channel`: the next offset, kept in the history as far as the
@@ -175,7 +185,7 @@ final class ChannelHub: Sendable {
             let entry = ChannelEntry(offset: offset, storedAt: now, encoded: EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil), size: content.count)
             Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
             keep(entry, in: &topic, total: &state.historyBytes)
-            Self.send(entry.encoded, to: topic.subscribers.values)
+            Self.send(entry.encoded, channel: channel, to: topic.subscribers.values)
             state.topics[channel] = topic
             return offset
         }
@@ -246,7 +256,7 @@ final class ChannelHub: Sendable {
     /// Queues `message` for `subscribers`: one job per event loop, written in the loop's
     /// next turn. Called with the lock held, so every loop gets a channel's messages in
     /// offset order.
-    private static func send(_ message: EncodedBroadcast, to subscribers: Dictionary<PeerID, Peer>.Values) {
+    private static func send(_ message: EncodedBroadcast, channel: String, to subscribers: Dictionary<PeerID, Peer>.Values) {
         guard !subscribers.isEmpty else { return }
         var byLoop: [ObjectIdentifier: (EventLoop, [Peer])] = [:]
         for peer in subscribers {
@@ -255,8 +265,8 @@ final class ChannelHub: Sendable {
         for (loop, peers) in byLoop.values {
             loop.execute {
                 for peer in peers {
-                    _ = callOnLoop(loop, peer, message) { (peer: isolated Peer, message: EncodedBroadcast) in
-                        peer.writeChannelMessage(message)
+                    callOnLoop(loop, peer, (message, channel)) { (peer: isolated Peer, argument: (EncodedBroadcast, String)) in
+                        peer.writeChannelMessage(argument.0, channel: argument.1)
                     }
                 }
             }

@@ -12,7 +12,7 @@ extension Peer {
                 return true
             }
             if let authorize = channels.configuration.authorize {
-                let subscriber = ChannelSubscriber(channel: request.channel, peer: id, address: remoteAddress, clientID: lifecycle.clientID)
+                let subscriber = ChannelAccess(channel: request.channel, peer: id, address: remoteAddress, clientID: lifecycle.clientID)
                 Task { [self] in
                     do {
                         try await authorize(subscriber)
@@ -29,12 +29,40 @@ extension Peer {
             }
             return true
         }
+        if frame.type == types.publish {
+            guard let (name, content) = ChannelWire.openPublication(frame.payload) else {
+                respond(.error("malformed channel publication: expected the channel name's length, the name, then the content"), to: frame)
+                return true
+            }
+            guard let authorize = channels.configuration.authorizePublish else {
+                respond(.error("channel \(name): clients may not publish to channels on this server (ChannelConfiguration.authorizePublish)"), to: frame)
+                return true
+            }
+            let access = ChannelAccess(channel: name, peer: id, address: remoteAddress, clientID: lifecycle.clientID)
+            Task { [self] in
+                do {
+                    try await authorize(access)
+                } catch {
+                    let reason = (error as? TetherError)?.message ?? String(describing: error)
+                    self.respond(.error("channel \(name): the server refused the publication: \(reason)"), to: frame)
+                    return
+                }
+                do {
+                    let offset = try channels.publish(content, to: name)
+                    self.respond(Response(payload: SessionWire.encode(ChannelWire.Published(channel: name, offset: offset))), to: frame)
+                } catch {
+                    self.respond(.error("channel \(name): \((error as? TetherError)?.message ?? String(describing: error))"), to: frame)
+                }
+            }
+            return true
+        }
         if frame.type == types.unsubscribe {
             guard let request = SessionWire.decode(ChannelWire.Unsubscribe.self, from: frame.payload) else {
                 respond(.error("malformed channel unsubscription: expected {\"channel\": …}"), to: frame)
                 return true
             }
             channels.unsubscribe(id, from: request.channel)
+            channelReplays[request.channel] = nil
             respond(Response(payload: SessionWire.encode(request)), to: frame)
             return true
         }
@@ -45,8 +73,8 @@ extension Peer {
         respond(.error(reason), to: frame)
     }
 
-    /// Subscribes, answers, and writes the history the answer promised, in this one job:
-    /// the channel's next message is queued behind it.
+    /// Subscribes, answers, and writes the history the answer promised, from this job on:
+    /// the channel's live messages wait in the history until it is written.
     private func admit(_ frame: Frame, _ request: ChannelWire.Subscribe, hub: ChannelHub) {
         guard lifecycle.isOpen, channel != nil else { return }
         switch hub.subscribe(self, request) {
@@ -54,16 +82,89 @@ extension Peer {
             refuseSubscription(frame, reason)
         case .admitted(let answer, let backlog):
             respond(Response(payload: SessionWire.encode(answer)), to: frame)
-            for entry in backlog {
-                guard writeChannelMessage(entry.encoded) else { break }
+            guard let first = backlog.first else {
+                channelReplays[request.channel] = nil
+                return
+            }
+            channelReplays[request.channel] = first.offset
+            writeChannelHistories(hub)
+        }
+    }
+
+    /// Writes the history of every channel being replayed, as far as the outbound buffer's
+    /// high-water mark allows; past it, waits for the buffer to drain and goes on.
+    func writeChannelHistories(_ hub: ChannelHub) {
+        let limit = min(configuration.limits.outboundHighWaterMark, configuration.limits.maximumOutboundBytes / 2)
+        for name in Array(channelReplays.keys) {
+            while let next = channelReplays[name] {
+                guard let channel, lifecycle.isOpen else {
+                    channelReplays.removeAll()
+                    return
+                }
+                if channel.pendingOutboundBytes > limit {
+                    waitToWriteChannelHistories(hub, on: channel)
+                    return
+                }
+                let page = hub.history(of: name, from: next, limit: 64)
+                guard let last = page.last else {
+                    // Caught up: what comes next is live. (When the history lost what was
+                    // next, the client sees the offset jump and asks again.)
+                    channelReplays[name] = nil
+                    break
+                }
+                for entry in page where writeBroadcast(entry.encoded) == false {
+                    // Full after all: the rest waits for the buffer to drain.
+                    channelReplays[name] = entry.offset
+                    waitToWriteChannelHistories(hub, on: channel)
+                    return
+                }
+                channelReplays[name] = last.offset + 1
             }
         }
     }
 
-    /// Writes a channel's message; `false` when it does not fit (the outbound bound) or
-    /// the peer is gone. The client finds the offset it missed and recovers it.
-    @discardableResult
-    func writeChannelMessage(_ message: EncodedBroadcast) -> Bool {
-        writeBroadcast(message)
+    private func waitToWriteChannelHistories(_ hub: ChannelHub, on channel: Channel) {
+        guard channelReplayTask == nil else { return }
+        channelReplayTask = Task(executorPreference: loop.taskExecutor) { [self] in
+            await drainThenWriteChannelHistories(hub, on: channel)
+        }
+    }
+
+    private func drainThenWriteChannelHistories(_ hub: ChannelHub, on channel: Channel) async {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            // Half of the lower of the two marks: the write that failed did so at the outbound
+            // bound, which may be below the high-water mark.
+            let threshold = min(configuration.limits.outboundHighWaterMark, configuration.limits.maximumOutboundBytes) / 2
+            // Drained already since the task was made, or ended: nothing to wait for.
+            guard self.channel === channel, lifecycle.isOpen, channel.pendingOutboundBytes > threshold else {
+                continuation.resume()
+                return
+            }
+            channelDrainWaiters.append(continuation)
+            channel.writableThreshold = min(channel.writableThreshold ?? .max, threshold)
+        }
+        channelReplayTask = nil
+        guard lifecycle.isOpen else {
+            channelReplays.removeAll()
+            return
+        }
+        writeChannelHistories(hub)
+    }
+
+    /// Wakes what waits for the outbound buffer to drain: it has, or the peer ends.
+    func wakeChannelDrainWaiters() {
+        guard !channelDrainWaiters.isEmpty else { return }
+        let waiters = channelDrainWaiters
+        channelDrainWaiters.removeAll()
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Writes a channel's live message, unless the channel's history is being written to
+    /// this peer: the message is in it, and comes in its place. A message that does not fit
+    /// (the outbound bound) is missed; the client finds the offset it missed and recovers
+    /// it.
+    func writeChannelMessage(_ message: EncodedBroadcast, channel name: String) {
+        if channelReplays[name] != nil { return }
+        _ = writeBroadcast(message)
     }
 }

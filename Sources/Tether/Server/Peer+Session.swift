@@ -292,6 +292,7 @@ extension Peer {
     /// The session ends with the peer: the replay stops, and what waits for the outbound
     /// buffer is woken.
     func stopReplay() {
+        wakeChannelDrainWaiters()
         replayHandles.task?.cancel()
         replayHandles.task = nil
         if let waiter = replayHandles.writableWaiter {

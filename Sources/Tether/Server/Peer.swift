@@ -28,6 +28,13 @@ public actor Peer {
     let hub: MailboxHub?
     /// The server's channels, when it has them (``ServerConfiguration/channels``).
     let channels: ChannelHub?
+    /// Channels whose history is being written to this peer after a subscription, by the
+    /// offset to write next; their live messages wait in the history meanwhile.
+    var channelReplays: [String: UInt64] = [:]
+    /// The task that waits for the outbound buffer to drain before more history is written.
+    var channelReplayTask: Task<Void, Never>?
+    /// What waits for the outbound buffer to drain, for the channels' history.
+    var channelDrainWaiters: [UnsafeContinuation<Void, Never>] = []
     /// The accepted stream and the settings of its port, until ``run()`` attaches it.
     private var pending: Server.Accepted?
     /// The framed channel of this peer.
@@ -447,6 +454,7 @@ public actor Peer {
             assert(handshake || handshakeTimer == nil, "\(id) has a handshake timer after its handshake")
             cancelHandshakeTimer()
         case .closeChannel(let graceful):
+            wakeChannelDrainWaiters()
             guard let channel else { return }
             counts.bytesIn = channel.bytesRead
             counts.bytesOut = channel.bytesWritten
@@ -482,7 +490,9 @@ extension Peer: FrameChannelOwner {
     }
 
     func channelWritable(_ channel: Channel) {
-        guard self.channel === channel, let waiter = replayHandles.writableWaiter else { return }
+        guard self.channel === channel else { return }
+        wakeChannelDrainWaiters()
+        guard let waiter = replayHandles.writableWaiter else { return }
         replayHandles.writableWaiter = nil
         waiter.resume()
     }

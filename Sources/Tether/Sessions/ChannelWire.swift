@@ -9,6 +9,8 @@ public struct ChannelWireTypes: Sendable, Hashable {
     public var subscribe: UInt32 = 0xFF01
     /// The request that ends a subscription. Default `0xFF02`.
     public var unsubscribe: UInt32 = 0xFF02
+    /// A client's publication to a channel. Default `0xFF03`.
+    public var publish: UInt32 = 0xFF03
     /// A channel's message, server to client. Default `0x3FF`.
     public var message: UInt32 = 0x3FF
 
@@ -43,6 +45,26 @@ enum ChannelWire {
 
     struct Unsubscribe: Codable, Hashable {
         var channel: String
+    }
+
+    struct Published: Codable, Hashable {
+        var channel: String
+        var offset: UInt64
+    }
+
+    /// The payload of a publication: the channel name's length (one byte), the name, then
+    /// the content.
+    static func publication(channel: String, content: [UInt8]) -> [UInt8] {
+        let name = Array(channel.utf8)
+        return [UInt8(name.count)] + name + content
+    }
+
+    /// The channel and content of a publication's payload, or `nil` when it is too short
+    /// for what its first byte says.
+    static func openPublication(_ payload: [UInt8]) -> (channel: String, content: [UInt8])? {
+        guard let first = payload.first, payload.count >= 1 + Int(first) else { return nil }
+        let end = 1 + Int(first)
+        return (String(decoding: payload[1..<end], as: UTF8.self), Array(payload[end...]))
     }
 
     /// The longest name the message envelope can carry.
