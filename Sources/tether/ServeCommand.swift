@@ -419,6 +419,13 @@ struct ServeCommand: Command {
         } else {
             Console.err("sessions are off: the \(profile.name) profile has no serial on the wire")
         }
+        // Channels for every client, which may publish too, where the profile can carry them.
+        let channelTypes = ChannelWireTypes()
+        if profile.kind(of: channelTypes.subscribe) == .message, profile.kind(of: channelTypes.message) == .notification {
+            var channels = ChannelConfiguration()
+            channels.authorizePublish = { _ in }
+            configuration.channels = channels
+        }
         configuration.tls = tls?.configuration(handshakeTimeout: handshakeTimeout)
         // The WebSocket port is wss:// when the server has TLS (the main port's own TLS
         // applies when WebSocket shares it).

@@ -14,6 +14,8 @@ let commands: [any Command.Type] = [
     RequestCommand.self,
     ListenCommand.self,
     PushCommand.self,
+    SubscribeCommand.self,
+    PublishCommand.self,
     PingCommand.self,
     BenchCommand.self,
     PinCommand.self,

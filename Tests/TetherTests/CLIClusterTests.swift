@@ -201,6 +201,6 @@ struct CLIClusterTests {
             #expect(serve.output.contains(text), "\(text) in \(serve.output)")
         }
         let all = try await runTether(["--help"])
-        #expect(all.output.contains("  push      push to client ids of a cluster on PostgreSQL"), "\(all.output)")
+        #expect(all.output.contains("  push       push to client ids of a cluster on PostgreSQL"), "\(all.output)")
     }
 }

@@ -10,8 +10,9 @@ public enum ChannelStart: Sendable, Hashable {
     /// After the message at `offset` of the channel's history `epoch` (a
     /// ``ChannelMessage``'s), as an app that kept its place asks on its next launch; when
     /// the history no longer reaches back there, or has another epoch, the subscription
-    /// starts with a ``ChannelEvent/reset(_:)``.
-    case after(offset: UInt64, epoch: String)
+    /// starts with a ``ChannelEvent/reset(_:)``. A `nil` epoch takes the offset for one of
+    /// the channel's current epoch.
+    case after(offset: UInt64, epoch: String?)
     /// With up to `count` of the latest messages still in the channel's history.
     case latest(Int)
 }
@@ -212,9 +213,9 @@ extension Connection {
         entry.needsResend = false
         let attempt = entry.attempt
         var body = ChannelWire.Subscribe(channel: entry.name)
-        if let last = entry.last, let epoch = entry.epoch {
+        if let last = entry.last {
             body.after = last
-            body.epoch = epoch
+            body.epoch = entry.epoch
         } else if case .latest(let count) = entry.start {
             body.last = count
         }

@@ -1,0 +1,170 @@
+import Tether
+
+/// `tether subscribe`: print a channel's messages as JSON lines, across reconnects.
+struct SubscribeCommand: Command {
+    static let name = "subscribe"
+    static let summary = "print a channel's messages as JSON lines; recovers what it missed"
+    static let synopsis = """
+        tether subscribe HOST:PORT CHANNEL [--count N] [--from OFFSET [--epoch EPOCH] | --latest N] [--client-id ID]
+        """
+    static let help = """
+        Subscribes to a channel of the server (`tether serve` has channels) and prints each
+        message as one JSON line on stdout, the content embedded when it is JSON and as
+        "text" otherwise:
+
+          $ tether subscribe 127.0.0.1:9000 room-42 --count 2
+          {"channel":"room-42","offset":1,"epoch":"9f3c…","content":{"text":"hello"}}
+          {"channel":"room-42","offset":2,"epoch":"9f3c…","text":"plain words"}
+
+        It reconnects by itself when the connection breaks, and the server writes what it
+        missed from the channel's history first: every offset is printed once, in order.
+        When the history no longer reaches back, it prints on stderr
+
+          tether: reset: <the reason>
+
+        and goes on from the latest message.
+
+        Exits 0 after N messages; 1 when the first connect fails or the server refuses
+        the subscription (with the reason).
+
+        options:
+          --count N           stop after N messages
+          --from OFFSET       start after this offset, of --epoch EPOCH when given (the
+                              epoch a printed line names); a reset when it is gone
+          --latest N          start with up to N of the latest messages
+          --client-id ID      identify with a session as this client
+          -h, --help          show this help
+        """
+
+    var endpoint: Endpoint
+    var channel: String
+    var count: Int?
+    var start = ChannelStart.now
+    var clientID: String?
+
+    init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+        channel = try arguments.positional("CHANNEL")
+        if let count = try arguments.option("--count") { self.count = try Parse.count(count, option: "--count") }
+        let from = try arguments.option("--from")
+        let epoch = try arguments.option("--epoch")
+        let latest = try arguments.option("--latest")
+        switch (from, latest) {
+        case (.some, .some):
+            throw ArgumentError("--from and --latest are two places to start; give one of them")
+        case (let from?, nil):
+            guard let offset = UInt64(from) else { throw ArgumentError("--from '\(from)' is not an offset (0, 1, 2, …)") }
+            start = .after(offset: offset, epoch: epoch)
+        case (nil, let latest?):
+            start = .latest(try Parse.count(latest, option: "--latest"))
+        case (nil, nil):
+            if epoch != nil { throw ArgumentError("--epoch goes with --from OFFSET") }
+        }
+        clientID = try arguments.option("--client-id")
+    }
+
+    func run() async throws -> ExitStatus {
+        var configuration = ConnectionConfiguration()
+        configuration.heartbeat = .disabled
+        configuration.reconnect.appliesToFirstConnect = false
+        if let clientID { configuration.session = SessionConfiguration(clientID: clientID) }
+        let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+        let subscription = try await connection.subscribe(to: channel, from: start)
+        var printed = 0
+        if count == 0 {
+            await connection.close()
+            return .success
+        }
+        for await event in subscription {
+            switch event {
+            case .message(let message):
+                Console.out(Self.line(message))
+                printed += 1
+                if let count, printed >= count {
+                    await connection.close()
+                    return .success
+                }
+            case .reset(let reset):
+                Console.err("tether: reset: \(reset.reason)")
+            }
+        }
+        await connection.close()
+        return .success
+    }
+
+    /// `{"channel":…,"offset":…,"epoch":…,"content":…}`, or `"text":…` for content that is not JSON.
+    static func line(_ message: ChannelMessage) -> String {
+        func quoted(_ text: String) -> String { String(decoding: JSONValue.string(text).encoded, as: UTF8.self) }
+        let head = "{\"channel\":\(quoted(message.channel)),\"offset\":\(message.offset),\"epoch\":\(quoted(message.epoch)),"
+        if let json = message.json {
+            return head + "\"content\":" + String(decoding: json.encoded, as: UTF8.self) + "}"
+        }
+        return head + "\"text\":" + quoted(String(decoding: message.payload, as: UTF8.self)) + "}"
+    }
+}
+
+/// `tether publish`: publish to a channel from a client, and print the offsets.
+struct PublishCommand: Command {
+    static let name = "publish"
+    static let summary = "publish to a channel of a server, and print each message's offset"
+    static let synopsis = """
+        tether publish HOST:PORT CHANNEL (--json JSON | --text TEXT) [--count N]
+        """
+    static let help = """
+        Publishes a message to a channel of the server (`tether serve` lets every client
+        publish) and prints the offset it got, one line per message:
+
+          $ tether publish 127.0.0.1:9000 room-42 --json '{"text": "hello"}' --count 2
+          1
+          2
+
+        Every subscriber of the channel gets it (`tether subscribe`), and the channel's
+        history keeps it for those that come back.
+
+        Exits 0 once every message is published; 1 with the reason when the server refuses
+        (it lets no client publish there, a bound).
+
+        options:
+          --json JSON         the content, checked to be JSON
+          --text TEXT         the content as it is, UTF-8
+          --count N           publish N times, each with the same content (default 1)
+          -h, --help          show this help
+        """
+
+    var endpoint: Endpoint
+    var channel: String
+    var payload: [UInt8]
+    var count = 1
+
+    init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+        channel = try arguments.positional("CHANNEL")
+        guard let content = try Parse.content(json: try arguments.option("--json"), text: try arguments.option("--text")) else {
+            throw ArgumentError("missing the content: give --json JSON or --text TEXT")
+        }
+        payload = content
+        if let count = try arguments.option("--count") {
+            self.count = try Parse.count(count, option: "--count")
+            guard self.count <= PushCommand.maximumCount else {
+                throw ArgumentError("--count '\(count)' is more than \(PushCommand.maximumCount)")
+            }
+        }
+    }
+
+    func run() async throws -> ExitStatus {
+        var configuration = ConnectionConfiguration()
+        configuration.heartbeat = .disabled
+        configuration.reconnect.appliesToFirstConnect = false
+        let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+        do {
+            for _ in 0..<count {
+                Console.out(String(try await connection.publish(payload, to: channel)))
+            }
+        } catch {
+            await connection.close()
+            throw error
+        }
+        await connection.close()
+        return .success
+    }
+}

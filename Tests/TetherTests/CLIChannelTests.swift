@@ -1,0 +1,57 @@
+import Testing
+@testable import Tether
+
+/// `tether subscribe` and `tether publish` against `tether serve`, as child processes.
+@Suite("tether subscribe and tether publish", .timeLimit(.guarded))
+struct CLIChannelTests {
+    @Test("publish prints the offsets; subscribe --from 0 prints every message once, in order, those published before it and after it, as JSON lines")
+    func publishThenSubscribe() async throws {
+        let (server, endpoint) = try await tetherServe([])
+        defer { server.kill() }
+        let address = "127.0.0.1:\(endpoint.port)"
+        let first = try tether(["publish", address, "room-42", "--json", #"{"text": "hello"}"#, "--count", "2"])
+        defer { first.kill() }
+        #expect(try await first.waitForExit(within: eventBound) == 0, "\(first.outputText)")
+        #expect(first.outputText == "1\n2\n")
+
+        let subscriber = try tether(["subscribe", address, "room-42", "--from", "0", "--count", "4"])
+        defer { subscriber.kill() }
+        let second = try tether(["publish", address, "room-42", "--text", "plain words", "--count", "2"])
+        defer { second.kill() }
+        #expect(try await second.waitForExit(within: eventBound) == 0, "\(second.outputText)")
+        #expect(second.outputText == "3\n4\n")
+        #expect(try await subscriber.waitForExit(within: eventBound) == 0, "\(subscriber.outputText)")
+        let lines = subscriber.outputText.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4, "\(subscriber.outputText)")
+        for (index, line) in lines.enumerated() {
+            let value = try JSONValue(parsing: Array(line.utf8))
+            #expect(value["channel"] == "room-42")
+            #expect(value["offset"] == .int(index + 1))
+            if index < 2 {
+                #expect(value["content"] == ["text": "hello"], "\(line)")
+            } else {
+                #expect(value["text"] == "plain words", "\(line)")
+            }
+        }
+    }
+
+    @Test("usage errors exit 2 saying what is wrong; a refused subscription exits 1 with the reason")
+    func errors() async throws {
+        for (arguments, message) in [
+            (["subscribe", "127.0.0.1:9", "room", "--from", "1", "--latest", "2"], "tether: --from and --latest are two places to start; give one of them"),
+            (["subscribe", "127.0.0.1:9", "room", "--epoch", "ab"], "tether: --epoch goes with --from OFFSET"),
+            (["publish", "127.0.0.1:9", "room"], "tether: missing the content: give --json JSON or --text TEXT"),
+        ] {
+            let process = try tether(arguments)
+            defer { process.kill() }
+            #expect(try await process.waitForExit(within: eventBound) == 2, "\(arguments): \(process.outputText)")
+            #expect(process.outputText.contains(message), "\(arguments): \(process.outputText)")
+        }
+        let (server, endpoint) = try await tetherServe([])
+        defer { server.kill() }
+        let refused = try tether(["subscribe", "127.0.0.1:\(endpoint.port)", "no spaces"])
+        defer { refused.kill() }
+        #expect(try await refused.waitForExit(within: eventBound) == 1, "\(refused.outputText)")
+        #expect(refused.outputText.contains("channel name 'no spaces' has a character other than ASCII letters, digits and - _ . : / @"), "\(refused.outputText)")
+    }
+}
