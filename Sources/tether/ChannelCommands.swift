@@ -108,7 +108,7 @@ struct PublishCommand: Command {
     static let name = "publish"
     static let summary = "publish to a channel of a server, and print each message's offset"
     static let synopsis = """
-        tether publish HOST:PORT CHANNEL (--json JSON | --text TEXT) [--count N]
+        tether publish HOST:PORT CHANNEL (--json JSON | --text TEXT) [--count N] [--ttl SECONDS]
         """
     static let help = """
         Publishes a message to a channel of the server (`tether serve` lets every client
@@ -128,6 +128,8 @@ struct PublishCommand: Command {
           --json JSON         the content, checked to be JSON
           --text TEXT         the content as it is, UTF-8
           --count N           publish N times, each with the same content (default 1)
+          --ttl SECONDS       deliver it for this long: a subscriber that recovers it
+                              later from the history skips it
           -h, --help          show this help
         """
 
@@ -135,10 +137,12 @@ struct PublishCommand: Command {
     var channel: String
     var payload: [UInt8]
     var count = 1
+    var timeToLive: Duration?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
         channel = try arguments.positional("CHANNEL")
+        if let ttl = try arguments.option("--ttl") { timeToLive = try Parse.seconds(ttl, option: "--ttl") }
         guard let content = try Parse.content(json: try arguments.option("--json"), text: try arguments.option("--text")) else {
             throw ArgumentError("missing the content: give --json JSON or --text TEXT")
         }
@@ -158,7 +162,7 @@ struct PublishCommand: Command {
         let connection = try await Connection.connect(to: endpoint, configuration: configuration)
         do {
             for _ in 0..<count {
-                Console.out(String(try await connection.publish(payload, to: channel)))
+                Console.out(String(try await connection.publish(payload, to: channel, timeToLive: timeToLive)))
             }
         } catch {
             await connection.close()

@@ -66,6 +66,10 @@ private func publishExamples(channels: inout ChannelConfiguration, connection: C
     return offset
 }
 
+private func expiryExample(server: Server) throws {
+    try server.publish(Array("50% off until noon".utf8), to: "offers", timeToLive: .seconds(3600))
+}
+
 @Suite("Channels article")
 struct ChannelsArticleTests {
     @Test("the room example: a post through the handler reaches a subscriber with its offset")

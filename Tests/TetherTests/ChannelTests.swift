@@ -133,6 +133,32 @@ struct ChannelTests {
         }
     }
 
+    @Test("a message whose time to live passed is not recovered: a subscriber that starts before it gets the messages around it, offsets consecutive underneath, no reset; one that was there got it live")
+    func timeToLive() async throws {
+        let now = Mutex(MailboxTime(millisecondsSince1970: 1_000_000))
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.clock = { now.withLock { $0 } }
+            $0.channels = channels
+        }) { server, endpoint in
+            let early = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let live = try await early.subscribe(to: "offers")
+            try server.publish(Array("m1".utf8), to: "offers")
+            try server.publish(Array("m2".utf8), to: "offers", timeToLive: .seconds(10))
+            try server.publish(Array("m3".utf8), to: "offers")
+            #expect(texts(try await events(3, of: live)) == ["m1", "m2", "m3"])
+            now.withLock { $0 = $0.adding(.seconds(20)) }
+            let late = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let recovered = try await late.subscribe(to: "offers", from: .after(offset: 0, epoch: nil))
+            try server.publish(Array("m4".utf8), to: "offers")
+            let received = try await events(3, of: recovered)
+            #expect(texts(received) == ["m1", "m3", "m4"])
+            #expect(offsets(received) == [1, 3, 4])
+            await early.close()
+            await late.close()
+        }
+    }
+
     @Test("when the history no longer reaches back, the subscriber is told with a reset that says where it begins, then goes on from the latest")
     func resetWhenHistoryIsGone() async throws {
         try await withServer(configure: {

@@ -102,7 +102,7 @@ final class ClientChannel {
     var needsResend = false
     /// How the first request asks to start.
     var start: ChannelStart
-    var pending: [(offset: UInt64, payload: [UInt8])] = []
+    var pending: [(offset: UInt64, payload: [UInt8], expired: Bool)] = []
     /// The caller of ``Connection/subscribe(to:from:)`` until the first answer.
     var firstAnswer: CheckedContinuation<Void, any Error>?
 
@@ -179,22 +179,25 @@ extension Connection {
 
     /// Publishes `content` to a channel of the server, when its
     /// ``ChannelConfiguration/authorizePublish`` lets this client: every subscriber gets it,
-    /// as it gets what the server publishes (``Server/publish(_:to:)``).
+    /// as it gets what the server publishes (``Server/publish(_:to:timeToLive:)``).
     ///
     /// - Parameters:
     ///   - content: The message's bytes.
     ///   - channel: The channel's name.
+    ///   - timeToLive: How long the message may be delivered: a subscriber that recovers
+    ///     it from the history later gets its offset skipped instead; `nil`, the default,
+    ///     for as long as the history keeps it.
     /// - Returns: The message's offset in the channel.
     /// - Throws: ``TetherError/Code/channelRefused`` when the server refuses (clients
     ///   may not publish there, its authorizer, a bound), with the channel and the reason;
     ///   ``TetherError/Code/invalidArgument`` for a name that is not a channel name; what
     ///   ``request(_:timeout:)`` throws.
     @discardableResult
-    public func publish(_ content: [UInt8], to channel: String) async throws -> UInt64 {
+    public func publish(_ content: [UInt8], to channel: String, timeToLive: Duration? = nil) async throws -> UInt64 {
         if let problem = ChannelWire.nameProblem(channel, limit: ChannelWire.nameLimit) {
             throw TetherError(code: .invalidArgument, message: problem)
         }
-        let request = Request(type: configuration.channelWireTypes.publish, payload: ChannelWire.publication(channel: channel, content: content))
+        let request = Request(type: configuration.channelWireTypes.publish, payload: ChannelWire.publication(channel: channel, content: content, timeToLive: timeToLive))
         let response = try await self.request(request)
         if let refusal = response.errorMessage {
             let message = refusal.hasPrefix("channel \(channel)") ? refusal : "channel \(channel): the server refused the publication: \(refusal)"
@@ -267,7 +270,7 @@ extension Connection {
         let waiting = entry.pending.sorted { $0.offset < $1.offset }
         entry.pending.removeAll()
         for message in waiting {
-            channelMessage(entry, offset: message.offset, payload: message.payload)
+            channelMessage(entry, offset: message.offset, payload: message.payload, expired: message.expired)
         }
     }
 
@@ -320,23 +323,23 @@ extension Connection {
 
     /// A frame of the channel message type; whether it was one for a subscription.
     func channelFrame(_ frame: Frame) -> Bool {
-        guard let (name, offset, payload) = ChannelWire.open(frame.payload) else {
+        guard let (name, offset, payload, expired) = ChannelWire.open(frame.payload) else {
             if let channel {
                 connectionLost(channel.fromPeer(TetherError(code: .protocolError, message: "a channel message of \(frame.payload.count) bytes is too short for its channel name and offset")))
             }
             return true
         }
         guard let entry = channelTable[name] else { return true }
-        channelMessage(entry, offset: offset, payload: payload)
+        channelMessage(entry, offset: offset, payload: payload, expired: expired)
         return true
     }
 
     /// Delivers the message at `offset` if it is the next, drops one already delivered, and
     /// asks for what was missed before a later one.
-    private func channelMessage(_ entry: ClientChannel, offset: UInt64, payload: [UInt8]) {
+    private func channelMessage(_ entry: ClientChannel, offset: UInt64, payload: [UInt8], expired: Bool) {
         if entry.awaiting {
             if entry.pending.count < max(1, configuration.channelBufferSize) {
-                entry.pending.append((offset, payload))
+                entry.pending.append((offset, payload, expired))
             }
             return
         }
@@ -344,11 +347,13 @@ extension Connection {
         if offset <= last { return }
         if offset == last + 1 {
             entry.last = offset
+            // A message whose time to live passed holds its place, and is not delivered.
+            if expired { return }
             entry.yield(.message(ChannelMessage(channel: entry.name, offset: offset, epoch: epoch, payload: payload)))
             return
         }
         // A gap: the messages between are asked for again, and this one waits for them.
-        entry.pending.append((offset, payload))
+        entry.pending.append((offset, payload, expired))
         sendSubscription(entry)
     }
 }

@@ -174,7 +174,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// again, to another server or after the reconnect.
         public static let serverDraining = Code(value: .serverDraining)
         /// The server refused a channel subscription (``Connection/subscribe(to:from:)``)
-        /// or publication (``Connection/publish(_:to:)``): it has no channels, one of its
+        /// or publication (``Connection/publish(_:to:timeToLive:)``): it has no channels, one of its
         /// bounds (``ChannelConfiguration``) is reached, or its
         /// ``ChannelConfiguration/authorize`` or ``ChannelConfiguration/authorizePublish``
         /// refused; the message names the channel and the reason.

@@ -45,9 +45,9 @@ public struct ChannelConfiguration: Sendable {
     /// its message reaches the client in the ``TetherError/Code/channelRefused``
     /// error that ``Connection/subscribe(to:from:)`` throws.
     public var authorize: (@Sendable (ChannelAccess) async throws -> Void)?
-    /// Decides whether a peer may publish to a channel (``Connection/publish(_:to:)``);
+    /// Decides whether a peer may publish to a channel (``Connection/publish(_:to:timeToLive:)``);
     /// `nil`, the default, lets no client publish: only the server does
-    /// (``Server/publish(_:to:)``). `{ _ in }` lets every client publish everywhere. An error
+    /// (``Server/publish(_:to:timeToLive:)``). `{ _ in }` lets every client publish everywhere. An error
     /// it throws refuses the publication, and its message reaches the client.
     public var authorizePublish: (@Sendable (ChannelAccess) async throws -> Void)?
     /// The wall clock that ages the histories. Default the system's; tests may set their own.

@@ -9,6 +9,8 @@
 struct ChannelEntry: Sendable {
     var offset: UInt64
     var storedAt: MailboxTime
+    /// When the message's time to live ends; `nil` for none.
+    var expiresAt: MailboxTime?
     var encoded: EncodedBroadcast
     /// The content's bytes, which the history bounds count.
     var size: Int
@@ -142,6 +144,12 @@ final class ChannelHub: Sendable {
         }
     }
 
+    /// Whether `entry`'s time to live has passed.
+    func hasExpired(_ entry: ChannelEntry) -> Bool {
+        guard let expiresAt = entry.expiresAt else { return false }
+        return expiresAt < configuration.clock() || expiresAt == configuration.clock()
+    }
+
     /// Up to `limit` messages of `channel`'s history from `offset` on.
     func history(of channel: String, from offset: UInt64, limit: Int) -> [ChannelEntry] {
         state.withLock { state in
@@ -156,7 +164,7 @@ final class ChannelHub: Sendable {
 
     /// Publishes `content` to `channel`: the next offset, kept in the history as far as the
     /// bounds allow, and queued for every subscriber.
-    func publish(_ content: [UInt8], to channel: String) throws(TetherError) -> UInt64 {
+    func publish(_ content: [UInt8], to channel: String, timeToLive: Duration? = nil) throws(TetherError) -> UInt64 {
         if let problem = ChannelWire.nameProblem(channel, limit: configuration.maximumNameLength) {
             throw TetherError(code: .invalidArgument, message: problem)
         }
@@ -182,7 +190,7 @@ final class ChannelHub: Sendable {
             }
             topic.latest = offset
             state.published += 1
-            let entry = ChannelEntry(offset: offset, storedAt: now, encoded: EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil), size: content.count)
+            let entry = ChannelEntry(offset: offset, storedAt: now, expiresAt: timeToLive.map { now.adding($0) }, encoded: EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil), size: content.count)
             Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
             keep(entry, in: &topic, total: &state.historyBytes)
             Self.send(entry.encoded, channel: channel, to: topic.subscribers.values)

@@ -30,7 +30,7 @@ extension Peer {
             return true
         }
         if frame.type == types.publish {
-            guard let (name, content) = ChannelWire.openPublication(frame.payload) else {
+            guard let (name, content, timeToLive) = ChannelWire.openPublication(frame.payload) else {
                 respond(.error("malformed channel publication: expected the channel name's length, the name, then the content"), to: frame)
                 return true
             }
@@ -48,7 +48,7 @@ extension Peer {
                     return
                 }
                 do {
-                    let offset = try channels.publish(content, to: name)
+                    let offset = try channels.publish(content, to: name, timeToLive: timeToLive)
                     self.respond(Response(payload: SessionWire.encode(ChannelWire.Published(channel: name, offset: offset))), to: frame)
                 } catch {
                     self.respond(.error("channel \(name): \((error as? TetherError)?.message ?? String(describing: error))"), to: frame)
@@ -112,7 +112,7 @@ extension Peer {
                     channelReplays[name] = nil
                     break
                 }
-                for entry in page where writeBroadcast(entry.encoded) == false {
+                for entry in page where writeHistoryEntry(entry, of: name, hub: hub) == false {
                     // Full after all: the rest waits for the buffer to drain.
                     channelReplays[name] = entry.offset
                     waitToWriteChannelHistories(hub, on: channel)
@@ -120,6 +120,20 @@ extension Peer {
                 }
                 channelReplays[name] = last.offset + 1
             }
+        }
+    }
+
+    /// Writes a message of the history, or, when its time to live has passed, the expired
+    /// mark of its offset; `false` when it does not fit.
+    private func writeHistoryEntry(_ entry: ChannelEntry, of name: String, hub: ChannelHub) -> Bool {
+        guard hub.hasExpired(entry) else { return writeBroadcast(entry.encoded) }
+        guard let channel else { return false }
+        let mark = Frame(type: entry.encoded.frame.type, payload: ChannelWire.envelope(channel: name, offset: entry.offset, content: [], expired: true))
+        do {
+            try write(mark, on: channel)
+            return true
+        } catch {
+            return false
         }
     }
 

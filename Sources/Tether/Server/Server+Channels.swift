@@ -15,31 +15,39 @@ extension Server {
     /// ``ChannelConfiguration/maximumHistoryBytesPerChannel``, or one that does not fit in
     /// ``ChannelConfiguration/maximumHistoryBytes``, is written but not kept.
     ///
+    /// A message with a `timeToLive` is written to the subscribers there are, and kept; a
+    /// subscriber that recovers it from the history after its time has passed gets its
+    /// offset skipped instead of the message.
+    ///
     /// - Parameters:
     ///   - content: The message's bytes.
     ///   - channel: The channel's name (see ``ChannelConfiguration``).
+    ///   - timeToLive: How long the message may be delivered; `nil`, the default, for as
+    ///     long as the history keeps it.
     /// - Returns: The message's offset in the channel.
     /// - Throws: ``TetherError/Code/invalidArgument`` when the server has no
     ///   ``ServerConfiguration/channels``, the name is not a channel name, the channel is new
     ///   and ``ChannelConfiguration/maximumChannels`` are kept already, or the profile's
     ///   codec cannot encode the message (a content over ``Limits/maximumPayloadLength``).
     @discardableResult
-    public func publish(_ content: [UInt8], to channel: String) throws(TetherError) -> UInt64 {
+    public func publish(_ content: [UInt8], to channel: String, timeToLive: Duration? = nil) throws(TetherError) -> UInt64 {
         guard let channelHub else {
             throw TetherError(code: .invalidArgument, message: "this server has no channels: set ServerConfiguration.channels")
         }
-        return try channelHub.publish(content, to: channel)
+        return try channelHub.publish(content, to: channel, timeToLive: timeToLive)
     }
 
-    /// Publishes a JSON value to `channel`, as ``publish(_:to:)`` publishes bytes.
+    /// Publishes a JSON value to `channel`, as ``publish(_:to:timeToLive:)`` publishes bytes.
     ///
     /// - Parameters:
     ///   - json: The message.
     ///   - channel: The channel's name.
+    ///   - timeToLive: How long the message may be delivered; `nil` for as long as the
+    ///     history keeps it.
     /// - Returns: The message's offset in the channel.
-    /// - Throws: What ``publish(_:to:)`` throws.
+    /// - Throws: What ``publish(_:to:timeToLive:)`` throws.
     @discardableResult
-    public func publish(json: JSONValue, to channel: String) throws(TetherError) -> UInt64 {
-        try publish(json.encoded, to: channel)
+    public func publish(json: JSONValue, to channel: String, timeToLive: Duration? = nil) throws(TetherError) -> UInt64 {
+        try publish(json.encoded, to: channel, timeToLive: timeToLive)
     }
 }

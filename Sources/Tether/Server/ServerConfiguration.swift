@@ -65,7 +65,7 @@ public struct ServerConfiguration: Sendable {
     public var mailboxes: MailboxConfiguration?
     /// Channels: named topics with a history, which clients subscribe to
     /// (``Connection/subscribe(to:from:)``) and the server publishes to
-    /// (``Server/publish(_:to:)``). Default `nil`: no channels, and their frame types
+    /// (``Server/publish(_:to:timeToLive:)``). Default `nil`: no channels, and their frame types
     /// (``ChannelWireTypes``) are free for handlers.
     public var channels: ChannelConfiguration?
     /// TLS for every peer: make one with `.server(…)` from the `TetherTLS` module. Its

@@ -24,9 +24,11 @@ public struct ChannelWireTypes: Sendable, Hashable {
 /// `"after"` (an offset) with the `"epoch"` it belongs to, or `"last"` (a count); neither
 /// starts from now. Its answer says the channel's epoch, the offset after which messages
 /// follow (`"after"`), and whether the start asked for could be kept (`"recovered"`, with a
-/// `"reason"` when not). A channel's message is a push whose payload is the channel name's
-/// length (one byte), the name, the offset (eight bytes, big-endian), then the content:
-/// written once per message and shared by every subscriber.
+/// `"reason"` when not). A channel's message is a push whose payload is a flags byte, the
+/// channel name's length (one byte), the name, the offset (eight bytes, big-endian), then
+/// the content: written once per message and shared by every subscriber. A message whose
+/// time to live has passed is written from the history with the expired flag and no
+/// content, so the subscriber's offsets stay consecutive.
 enum ChannelWire {
     struct Subscribe: Codable, Hashable {
         var channel: String
@@ -52,19 +54,29 @@ enum ChannelWire {
         var offset: UInt64
     }
 
-    /// The payload of a publication: the channel name's length (one byte), the name, then
-    /// the content.
-    static func publication(channel: String, content: [UInt8]) -> [UInt8] {
+    /// The payload of a publication: the channel name's length (one byte), the name, the
+    /// time to live in milliseconds (eight bytes, big-endian; 0 for none), then the content.
+    static func publication(channel: String, content: [UInt8], timeToLive: Duration? = nil) -> [UInt8] {
         let name = Array(channel.utf8)
-        return [UInt8(name.count)] + name + content
+        var milliseconds: UInt64 = 0
+        if let timeToLive {
+            let (seconds, attoseconds) = timeToLive.components
+            milliseconds = UInt64(max(1, seconds * 1_000 + attoseconds / 1_000_000_000_000_000))
+        }
+        var bytes = [UInt8(name.count)] + name
+        withUnsafeBytes(of: milliseconds.bigEndian) { bytes += $0 }
+        return bytes + content
     }
 
-    /// The channel and content of a publication's payload, or `nil` when it is too short
-    /// for what its first byte says.
-    static func openPublication(_ payload: [UInt8]) -> (channel: String, content: [UInt8])? {
-        guard let first = payload.first, payload.count >= 1 + Int(first) else { return nil }
+    /// The channel, content and time to live of a publication's payload, or `nil` when it
+    /// is too short for what its bytes say.
+    static func openPublication(_ payload: [UInt8]) -> (channel: String, content: [UInt8], timeToLive: Duration?)? {
+        guard let first = payload.first, payload.count >= 1 + Int(first) + 8 else { return nil }
         let end = 1 + Int(first)
-        return (String(decoding: payload[1..<end], as: UTF8.self), Array(payload[end...]))
+        var milliseconds: UInt64 = 0
+        for byte in payload[end..<(end + 8)] { milliseconds = milliseconds << 8 | UInt64(byte) }
+        let timeToLive: Duration? = milliseconds == 0 ? nil : .milliseconds(Int64(clamping: milliseconds))
+        return (String(decoding: payload[1..<end], as: UTF8.self), Array(payload[(end + 8)...]), timeToLive)
     }
 
     /// The longest name the message envelope can carry.
@@ -89,11 +101,13 @@ enum ChannelWire {
         return nil
     }
 
-    /// The payload of a message frame.
-    static func envelope(channel: String, offset: UInt64, content: [UInt8]) -> [UInt8] {
+    /// The payload of a message frame: a flags byte (bit 0: the message expired, and
+    /// carries no content), the name's length, the name, the offset, the content.
+    static func envelope(channel: String, offset: UInt64, content: [UInt8], expired: Bool = false) -> [UInt8] {
         let name = Array(channel.utf8)
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(1 + name.count + 8 + content.count)
+        bytes.reserveCapacity(2 + name.count + 8 + content.count)
+        bytes.append(expired ? 1 : 0)
         bytes.append(UInt8(name.count))
         bytes += name
         withUnsafeBytes(of: offset.bigEndian) { bytes += $0 }
@@ -101,15 +115,15 @@ enum ChannelWire {
         return bytes
     }
 
-    /// The channel, offset and content of a message frame's payload, or `nil` when it is
-    /// too short for what its first byte says.
-    static func open(_ payload: [UInt8]) -> (channel: String, offset: UInt64, content: [UInt8])? {
-        guard let first = payload.first else { return nil }
-        let nameEnd = 1 + Int(first)
+    /// The channel, offset, content and expiry of a message frame's payload, or `nil` when
+    /// it is too short for what its bytes say.
+    static func open(_ payload: [UInt8]) -> (channel: String, offset: UInt64, content: [UInt8], expired: Bool)? {
+        guard payload.count >= 2 else { return nil }
+        let nameEnd = 2 + Int(payload[1])
         guard payload.count >= nameEnd + 8 else { return nil }
-        let channel = String(decoding: payload[1..<nameEnd], as: UTF8.self)
+        let channel = String(decoding: payload[2..<nameEnd], as: UTF8.self)
         var offset: UInt64 = 0
         for byte in payload[nameEnd..<(nameEnd + 8)] { offset = offset << 8 | UInt64(byte) }
-        return (channel, offset, Array(payload[(nameEnd + 8)...]))
+        return (channel, offset, Array(payload[(nameEnd + 8)...]), payload[0] & 1 != 0)
     }
 }
