@@ -92,7 +92,8 @@ struct ChannelTests {
         try await withServer(configure: {
             var channels = ChannelConfiguration()
             channels.historySize = 1_000
-            channels.maximumHistoryBytesPerChannel = 32 << 20
+            channels.maximumHistoryBytesPerChannel = 128 << 20
+            channels.maximumHistoryBytes = 128 << 20
             $0.channels = channels
             $0.limits.maximumOutboundBytes = 256 << 10
         }) { server, endpoint in
@@ -100,9 +101,14 @@ struct ChannelTests {
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: testConfiguration())
                 let feed = try await connection.subscribe(to: "feed")
                 proxy.updateMode { $0.stalled = true }
-                // 9.6 MB: more than the kernel's buffers on loopback and the outbound bound hold.
-                let body = [UInt8](repeating: 0x61, count: 16 << 10)
+                // 60 MB: more than the kernel's buffers on loopback (up to 36 MB here) and the
+                // outbound bound hold.
+                let body = [UInt8](repeating: 0x61, count: 100 << 10)
                 for _ in 1...600 { try server.publish(body, to: "feed") }
+                // Every message has been written or missed by the time the peer answers
+                // this: its loop runs the publications' jobs first. The last ones are
+                // missed, and no later message shows the client that they were.
+                _ = await server.metrics()
                 proxy.updateMode { $0.stalled = false }
                 let received = try await events(600, of: feed)
                 #expect(offsets(received) == Array(1...600))

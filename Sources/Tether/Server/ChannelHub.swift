@@ -136,6 +136,11 @@ final class ChannelHub: Sendable {
         }
     }
 
+    /// Whether `peer` is subscribed to `channel`.
+    func isSubscribed(_ peer: PeerID, to channel: String) -> Bool {
+        state.withLock { $0.memberships[peer]?.contains(channel) ?? false }
+    }
+
     /// Ends every subscription of a peer that has gone.
     func leaveAll(_ peer: PeerID) {
         state.withLock { state in
@@ -193,7 +198,7 @@ final class ChannelHub: Sendable {
             let entry = ChannelEntry(offset: offset, storedAt: now, expiresAt: timeToLive.map { now.adding($0) }, encoded: EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil), size: content.count)
             Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
             keep(entry, in: &topic, total: &state.historyBytes)
-            Self.send(entry.encoded, channel: channel, to: topic.subscribers.values)
+            Self.send(entry.encoded, channel: channel, offset: offset, hub: self, to: topic.subscribers.values)
             state.topics[channel] = topic
             return offset
         }
@@ -264,7 +269,7 @@ final class ChannelHub: Sendable {
     /// Queues `message` for `subscribers`: one job per event loop, written in the loop's
     /// next turn. Called with the lock held, so every loop gets a channel's messages in
     /// offset order.
-    private static func send(_ message: EncodedBroadcast, channel: String, to subscribers: Dictionary<PeerID, Peer>.Values) {
+    private static func send(_ message: EncodedBroadcast, channel: String, offset: UInt64, hub: ChannelHub, to subscribers: Dictionary<PeerID, Peer>.Values) {
         guard !subscribers.isEmpty else { return }
         var byLoop: [ObjectIdentifier: (EventLoop, [Peer])] = [:]
         for peer in subscribers {
@@ -273,11 +278,20 @@ final class ChannelHub: Sendable {
         for (loop, peers) in byLoop.values {
             loop.execute {
                 for peer in peers {
-                    callOnLoop(loop, peer, (message, channel)) { (peer: isolated Peer, argument: (EncodedBroadcast, String)) in
-                        peer.writeChannelMessage(argument.0, channel: argument.1)
+                    callOnLoop(loop, peer, LiveChannelMessage(message: message, channel: channel, offset: offset, hub: hub)) { (peer: isolated Peer, live: LiveChannelMessage) in
+                        peer.writeChannelMessage(live)
                     }
                 }
             }
         }
     }
+}
+
+/// A message on its way to a subscriber's loop: what the peer needs to write it, or to
+/// write it from the history later when it does not fit now.
+struct LiveChannelMessage: Sendable {
+    var message: EncodedBroadcast
+    var channel: String
+    var offset: UInt64
+    var hub: ChannelHub
 }

@@ -175,10 +175,13 @@ extension Peer {
 
     /// Writes a channel's live message, unless the channel's history is being written to
     /// this peer: the message is in it, and comes in its place. A message that does not fit
-    /// (the outbound bound) is missed; the client finds the offset it missed and recovers
-    /// it.
-    func writeChannelMessage(_ message: EncodedBroadcast, channel name: String) {
-        if channelReplays[name] != nil { return }
-        _ = writeBroadcast(message)
+    /// (the outbound bound) starts that: the history is written from it as the outbound
+    /// buffer drains, so a subscriber misses nothing the history still has, even when no
+    /// later message would show it the gap.
+    func writeChannelMessage(_ live: LiveChannelMessage) {
+        if channelReplays[live.channel] != nil { return }
+        guard !writeBroadcast(live.message), let channel, lifecycle.isOpen, live.hub.isSubscribed(id, to: live.channel) else { return }
+        channelReplays[live.channel] = live.offset
+        waitToWriteChannelHistories(live.hub, on: channel)
     }
 }
