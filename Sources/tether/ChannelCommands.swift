@@ -86,6 +86,8 @@ struct SubscribeCommand: Command {
                 }
             case .reset(let reset):
                 Console.err("tether: reset: \(reset.reason)")
+            case .joined, .left:
+                break
             }
         }
         await connection.close()
@@ -169,6 +171,61 @@ struct PublishCommand: Command {
             throw error
         }
         await connection.close()
+        return .success
+    }
+}
+
+/// `tether presence`: print who is subscribed to a channel.
+struct PresenceCommand: Command {
+    static let name = "presence"
+    static let summary = "print who is subscribed to a channel of a server"
+    static let synopsis = """
+        tether presence HOST:PORT CHANNEL
+        """
+    static let help = """
+        Prints the subscribers of a channel of the server as one JSON line: how many there
+        are, and the first of them (1,000 by default) with the client id of each one that
+        identified and the info it gave:
+
+          $ tether presence 127.0.0.1:9000 room-42
+          {"channel":"room-42","count":2,"members":[{"clientID":"alice","connection":"peer#3"},{"connection":"peer#4"}]}
+
+        Exits 0 with the line; 1 with the reason when the server refuses (it has no
+        channels) or cannot be reached.
+
+        options:
+          -h, --help          show this help
+        """
+
+    var endpoint: Endpoint
+    var channel: String
+
+    init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+        channel = try arguments.positional("CHANNEL")
+    }
+
+    func run() async throws -> ExitStatus {
+        var configuration = ConnectionConfiguration()
+        configuration.heartbeat = .disabled
+        configuration.reconnect.appliesToFirstConnect = false
+        let connection = try await Connection.connect(to: endpoint, configuration: configuration)
+        let presence: ChannelPresence
+        do {
+            presence = try await connection.presence(of: channel)
+        } catch {
+            await connection.close()
+            throw error
+        }
+        await connection.close()
+        let members: [JSONValue] = presence.members.map { member in
+            var object: [String: JSONValue] = ["connection": .string(member.connection)]
+            if let clientID = member.clientID { object["clientID"] = .string(clientID) }
+            if let info = member.info { object["info"] = info }
+            return .object(object)
+        }
+        let line: JSONValue = ["channel": .string(presence.channel), "count": .int(presence.count), "members": .array(members)]
+        Console.out(String(decoding: line.encoded, as: UTF8.self))
         return .success
     }
 }

@@ -16,6 +16,7 @@ let commands: [any Command.Type] = [
     PushCommand.self,
     SubscribeCommand.self,
     PublishCommand.self,
+    PresenceCommand.self,
     PingCommand.self,
     BenchCommand.self,
     PinCommand.self,

@@ -36,6 +36,8 @@ private func clientExample(connection: Connection) async throws {
         case .reset(let reset):
             // Messages were lost while away: reload the room, then go on.
             await reloadRoom(after: reset.after)
+        case .joined, .left:
+            break   // only with presenceEvents: true
         }
     }
 }
@@ -68,6 +70,13 @@ private func publishExamples(channels: inout ChannelConfiguration, connection: C
 
 private func expiryExample(server: Server) throws {
     try server.publish(Array("50% off until noon".utf8), to: "offers", timeToLive: .seconds(3600))
+}
+
+private func presenceExamples(connection: Connection) async throws -> ChannelSubscription {
+    let room = try await connection.subscribe(to: "room-42", info: ["name": "Alice"], presenceEvents: true)
+    let here = try await connection.presence(of: "room-42")
+    print("\(here.count) in the room")
+    return room
 }
 
 @Suite("Channels article")

@@ -35,6 +35,23 @@ struct CLIChannelTests {
         }
     }
 
+    @Test("presence prints the channel's count and members as one JSON line")
+    func presence() async throws {
+        let (server, endpoint) = try await tetherServe([])
+        defer { server.kill() }
+        let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+        let room = try await connection.subscribe(to: "room-42", info: ["name": "Alice"])
+        let process = try tether(["presence", "127.0.0.1:\(endpoint.port)", "room-42"])
+        defer { process.kill() }
+        #expect(try await process.waitForExit(within: eventBound) == 0, "\(process.outputText)")
+        let line = try JSONValue(parsing: Array(process.outputText.utf8))
+        #expect(line["channel"] == "room-42")
+        #expect(line["count"] == 1)
+        #expect(line["members"]?[0]?["info"] == ["name": "Alice"], "\(process.outputText)")
+        withExtendedLifetime(room) {}
+        await connection.close()
+    }
+
     @Test("usage errors exit 2 saying what is wrong; a refused subscription exits 1 with the reason")
     func errors() async throws {
         for (arguments, message) in [

@@ -295,6 +295,47 @@ struct ChannelTests {
         }
     }
 
+    @Test("presence: a watcher sees others join with their info and leave when their connection ends; the server and a client list the members, counted whole and listed within the bound; info past its bound is refused")
+    func presence() async throws {
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.maximumPresenceMembers = 1
+            $0.channels = channels
+        }) { server, endpoint in
+            let alice = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let room = try await alice.subscribe(to: "room", info: ["name": "Alice"], presenceEvents: true)
+            let bob = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let bobs = try await bob.subscribe(to: "room", info: ["name": "Bob"])
+            guard case .joined(let joined)? = try await events(1, of: room).first else {
+                Issue.record("expected Bob to join")
+                return
+            }
+            #expect(joined.info == ["name": "Bob"])
+            #expect(joined.clientID == nil)
+            let listed = server.presence(of: "room")
+            #expect(listed.count == 2)
+            #expect(listed.members.count == 1)
+            let asked = try await bob.presence(of: "room")
+            #expect(asked.count == 2)
+            #expect(asked.members.count == 1)
+            #expect(server.presence(of: "nowhere").count == 0)
+
+            await bob.close()
+            guard case .left(let left)? = try await events(1, of: room).first else {
+                Issue.record("expected Bob to leave")
+                return
+            }
+            #expect(left == joined)
+            #expect(server.presence(of: "room").count == 1)
+
+            let large = JSONValue.string(String(repeating: "x", count: 2_000))
+            let refused = await #expect(throws: TetherError.self) { try await alice.subscribe(to: "other", info: large) }
+            #expect(refused?.message == "channel other: the subscriber's info of 2002 bytes is more than 1024 (ChannelConfiguration.maximumPresenceInfoBytes)")
+            withExtendedLifetime(bobs) {}
+            await alice.close()
+        }
+    }
+
     @Test("a peer that asks for 300 channels gets 128 and a refusal for each of the rest; the server's channels stay within their bound and others are served")
     func floodOfSubscriptions() async throws {
         try await withServer(configure: {

@@ -52,9 +52,15 @@ public enum ChannelEvent: Sendable, Hashable {
     case message(ChannelMessage)
     /// Messages were lost: the next message is not the one after the last delivered.
     case reset(ChannelReset)
+    /// Someone subscribed to the channel; only with `presenceEvents`. Presence events are
+    /// not kept in the history: one that comes while the connection is down is not
+    /// delivered (ask ``Connection/presence(of:)`` after a reconnect).
+    case joined(ChannelMember)
+    /// A subscriber left the channel; only with `presenceEvents`.
+    case left(ChannelMember)
 }
 
-/// The messages of one channel, from ``Connection/subscribe(to:from:)``: an async sequence
+/// The messages of one channel, from ``Connection/subscribe(to:from:info:presenceEvents:)``: an async sequence
 /// that ends when the connection closes. Ending the iteration (its task cancelled, or the
 /// sequence let go) ends the subscription on the server too.
 public struct ChannelSubscription: AsyncSequence, Sendable {
@@ -102,8 +108,11 @@ final class ClientChannel {
     var needsResend = false
     /// How the first request asks to start.
     var start: ChannelStart
+    /// What the subscriber tells about itself, and whether it takes presence events.
+    var info: JSONValue?
+    var presenceEvents = false
     var pending: [(offset: UInt64, payload: [UInt8], expired: Bool)] = []
-    /// The caller of ``Connection/subscribe(to:from:)`` until the first answer.
+    /// The caller of ``Connection/subscribe(to:from:info:presenceEvents:)`` until the first answer.
     var firstAnswer: CheckedContinuation<Void, any Error>?
 
     init(name: String, start: ChannelStart, continuation: AsyncStream<ChannelEvent>.Continuation, drops: DropCount) {
@@ -144,13 +153,18 @@ extension Connection {
     ///   - channel: The channel's name: 1 to 200 bytes of ASCII letters, digits and
     ///     `- _ . : / @` (``ChannelConfiguration/maximumNameLength``).
     ///   - start: Where to start; with the next message by default.
+    ///   - info: What the channel's other members see about this subscriber in its
+    ///     presence (``ChannelMember/info``); at most
+    ///     ``ChannelConfiguration/maximumPresenceInfoBytes`` as JSON.
+    ///   - presenceEvents: Whether to deliver ``ChannelEvent/joined(_:)`` and
+    ///     ``ChannelEvent/left(_:)`` when others subscribe and leave. Default `false`.
     /// - Returns: The channel's events.
     /// - Throws: ``TetherError/Code/channelRefused`` when the server refuses (it has no
     ///   channels, a bound, its authorizer), with the channel and the reason;
     ///   ``TetherError/Code/invalidArgument`` for a name that is not a channel name, a
     ///   channel this connection is subscribed to already, or a profile whose types cannot
     ///   carry channels; what a request throws when the connection closes or fails first.
-    public func subscribe(to channel: String, from start: ChannelStart = .now) async throws -> ChannelSubscription {
+    public func subscribe(to channel: String, from start: ChannelStart = .now, info: JSONValue? = nil, presenceEvents: Bool = false) async throws -> ChannelSubscription {
         if let problem = ChannelWire.nameProblem(channel, limit: ChannelWire.nameLimit) {
             throw TetherError(code: .invalidArgument, message: problem)
         }
@@ -164,6 +178,8 @@ extension Connection {
         let drops = DropCount()
         let (stream, continuation) = AsyncStream<ChannelEvent>.makeStream(bufferingPolicy: .bufferingOldest(max(1, configuration.channelBufferSize)))
         let entry = ClientChannel(name: channel, start: start, continuation: continuation, drops: drops)
+        entry.info = info
+        entry.presenceEvents = presenceEvents
         channelTable[channel] = entry
         let token = ObjectIdentifier(entry)
         continuation.onTermination = { [weak self] _ in
@@ -209,13 +225,35 @@ extension Connection {
         return published.offset
     }
 
+    /// Who is subscribed to a channel of the server now.
+    ///
+    /// - Parameter channel: The channel's name.
+    /// - Returns: How many subscribers it has, and the first
+    ///   ``ChannelConfiguration/maximumPresenceMembers`` of them.
+    /// - Throws: ``TetherError/Code/channelRefused`` when the server has no channels;
+    ///   ``TetherError/Code/invalidArgument`` for a name that is not a channel name; what
+    ///   ``request(_:timeout:)`` throws.
+    public func presence(of channel: String) async throws -> ChannelPresence {
+        if let problem = ChannelWire.nameProblem(channel, limit: ChannelWire.nameLimit) {
+            throw TetherError(code: .invalidArgument, message: problem)
+        }
+        let response = try await request(Request(type: configuration.channelWireTypes.presence, payload: SessionWire.encode(ChannelWire.PresenceRequest(channel: channel))))
+        if let refusal = response.errorMessage {
+            throw TetherError(code: .channelRefused, message: "channel \(channel): the server refused the presence request: \(refusal)")
+        }
+        guard let presence = SessionWire.decode(ChannelWire.Presence.self, from: response.payload) else {
+            throw TetherError(code: .protocolError, message: "the answer to the presence request of channel \(channel) is not a presence answer: \(response.text)")
+        }
+        return ChannelPresence(presence)
+    }
+
     /// Asks the server for `entry`'s channel from where it stands.
     func sendSubscription(_ entry: ClientChannel) {
         entry.attempt += 1
         entry.awaiting = true
         entry.needsResend = false
         let attempt = entry.attempt
-        var body = ChannelWire.Subscribe(channel: entry.name)
+        var body = ChannelWire.Subscribe(channel: entry.name, info: entry.info, presence: entry.presenceEvents ? true : nil)
         if let last = entry.last {
             body.after = last
             body.epoch = entry.epoch
@@ -323,13 +361,20 @@ extension Connection {
 
     /// A frame of the channel message type; whether it was one for a subscription.
     func channelFrame(_ frame: Frame) -> Bool {
-        guard let (name, offset, payload, expired) = ChannelWire.open(frame.payload) else {
+        guard let (name, offset, payload, expired, presence) = ChannelWire.open(frame.payload) else {
             if let channel {
                 connectionLost(channel.fromPeer(TetherError(code: .protocolError, message: "a channel message of \(frame.payload.count) bytes is too short for its channel name and offset")))
             }
             return true
         }
         guard let entry = channelTable[name] else { return true }
+        if presence {
+            // Outside the offsets: delivered as it comes.
+            guard entry.presenceEvents, let change = SessionWire.decode(ChannelWire.PresenceChange.self, from: payload) else { return true }
+            if let member = change.joined { entry.yield(.joined(ChannelMember(member))) }
+            if let member = change.left { entry.yield(.left(ChannelMember(member))) }
+            return true
+        }
         channelMessage(entry, offset: offset, payload: payload, expired: expired)
         return true
     }

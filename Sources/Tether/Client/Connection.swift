@@ -117,7 +117,7 @@ public actor Connection {
     var openWaiter: CheckedContinuation<Void, any Error>?
     /// Where the session stands, with ``ConnectionConfiguration/session``.
     var session: ClientSessionState?
-    /// The channel subscriptions (``subscribe(to:from:)``), by channel name.
+    /// The channel subscriptions (``subscribe(to:from:info:presenceEvents:)``), by channel name.
     var channelTable: [String: ClientChannel] = [:]
     /// Where the hello's identity comes from; see ``switchSession(to:resumeAfter:resumeEpoch:)``.
     var identity: ConnectionIdentity

@@ -233,7 +233,7 @@ public struct ConnectionConfiguration: Sendable {
     /// How long ``prepare`` may run on a connection before the attempt fails with
     /// ``TetherError/Code/timedOut``. Default 10 s.
     public var prepareTimeout: Duration = .seconds(10)
-    /// The frame types of channels (``Connection/subscribe(to:from:)``); must match the
+    /// The frame types of channels (``Connection/subscribe(to:from:info:presenceEvents:)``); must match the
     /// server's ``ChannelConfiguration/wireTypes``.
     public var channelWireTypes = ChannelWireTypes()
     /// How many events of one channel subscription may wait to be read; more are dropped

@@ -173,7 +173,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// was never sent because the connection left the draining server. Safe to send
         /// again, to another server or after the reconnect.
         public static let serverDraining = Code(value: .serverDraining)
-        /// The server refused a channel subscription (``Connection/subscribe(to:from:)``)
+        /// The server refused a channel subscription (``Connection/subscribe(to:from:info:presenceEvents:)``)
         /// or publication (``Connection/publish(_:to:timeToLive:)``): it has no channels, one of its
         /// bounds (``ChannelConfiguration``) is reached, or its
         /// ``ChannelConfiguration/authorize`` or ``ChannelConfiguration/authorizePublish``

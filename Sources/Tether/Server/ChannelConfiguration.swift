@@ -36,6 +36,11 @@ public struct ChannelConfiguration: Sendable {
     /// subscribers, but not kept: a subscriber that misses it is told its recovery failed.
     /// Default 64 MiB.
     public var maximumHistoryBytes = 64 << 20
+    /// The most members one presence answer lists (``Server/presence(of:)``,
+    /// ``Connection/presence(of:)``); the count is always whole. Default 1,000.
+    public var maximumPresenceMembers = 1_000
+    /// The most bytes of the info a subscriber gives about itself (as JSON). Default 1,024.
+    public var maximumPresenceInfoBytes = 1_024
     /// The longest channel name, in bytes. Default 200.
     public var maximumNameLength = 200
     /// The frame types of the channel frames; must match the clients'.
@@ -43,7 +48,7 @@ public struct ChannelConfiguration: Sendable {
     /// Decides whether a peer may subscribe to a channel; `nil`, the default, lets every
     /// peer subscribe to every channel. An error it throws refuses the subscription, and
     /// its message reaches the client in the ``TetherError/Code/channelRefused``
-    /// error that ``Connection/subscribe(to:from:)`` throws.
+    /// error that ``Connection/subscribe(to:from:info:presenceEvents:)`` throws.
     public var authorize: (@Sendable (ChannelAccess) async throws -> Void)?
     /// Decides whether a peer may publish to a channel (``Connection/publish(_:to:timeToLive:)``);
     /// `nil`, the default, lets no client publish: only the server does

@@ -25,6 +25,10 @@ final class ChannelHub: Sendable {
         var history: [ChannelEntry] = []
         var historyBytes = 0
         var subscribers: [PeerID: Peer] = [:]
+        /// Who each subscriber is, for presence.
+        var members: [PeerID: ChannelWire.Member] = [:]
+        /// The subscribers that take join and leave events.
+        var watchers: Set<PeerID> = []
 
         /// The first offset the history still has; `latest + 1` when it is empty.
         var firstAvailable: UInt64 { history.first?.offset ?? latest + 1 }
@@ -67,9 +71,12 @@ final class ChannelHub: Sendable {
 
     /// Subscribes `peer` to the channel of `request` (again, when it is already: a recovery),
     /// and says where its messages start.
-    func subscribe(_ peer: Peer, _ request: ChannelWire.Subscribe) -> Admission {
+    func subscribe(_ peer: Peer, _ request: ChannelWire.Subscribe, clientID: String?) -> Admission {
         if let problem = ChannelWire.nameProblem(request.channel, limit: configuration.maximumNameLength) {
             return refuse(problem)
+        }
+        if let info = request.info, info.encoded.count > configuration.maximumPresenceInfoBytes {
+            return refuse("channel \(request.channel): the subscriber's info of \(info.encoded.count) bytes is more than \(configuration.maximumPresenceInfoBytes) (ChannelConfiguration.maximumPresenceInfoBytes)")
         }
         let now = configuration.clock()
         return state.withLock { state -> Admission in
@@ -89,6 +96,12 @@ final class ChannelHub: Sendable {
             Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
             topic.subscribers[peer.id] = peer
             state.memberships[peer.id, default: []].insert(request.channel)
+            if request.presence == true { topic.watchers.insert(peer.id) } else { topic.watchers.remove(peer.id) }
+            if !already {
+                let member = ChannelWire.Member(connection: peer.id.description, clientID: clientID, info: request.info)
+                topic.members[peer.id] = member
+                sendPresence(ChannelWire.PresenceChange(joined: member), in: request.channel, of: topic, except: peer.id)
+            }
             let answer = Self.start(of: request, in: topic)
             let backlog = topic.history.filter { $0.offset > answer.after }
             state.topics[request.channel] = topic
@@ -131,8 +144,55 @@ final class ChannelHub: Sendable {
         state.withLock { state in
             guard state.memberships[peer]?.remove(channel) != nil else { return false }
             if state.memberships[peer]?.isEmpty == true { state.memberships[peer] = nil }
-            state.topics[channel]?.subscribers[peer] = nil
+            leave(peer, channel, in: &state)
             return true
+        }
+    }
+
+    private func leave(_ peer: PeerID, _ channel: String, in state: inout State) {
+        guard var topic = state.topics[channel] else { return }
+        topic.subscribers[peer] = nil
+        topic.watchers.remove(peer)
+        if let member = topic.members.removeValue(forKey: peer) {
+            sendPresence(ChannelWire.PresenceChange(left: member), in: channel, of: topic, except: peer)
+        }
+        state.topics[channel] = topic
+    }
+
+    /// Who is subscribed to `channel`: every one counted, the first
+    /// ``ChannelConfiguration/maximumPresenceMembers`` listed.
+    func presence(of channel: String) -> ChannelWire.Presence {
+        state.withLock { state in
+            let members = state.topics[channel]?.members.values.sorted {
+                ($0.clientID ?? "", $0.connection) < ($1.clientID ?? "", $1.connection)
+            } ?? []
+            return ChannelWire.Presence(channel: channel, count: members.count, members: Array(members.prefix(configuration.maximumPresenceMembers)))
+        }
+    }
+
+    /// Queues a join or leave event for the channel's watchers but `peer`; called with the
+    /// lock held, so the events of a channel keep their order. Events are not kept: a
+    /// watcher whose outbound bound is full misses it.
+    private func sendPresence(_ change: ChannelWire.PresenceChange, in channel: String, of topic: Topic, except peer: PeerID) {
+        let watchers = topic.watchers.subtracting([peer]).compactMap { topic.subscribers[$0] }
+        guard !watchers.isEmpty else { return }
+        let frame = Frame(type: configuration.wireTypes.message, payload: ChannelWire.envelope(channel: channel, offset: 0, content: SessionWire.encode(change), presence: true))
+        var buffer = FrameBuffer()
+        let encoded = codec.withLock { codec -> Bool in (try? codec.encode(frame, into: &buffer)) != nil }
+        guard encoded else { return }
+        let message = EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil)
+        var byLoop: [ObjectIdentifier: (EventLoop, [Peer])] = [:]
+        for watcher in watchers {
+            byLoop[ObjectIdentifier(watcher.loop), default: (watcher.loop, [])].1.append(watcher)
+        }
+        for (loop, peers) in byLoop.values {
+            loop.execute {
+                for peer in peers {
+                    _ = callOnLoop(loop, peer, message) { (peer: isolated Peer, message: EncodedBroadcast) in
+                        peer.writeBroadcast(message)
+                    }
+                }
+            }
         }
     }
 
@@ -145,7 +205,7 @@ final class ChannelHub: Sendable {
     func leaveAll(_ peer: PeerID) {
         state.withLock { state in
             guard let channels = state.memberships.removeValue(forKey: peer) else { return }
-            for channel in channels { state.topics[channel]?.subscribers[peer] = nil }
+            for channel in channels { leave(peer, channel, in: &state) }
         }
     }
 

@@ -56,6 +56,14 @@ extension Peer {
             }
             return true
         }
+        if frame.type == types.presence {
+            guard let request = SessionWire.decode(ChannelWire.PresenceRequest.self, from: frame.payload) else {
+                respond(.error("malformed presence request: expected {\"channel\": …}"), to: frame)
+                return true
+            }
+            respond(Response(payload: SessionWire.encode(channels.presence(of: request.channel))), to: frame)
+            return true
+        }
         if frame.type == types.unsubscribe {
             guard let request = SessionWire.decode(ChannelWire.Unsubscribe.self, from: frame.payload) else {
                 respond(.error("malformed channel unsubscription: expected {\"channel\": …}"), to: frame)
@@ -77,7 +85,7 @@ extension Peer {
     /// the channel's live messages wait in the history until it is written.
     private func admit(_ frame: Frame, _ request: ChannelWire.Subscribe, hub: ChannelHub) {
         guard lifecycle.isOpen, channel != nil else { return }
-        switch hub.subscribe(self, request) {
+        switch hub.subscribe(self, request, clientID: lifecycle.clientID) {
         case .refused(let reason):
             refuseSubscription(frame, reason)
         case .admitted(let answer, let backlog):

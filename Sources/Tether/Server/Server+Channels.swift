@@ -50,4 +50,15 @@ extension Server {
     public func publish(json: JSONValue, to channel: String, timeToLive: Duration? = nil) throws(TetherError) -> UInt64 {
         try publish(json.encoded, to: channel, timeToLive: timeToLive)
     }
+
+    /// Who is subscribed to `channel` now: how many, and the first
+    /// ``ChannelConfiguration/maximumPresenceMembers`` of them with their client ids and the
+    /// info they gave (``Connection/subscribe(to:from:info:presenceEvents:)``).
+    ///
+    /// - Parameter channel: The channel's name.
+    /// - Returns: The channel's presence; no one for a channel that does not exist, or on a
+    ///   server without channels.
+    public func presence(of channel: String) -> ChannelPresence {
+        ChannelPresence(channelHub?.presence(of: channel) ?? ChannelWire.Presence(channel: channel, count: 0, members: []))
+    }
 }

@@ -64,7 +64,7 @@ public struct ServerConfiguration: Sendable {
     /// replays what a client missed when it comes back. Default `nil`: no sessions.
     public var mailboxes: MailboxConfiguration?
     /// Channels: named topics with a history, which clients subscribe to
-    /// (``Connection/subscribe(to:from:)``) and the server publishes to
+    /// (``Connection/subscribe(to:from:info:presenceEvents:)``) and the server publishes to
     /// (``Server/publish(_:to:timeToLive:)``). Default `nil`: no channels, and their frame types
     /// (``ChannelWireTypes``) are free for handlers.
     public var channels: ChannelConfiguration?

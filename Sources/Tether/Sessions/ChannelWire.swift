@@ -11,11 +11,47 @@ public struct ChannelWireTypes: Sendable, Hashable {
     public var unsubscribe: UInt32 = 0xFF02
     /// A client's publication to a channel. Default `0xFF03`.
     public var publish: UInt32 = 0xFF03
+    /// The request for a channel's members. Default `0xFF04`.
+    public var presence: UInt32 = 0xFF04
     /// A channel's message, server to client. Default `0x3FF`.
     public var message: UInt32 = 0x3FF
 
     /// The defaults.
     public init() {}
+}
+
+/// A subscriber of a channel, as presence lists it.
+public struct ChannelMember: Sendable, Hashable {
+    /// The server's name for the subscriber's connection (`peer#12`): unique among the
+    /// members of one server.
+    public var connection: String
+    /// The client id of the subscriber's session, when it identified.
+    public var clientID: String?
+    /// What the subscriber told about itself when it subscribed.
+    public var info: JSONValue?
+
+    init(_ member: ChannelWire.Member) {
+        connection = member.connection
+        clientID = member.clientID
+        info = member.info
+    }
+}
+
+/// Who is subscribed to a channel.
+public struct ChannelPresence: Sendable, Hashable {
+    /// The channel's name.
+    public var channel: String
+    /// How many subscribers it has: all of them, however many ``members`` lists.
+    public var count: Int
+    /// The subscribers, up to ``ChannelConfiguration/maximumPresenceMembers``, ordered by
+    /// client id, then connection.
+    public var members: [ChannelMember]
+
+    init(_ presence: ChannelWire.Presence) {
+        channel = presence.channel
+        count = presence.count
+        members = presence.members.map(ChannelMember.init)
+    }
 }
 
 /// The bodies of the channel frames.
@@ -35,6 +71,34 @@ enum ChannelWire {
         var after: UInt64?
         var epoch: String?
         var last: Int?
+        /// What the subscriber tells the channel's other members about itself.
+        var info: JSONValue?
+        /// Whether the subscriber wants the channel's join and leave events.
+        var presence: Bool?
+    }
+
+    /// A member of a channel, as the presence request's answer and the presence events
+    /// carry it.
+    struct Member: Codable, Hashable {
+        var connection: String
+        var clientID: String?
+        var info: JSONValue?
+    }
+
+    struct PresenceRequest: Codable, Hashable {
+        var channel: String
+    }
+
+    struct Presence: Codable, Hashable {
+        var channel: String
+        var count: Int
+        var members: [Member]
+    }
+
+    /// A join or leave event, the content of a message frame with the presence flag.
+    struct PresenceChange: Codable, Hashable {
+        var joined: Member?
+        var left: Member?
     }
 
     struct Subscribed: Codable, Hashable {
@@ -102,12 +166,13 @@ enum ChannelWire {
     }
 
     /// The payload of a message frame: a flags byte (bit 0: the message expired, and
-    /// carries no content), the name's length, the name, the offset, the content.
-    static func envelope(channel: String, offset: UInt64, content: [UInt8], expired: Bool = false) -> [UInt8] {
+    /// carries no content; bit 1: a presence event, outside the offsets, whose content is
+    /// a ``PresenceChange``), the name's length, the name, the offset, the content.
+    static func envelope(channel: String, offset: UInt64, content: [UInt8], expired: Bool = false, presence: Bool = false) -> [UInt8] {
         let name = Array(channel.utf8)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(2 + name.count + 8 + content.count)
-        bytes.append(expired ? 1 : 0)
+        bytes.append((expired ? 1 : 0) | (presence ? 2 : 0))
         bytes.append(UInt8(name.count))
         bytes += name
         withUnsafeBytes(of: offset.bigEndian) { bytes += $0 }
@@ -117,13 +182,13 @@ enum ChannelWire {
 
     /// The channel, offset, content and expiry of a message frame's payload, or `nil` when
     /// it is too short for what its bytes say.
-    static func open(_ payload: [UInt8]) -> (channel: String, offset: UInt64, content: [UInt8], expired: Bool)? {
+    static func open(_ payload: [UInt8]) -> (channel: String, offset: UInt64, content: [UInt8], expired: Bool, presence: Bool)? {
         guard payload.count >= 2 else { return nil }
         let nameEnd = 2 + Int(payload[1])
         guard payload.count >= nameEnd + 8 else { return nil }
         let channel = String(decoding: payload[2..<nameEnd], as: UTF8.self)
         var offset: UInt64 = 0
         for byte in payload[nameEnd..<(nameEnd + 8)] { offset = offset << 8 | UInt64(byte) }
-        return (channel, offset, Array(payload[(nameEnd + 8)...]), payload[0] & 1 != 0)
+        return (channel, offset, Array(payload[(nameEnd + 8)...]), payload[0] & 1 != 0, payload[0] & 2 != 0)
     }
 }
