@@ -403,7 +403,9 @@ run_allocations() {
 # one server, a cluster of three nodes on PostgreSQL (pushes by the nodes in turn, then by a
 # publisher with no connection), and plain broadcast. Every PostgreSQL run gets a fresh
 # database. The in-memory pushes are fast enough to take more rounds for a measurable time.
-session_runs="replay:sqlite replay:memory push:sqlite push:memory push:broadcast"
+# Beside them, the same fan-out through channels: 1,000 clients on one channel, and on 100
+# channels of 10, each message published once per channel (server.publish(_:to:)).
+session_runs="replay:sqlite replay:memory push:sqlite push:memory push:broadcast channel:1 channel:100"
 
 run_sessions() { # rep
     local rep="$1" run store kind args expected output status line client this database rounds
@@ -412,6 +414,9 @@ run_sessions() { # rep
         if [[ $kind == replay ]]; then
             args="--messages 100000 --batch 1000"
             expected="replay"
+        elif [[ $kind == channel ]]; then
+            args="--clients 1000 --channels $store --rounds 400 --warmup 5"
+            expected="channel"
         else
             case "$store" in
                 memory) rounds=400 ;;
@@ -425,7 +430,7 @@ run_sessions() { # rep
             postgres) fresh_database; args+=" --store postgres --postgres $database" ;;
             postgres-3) fresh_database; args+=" --store postgres --postgres $database --nodes 3" ;;
             postgres-3-pub) fresh_database; args+=" --store postgres --postgres $database --nodes 3 --from publisher" ;;
-            *) args+=" --store $store" ;;
+            *) [[ $kind == channel ]] || args+=" --store $store" ;;
         esac
         # shellcheck disable=SC2086
         if output=$(timeout -s KILL 180 "$bin/bench-sessions" --case "$kind" --size 64 --timeout 60 $args \
@@ -438,6 +443,8 @@ run_sessions() { # rep
         for client in $expected; do
             if [[ $client == replay ]]; then
                 line=$(grep '^RESULT case=replay ' <<<"$output" | tail -1 || true)
+            elif [[ $client == channel ]]; then
+                line=$(grep '^RESULT case=channel ' <<<"$output" | tail -1 || true)
             else
                 line=$(grep "^RESULT case=push .* pushers=${client#push} " <<<"$output" | tail -1 || true)
             fi
@@ -452,7 +459,7 @@ run_sessions() { # rep
 }
 
 if has h && start_postgres; then
-    session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast"
+    session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast channel:1 channel:100"
 fi
 
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2

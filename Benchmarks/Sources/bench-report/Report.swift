@@ -238,6 +238,8 @@ struct Report {
             ("postgres-3", "PostgreSQL, 3 nodes"),
             ("postgres-3-pub", "PostgreSQL, 3 nodes, publisher"),
             ("broadcast", "broadcast"),
+            ("1", "1 channel"),
+            ("100", "100 channels"),
         ].filter { column in cells.contains { $0.server == column.0 } }
         let seconds = Metric(key: "seconds", title: "seconds", higherIsBetter: false, decimals: 2)
         let latency = Metric(key: "p99_us", title: "p99 µs, push call → client", higherIsBetter: false, decimals: 0)
@@ -252,6 +254,8 @@ struct Report {
             ("push4", "push to \(value("clients")) clients, 4 pushers at once", .notifications),
             ("push4", "push to \(value("clients")) clients, 4 pushers at once", latency),
             ("push4", "push to \(value("clients")) clients, 4 pushers at once", call),
+            ("channel", "publish to the channels of \(value("clients")) clients", .notifications),
+            ("channel", "publish to the channels of \(value("clients")) clients", latency),
         ]
         var lines = [
             "### Sessions and mailboxes",
@@ -264,7 +268,9 @@ struct Report {
                 + "every push, each checking its serials are consecutive; the latency runs from the push call to the client's subscriber "
                 + "(a timestamp in the payload). PostgreSQL: one server on a `PostgresMailboxStore`; 3 nodes: three servers in the process, "
                 + "each a `PostgresCluster` node on its own port, the clients spread over them, the rounds pushed by the nodes in turn "
-                + "or by a `PostgresPublisher` that holds no connection; each run on a fresh database.",
+                + "or by a `PostgresPublisher` that holds no connection; each run on a fresh database. Channels: the same clients "
+                + "subscribed to one channel, or 10 to each of 100, each round one message per channel with `publish(_:to:)` "
+                + "(stored once per channel), published without waiting; timed until every client has every message, in offset order.",
             "",
             "| h. sessions | metric |" + columns.map { " \($0.1) |" }.joined(),
             "|---|---|" + String(repeating: "---:|", count: columns.count),

@@ -10,11 +10,11 @@ import Darwin
 #endif
 
 let usage = """
-    usage: bench-sessions --case replay|push --store sqlite|memory|postgres|broadcast
+    usage: bench-sessions --case replay|push|channel --store sqlite|memory|postgres|broadcast
                           [--postgres URL] [--nodes N] [--from servers|publisher]
                           [--messages N] [--batch B] [--subscriber-buffer K]
                           [--clients C] [--rounds M] [--ack-delay MS]
-                          [--warmup W] [--size BYTES] [--timeout S]
+                          [--warmup W] [--size BYTES] [--timeout S] [--channels K]
       Sessions and mailboxes, servers and clients in this process on 127.0.0.1.
       --store postgres keeps the mailboxes in the PostgreSQL database at URL, which must
       hold no mailboxes yet (a fresh database for each run).
@@ -43,17 +43,23 @@ let usage = """
               One line per phase:
               RESULT case=push store=… nodes=N from=… clients=C pushers=… rounds=M size=… seconds=… nps=… p50_us=… p99_us=… max_us=…
                      call_p50_us=… call_p99_us=… (the push calls' own time; not for broadcasts)
+      channel connects C clients (default 1,000), client i subscribed to channel ch<i mod K>
+              (default K = 1), then publishes W unmeasured rounds and M rounds of one
+              BYTES message to each channel with server.publish(_:to:), stored once per
+              channel; timed until every client has every message, each message's latency
+              from the publish call to its subscriber recorded. --store is not used.
+              RESULT case=channel clients=C channels=K rounds=M size=… seconds=… nps=… p50_us=… p99_us=… max_us=…
       A push missing, repeated, out of order or wrong fails the run (exit status 1); a
       phase that has not finished after --timeout seconds (default 30) too.
     """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["case", "store", "postgres", "nodes", "from", "ack-delay", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
+    known: ["case", "store", "channels", "postgres", "nodes", "from", "ack-delay", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
     usage: usage
 )
-let scenario = options.string("case", allowed: ["replay", "push"])
-let storeName = options.string("store", allowed: ["sqlite", "memory", "postgres", "broadcast"])
+let scenario = options.string("case", allowed: ["replay", "push", "channel"])
+let storeName = options.string("store", default: scenario == "channel" ? "memory" : nil, allowed: ["sqlite", "memory", "postgres", "broadcast"])
 let size = options.int("size", default: 64)
 let timeout = options.double("timeout", default: 30)
 let postgresURL = storeName == "postgres" ? options.string("postgres") : nil
@@ -71,7 +77,7 @@ if nodeCount < 0 || nodeCount > 16 {
 if from == "publisher" && nodeCount == 0 {
     Options.fail("--from publisher needs --nodes: it pushes through a cluster's database", usage: usage)
 }
-if scenario == "push" && size < 8 {
+if scenario != "replay" && size < 8 {
     Options.fail("push needs --size 8 or more: the first 8 bytes carry the time of the push call", usage: usage)
 }
 
@@ -136,6 +142,26 @@ do {
                 + " fill_seconds=\(format(result.fillSeconds, decimals: 3)) fill_aps=\(format(Double(messages) / result.fillSeconds, decimals: 0))"
                 + " seconds=\(format(result.replaySeconds, decimals: 3)) nps=\(format(Double(messages) / result.replaySeconds, decimals: 0))"
         )
+    case "channel":
+        let clients = max(1, options.int("clients", default: 1_000))
+        let channels = max(1, options.int("channels", default: 1))
+        let phases = try await ChannelFanOut.run(
+            clients: clients,
+            channels: channels,
+            rounds: max(1, options.int("rounds", default: 100)),
+            warmup: options.int("warmup", default: 5),
+            size: size,
+            timeout: timeout
+        )
+        for phase in phases {
+            func us(_ nanoseconds: UInt64) -> String { format(Double(nanoseconds) / 1000, decimals: 0) }
+            printNow(
+                "RESULT case=channel clients=\(clients) channels=\(channels) rounds=\(phase.rounds) size=\(size)"
+                    + " seconds=\(format(phase.seconds, decimals: 3)) nps=\(format(Double(clients * phase.rounds) / phase.seconds, decimals: 0))"
+                    + " p50_us=\(us(phase.latencies.value(atQuantile: 0.5))) p99_us=\(us(phase.latencies.value(atQuantile: 0.99)))"
+                    + " max_us=\(us(phase.latencies.maximum))"
+            )
+        }
     default:
         let clients = max(1, options.int("clients", default: 1_000))
         let source: PushFanOut.Source
