@@ -477,29 +477,33 @@ public final class PostgresCluster: SessionCluster {
         }
         let byClient = Dictionary(rows.map { ($0.clientID, $0) }, uniquingKeysWith: { first, _ in first })
         var check = ClaimCheck()
+        // Each repair is counted in ``repairs`` before the node hears of it: whoever sees its
+        // effect (a push delivered) sees it counted.
+        func count(_ change: (inout ClaimCheck) -> Void) {
+            change(&check)
+            state.withLock { change(&$0.repairs) }
+        }
         for held in sessions {
-            check.checked += 1
+            count { $0.checked += 1 }
             switch ClaimRepair(held: held, row: byClient[held.clientID], node: name) {
             case .intact(let sequence):
                 node.wake(clientID: held.clientID, through: sequence)
             case .adopt(let generation, let sequence):
-                check.adopted += 1
+                count { $0.adopted += 1 }
                 if !node.reclaimed(clientID: held.clientID, generation: generation, through: sequence) {
                     await release(held.clientID, generation: generation)
                 }
             case .reclaim(let seen):
                 guard let claim = try await reclaim(held.clientID, seen: seen) else { continue }
-                check.reclaimed += 1
+                count { $0.reclaimed += 1 }
                 if !node.reclaimed(clientID: held.clientID, generation: claim.generation, through: claim.lastSequence) {
                     await release(held.clientID, generation: claim.generation)
                 }
             case .close(let generation, let holder):
-                check.closed += 1
+                count { $0.closed += 1 }
                 node.takenOver(clientID: held.clientID, generation: generation, by: holder)
             }
         }
-        let found = check
-        state.withLock { $0.repairs.add(found) }
         return check
     }
 
