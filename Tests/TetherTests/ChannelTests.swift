@@ -336,6 +336,48 @@ struct ChannelTests {
         }
     }
 
+    @Test("a server that sends a channel message too short for its name and offset ends the client's connection with a protocol error that says so; the subscription ends")
+    func malformedMessageFromTheServer() async throws {
+        let (listener, endpoint) = try RawSocket.listen()
+        let connecting = Task { try await Connection.connect(to: endpoint, configuration: testConfiguration()) }
+        let server = try await listener.accept()
+        let connection = try await connecting.value
+        let states = connection.states
+        let subscribing = Task { try await connection.subscribe(to: "room") }
+        let request = try #require(try await server.readFrame())
+        #expect(request.type == ChannelWireTypes().subscribe)
+        let answer = ChannelWire.Subscribed(channel: "room", epoch: "e1", after: 0, recovered: true)
+        try server.write(seedBytes(type: request.type, serial: request.serial, payload: SessionWire.encode(answer)))
+        let room = try await subscribing.value
+        // A flags byte, a name length of 4, and nothing else.
+        try server.write(seedBytes(type: ChannelWireTypes().message, serial: 0, payload: [0, 4]))
+        let ended = try await bounded("the connection to end") { () -> ConnectionState? in
+            for await state in states where state.phase == .failed || state.phase == .closed { return state }
+            return nil
+        }
+        #expect(ended?.reason?.code == .protocolError)
+        #expect(ended?.reason?.message.contains("a channel message of 2 bytes is too short for its channel name and offset") == true, "\(String(describing: ended?.reason))")
+        var iterator = room.makeAsyncIterator()
+        #expect(await iterator.next() == nil)
+        await connection.close()
+    }
+
+    @Test("a subscription, publication or presence request that is not what its type says is answered with an error that says what was expected; the connection goes on")
+    func malformedRequests() async throws {
+        try await withServer(configure: { $0.channels = ChannelConfiguration() }) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let types = ChannelWireTypes()
+            let subscribe = try await connection.request(Request(type: types.subscribe, payload: Array("junk".utf8)))
+            #expect(subscribe.errorMessage == #"malformed channel subscription: expected {"channel": …} with "after" and "epoch", or "last""#)
+            let publish = try await connection.request(Request(type: types.publish, payload: [200, 1]))
+            #expect(publish.errorMessage == "malformed channel publication: expected the channel name's length, the name, then the content")
+            let presence = try await connection.request(Request(type: types.presence, payload: Array("[]".utf8)))
+            #expect(presence.errorMessage == #"malformed presence request: expected {"channel": …}"#)
+            #expect(try await connection.presence(of: "room").count == 0)
+            await connection.close()
+        }
+    }
+
     @Test("a peer that asks for 300 channels gets 128 and a refusal for each of the rest; the server's channels stay within their bound and others are served")
     func floodOfSubscriptions() async throws {
         try await withServer(configure: {
