@@ -181,19 +181,7 @@ final class ChannelHub: Sendable {
         let encoded = codec.withLock { codec -> Bool in (try? codec.encode(frame, into: &buffer)) != nil }
         guard encoded else { return }
         let message = EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil)
-        var byLoop: [ObjectIdentifier: (EventLoop, [Peer])] = [:]
-        for watcher in watchers {
-            byLoop[ObjectIdentifier(watcher.loop), default: (watcher.loop, [])].1.append(watcher)
-        }
-        for (loop, peers) in byLoop.values {
-            loop.execute {
-                for peer in peers {
-                    _ = callOnLoop(loop, peer, message) { (peer: isolated Peer, message: EncodedBroadcast) in
-                        peer.writeBroadcast(message)
-                    }
-                }
-            }
-        }
+        Self.queue(message, for: watchers) { peer, message in _ = peer.writeBroadcast(message) }
     }
 
     /// Whether `peer` is subscribed to `channel`.
@@ -330,18 +318,24 @@ final class ChannelHub: Sendable {
     /// next turn. Called with the lock held, so every loop gets a channel's messages in
     /// offset order.
     private static func send(_ message: EncodedBroadcast, channel: String, offset: UInt64, hub: ChannelHub, to subscribers: Dictionary<PeerID, Peer>.Values) {
-        guard !subscribers.isEmpty else { return }
+        let live = LiveChannelMessage(message: message, channel: channel, offset: offset, hub: hub)
+        queue(live, for: subscribers) { peer, live in peer.writeChannelMessage(live) }
+    }
+
+    /// Hands `argument` to `write` on each peer's event loop: one job per loop, in the order
+    /// of the calls.
+    private static func queue<Argument: Sendable>(
+        _ argument: Argument,
+        for peers: some Sequence<Peer>,
+        _ write: @escaping @Sendable (isolated Peer, Argument) -> Void
+    ) {
         var byLoop: [ObjectIdentifier: (EventLoop, [Peer])] = [:]
-        for peer in subscribers {
+        for peer in peers {
             byLoop[ObjectIdentifier(peer.loop), default: (peer.loop, [])].1.append(peer)
         }
-        for (loop, peers) in byLoop.values {
+        for (loop, members) in byLoop.values {
             loop.execute {
-                for peer in peers {
-                    callOnLoop(loop, peer, LiveChannelMessage(message: message, channel: channel, offset: offset, hub: hub)) { (peer: isolated Peer, live: LiveChannelMessage) in
-                        peer.writeChannelMessage(live)
-                    }
-                }
+                for peer in members { callOnLoop(loop, peer, argument, write) }
             }
         }
     }
