@@ -5,7 +5,7 @@ struct SubscribeCommand: Command {
     static let name = "subscribe"
     static let summary = "print a channel's messages as JSON lines; recovers what it missed"
     static let synopsis = """
-        tether subscribe HOST:PORT CHANNEL [--count N] [--from OFFSET [--epoch EPOCH] | --latest N] [--client-id ID]
+        tether subscribe HOST:PORT CHANNEL [--count N] [--from OFFSET [--epoch EPOCH] | --latest N | --state FILE] [--client-id ID]
         """
     static let help = """
         Subscribes to a channel of the server (`tether serve` has channels) and prints each
@@ -32,6 +32,8 @@ struct SubscribeCommand: Command {
           --from OFFSET       start after this offset, of --epoch EPOCH when given (the
                               epoch a printed line names); a reset when it is gone
           --latest N          start with up to N of the latest messages
+          --state FILE        keep the offset and epoch of the last message printed in
+                              FILE, and start after them when FILE exists
           --client-id ID      identify with a session as this client
           -h, --help          show this help
         """
@@ -41,10 +43,12 @@ struct SubscribeCommand: Command {
     var count: Int?
     var start = ChannelStart.now
     var clientID: String?
+    var statePath: String?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
         endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
         channel = try arguments.positional("CHANNEL")
+
         if let count = try arguments.option("--count") { self.count = try Parse.count(count, option: "--count") }
         let from = try arguments.option("--from")
         let epoch = try arguments.option("--epoch")
@@ -61,9 +65,24 @@ struct SubscribeCommand: Command {
             if epoch != nil { throw ArgumentError("--epoch goes with --from OFFSET") }
         }
         clientID = try arguments.option("--client-id")
+        statePath = try arguments.option("--state")
+        if let statePath {
+            guard !statePath.isEmpty else { throw ArgumentError("--state needs a file name") }
+            if from != nil || latest != nil {
+                throw ArgumentError("--state and --\(from != nil ? "from" : "latest") both say where to start; give one of them")
+            }
+        }
     }
 
     func run() async throws -> ExitStatus {
+        var start = start
+        if let statePath, let text = try StateFile.load(statePath) {
+            let words = text.split(whereSeparator: \.isWhitespace)
+            guard words.count == 2, let offset = UInt64(words[0]) else {
+                throw StateFile.malformed(statePath, expected: "the last offset and its epoch", found: text)
+            }
+            start = .after(offset: offset, epoch: String(words[1]))
+        }
         var configuration = ConnectionConfiguration()
         configuration.heartbeat = .disabled
         configuration.reconnect.appliesToFirstConnect = false
@@ -79,6 +98,14 @@ struct SubscribeCommand: Command {
             switch event {
             case .message(let message):
                 Console.out(Self.line(message))
+                if let statePath {
+                    do {
+                        try StateFile.save("\(message.offset) \(message.epoch)\n", to: statePath)
+                    } catch {
+                        await connection.close()
+                        throw error
+                    }
+                }
                 printed += 1
                 if let count, printed >= count {
                     await connection.close()

@@ -529,16 +529,34 @@ final class SequenceFile: Sendable {
     }
 
     private static func load(_ path: String) throws(TetherError) -> UInt64 {
+        guard let text = try StateFile.load(path) else { return 0 }
+        let words = text.split(whereSeparator: \.isWhitespace)
+        guard words.count == 1, let sequence = UInt64(words[0]) else {
+            throw StateFile.malformed(path, expected: "the last sequence (a whole number)", found: text)
+        }
+        return sequence
+    }
+
+    private static func store(_ sequence: UInt64, to path: String) throws(TetherError) {
+        try StateFile.save("\(sequence)\n", to: path)
+    }
+
+}
+
+/// A small file that keeps where a command left off: read whole, replaced atomically.
+enum StateFile {
+    /// The file's text, or `nil` when there is no file; at most 256 bytes are taken.
+    static func load(_ path: String) throws(TetherError) -> String? {
         let fd = open(path, O_RDONLY)
         if fd < 0 {
-            if errno == ENOENT { return 0 }
+            if errno == ENOENT { return nil }
             throw failure("cannot read the state file \(path)")
         }
         // Closed when it goes out of scope, on every way out.
         let file = Socket(adopting: fd)
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 256)
-        while bytes.count <= 64 {
+        while bytes.count <= 256 {
             let count = buffer.withUnsafeMutableBytes { read(file.descriptor, $0.baseAddress, $0.count) }
             if count < 0 {
                 if errno == EINTR { continue }
@@ -548,24 +566,18 @@ final class SequenceFile: Sendable {
             bytes += buffer[..<count]
         }
         let text = String(decoding: bytes, as: UTF8.self)
-        let words = text.split(whereSeparator: \.isWhitespace)
-        guard bytes.count <= 64, words.count == 1, let sequence = UInt64(words[0]) else {
-            let shown = String(text.prefix(20)).debugDescription + (text.count > 20 ? "…" : "")
-            throw TetherError(
-                code: .decodingFailed,
-                message: "the state file \(path) is malformed: expected the last sequence (a whole number), found \(shown); fix or delete it"
-            )
-        }
-        return sequence
+        guard bytes.count <= 256 else { throw malformed(path, expected: "a line of at most 256 bytes", found: text) }
+        return text
     }
 
-    private static func store(_ sequence: UInt64, to path: String) throws(TetherError) {
+    /// Replaces the file with `text`: written to `path.tmp`, synced, then renamed.
+    static func save(_ text: String, to path: String) throws(TetherError) {
         let temporary = path + ".tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         guard fd >= 0 else { throw failure("cannot write the state file \(temporary)") }
         // Closed on every way out, by the owner's end of life.
         let file = Socket(adopting: fd)
-        var bytes = Array("\(sequence)\n".utf8)[...]
+        var bytes = Array(text.utf8)[...]
         while !bytes.isEmpty {
             let written = bytes.withUnsafeBytes { write(file.descriptor, $0.baseAddress, $0.count) }
             if written < 0 {
@@ -579,6 +591,12 @@ final class SequenceFile: Sendable {
         }
         file.close()
         guard rename(temporary, path) == 0 else { throw failure("cannot replace the state file \(path)") }
+    }
+
+    /// The error for a file whose text is not what the command keeps there.
+    static func malformed(_ path: String, expected: String, found text: String) -> TetherError {
+        let shown = String(text.prefix(20)).debugDescription + (text.count > 20 ? "…" : "")
+        return TetherError(code: .decodingFailed, message: "the state file \(path) is malformed: expected \(expected), found \(shown); fix or delete it")
     }
 
     /// `message: <strerror(errno)>`.

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import Tether
 
@@ -50,6 +51,49 @@ struct CLIChannelTests {
         #expect(line["members"]?[0]?["info"] == ["name": "Alice"], "\(process.outputText)")
         withExtendedLifetime(room) {}
         await connection.close()
+    }
+
+    @Test("subscribe --state starts after the offset and epoch in its file and keeps the last one printed there, so the next run goes on after it; a malformed state file exits 1 saying so")
+    func stateFile() async throws {
+        let (server, endpoint) = try await tetherServe([])
+        defer { server.kill() }
+        let address = "127.0.0.1:\(endpoint.port)"
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tether-channel-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let state = "\(directory)/room.state"
+        let publish = try tether(["publish", address, "room", "--text", "m", "--count", "3"])
+        defer { publish.kill() }
+        #expect(try await publish.waitForExit(within: eventBound) == 0, "\(publish.outputText)")
+
+        let first = try tether(["subscribe", address, "room", "--latest", "3", "--count", "1"])
+        defer { first.kill() }
+        #expect(try await first.waitForExit(within: eventBound) == 0)
+        let epoch = try #require(try JSONValue(parsing: Array(first.outputText.utf8))["epoch"]?.stringValue)
+        try "1 \(epoch)\n".write(toFile: state, atomically: true, encoding: .utf8)
+
+        // Starts after offset 1 of the saved epoch, and keeps the last one printed.
+        let saving = try tether(["subscribe", address, "room", "--state", state, "--count", "2"])
+        defer { saving.kill() }
+        #expect(try await saving.waitForExit(within: eventBound) == 0, "\(saving.outputText)")
+        #expect(saving.outputText.split(separator: "\n").compactMap { try? JSONValue(parsing: Array($0.utf8))["offset"] } == [2, 3])
+        #expect(try String(contentsOfFile: state, encoding: .utf8) == "3 \(epoch)\n")
+
+        let more = try tether(["publish", address, "room", "--text", "n"])
+        defer { more.kill() }
+        #expect(try await more.waitForExit(within: eventBound) == 0)
+        let resumed = try tether(["subscribe", address, "room", "--state", state, "--count", "1"])
+        defer { resumed.kill() }
+        #expect(try await resumed.waitForExit(within: eventBound) == 0, "\(resumed.outputText)")
+        let line = try JSONValue(parsing: Array(resumed.outputText.utf8))
+        #expect(line["offset"] == 4, "\(resumed.outputText)")
+        #expect(line["text"] == "n")
+
+        try "junk".write(toFile: state, atomically: true, encoding: .utf8)
+        let broken = try tether(["subscribe", address, "room", "--state", state])
+        defer { broken.kill() }
+        #expect(try await broken.waitForExit(within: eventBound) == 1)
+        #expect(broken.outputText.contains("the state file \(state) is malformed: expected the last offset and its epoch, found \"junk\"; fix or delete it"), "\(broken.outputText)")
     }
 
     @Test("usage errors exit 2 saying what is wrong; a refused subscription exits 1 with the reason")
