@@ -378,6 +378,28 @@ struct ChannelTests {
         }
     }
 
+    @Test("a subscription whose app does not read holds at most maximumSubscriberBytes of messages: the rest are dropped and counted, a message of no bytes still fits")
+    func clientBytesBound() async throws {
+        try await withServer(configure: { $0.channels = ChannelConfiguration() }, handlers: echoHandlers) { server, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.limits.maximumSubscriberBytes = 64 << 10 })
+            let feed = try await connection.subscribe(to: "feed")
+            let body = [UInt8](repeating: 0x66, count: 16 << 10)
+            for _ in 1...10 { try server.publish(body, to: "feed") }
+            try server.publish([], to: "feed")
+            // Answered after the 11 messages were written: the client has taken them all in.
+            _ = try await connection.request(Request(type: 0x402, json: [:]))
+            #expect(feed.dropped == 6)
+            var sizes: [Int] = []
+            for await event in feed {
+                guard case .message(let message) = event else { continue }
+                sizes.append(message.payload.count)
+                if message.offset == 11 { break }
+            }
+            #expect(sizes == [16 << 10, 16 << 10, 16 << 10, 16 << 10, 0])
+            await connection.close()
+        }
+    }
+
     @Test("a peer that asks for 300 channels gets 128 and a refusal for each of the rest; the server's channels stay within their bound and others are served")
     func floodOfSubscriptions() async throws {
         try await withServer(configure: {

@@ -1,3 +1,5 @@
+import Synchronization
+
 // Channel subscriptions of a connection (ServerConfiguration.channels on the server): each
 // keeps the epoch and the offset of the last message it delivered, subscribes again on every
 // new connection from there, and delivers each offset once, in order, recovering one it
@@ -72,23 +74,78 @@ public struct ChannelSubscription: AsyncSequence, Sendable {
     /// The channel's name.
     public let channel: String
     private let stream: AsyncStream<ChannelEvent>
-    private let drops: DropCount
+    private let gauge: ChannelGauge
 
-    init(channel: String, stream: AsyncStream<ChannelEvent>, drops: DropCount) {
+    init(channel: String, stream: AsyncStream<ChannelEvent>, gauge: ChannelGauge) {
         self.channel = channel
         self.stream = stream
-        self.drops = drops
+        self.gauge = gauge
     }
 
-    /// Events dropped because ``ConnectionConfiguration/channelBufferSize`` of them already
-    /// waited to be read.
-    public var dropped: Int { drops.count }
+    /// Events dropped because ``ConnectionConfiguration/channelBufferSize`` of them, or
+    /// ``Limits/maximumSubscriberBytes`` of their payloads, already waited to be read.
+    public var dropped: Int { gauge.dropped }
 
     /// The iterator.
     ///
     /// - Returns: An iterator over the subscription's events.
-    public func makeAsyncIterator() -> AsyncStream<ChannelEvent>.AsyncIterator {
-        stream.makeAsyncIterator()
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(base: stream.makeAsyncIterator(), gauge: gauge)
+    }
+
+    /// Takes the subscription's events one at a time, giving back the bytes each one held.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: AsyncStream<ChannelEvent>.AsyncIterator
+        let gauge: ChannelGauge
+
+        /// The next event, or `nil` once the subscription has ended.
+        ///
+        /// - Returns: The event.
+        public mutating func next() async -> ChannelEvent? {
+            let event = await base.next()
+            if let event { gauge.taken(event) }
+            return event
+        }
+    }
+}
+
+/// What one channel subscription holds unread, in payload bytes, and what it dropped.
+final class ChannelGauge: Sendable {
+    private let bytes = Atomic<Int>(0)
+    private let drops = Atomic<Int>(0)
+    let limit: Int
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    var dropped: Int { drops.load(ordering: .relaxed) }
+
+    /// Counts `event`'s bytes as held, unless they would pass the limit: then `false`,
+    /// and the event is counted as dropped.
+    func hold(_ event: ChannelEvent) -> Bool {
+        let size = Self.size(of: event)
+        let held = bytes.add(size, ordering: .relaxed).newValue
+        guard size == 0 || held <= limit || held == size else {
+            bytes.subtract(size, ordering: .relaxed)
+            drop()
+            return false
+        }
+        return true
+    }
+
+    /// `event` was not taken after all (the buffer was full), or has been read.
+    func taken(_ event: ChannelEvent) {
+        bytes.subtract(Self.size(of: event), ordering: .relaxed)
+    }
+
+    func drop() {
+        drops.add(1, ordering: .relaxed)
+    }
+
+    private static func size(of event: ChannelEvent) -> Int {
+        if case .message(let message) = event { return message.payload.count }
+        return 0
     }
 }
 
@@ -96,7 +153,7 @@ public struct ChannelSubscription: AsyncSequence, Sendable {
 final class ClientChannel {
     let name: String
     let continuation: AsyncStream<ChannelEvent>.Continuation
-    let drops: DropCount
+    let gauge: ChannelGauge
     var epoch: String?
     /// The offset of the last message delivered, or asked to start after.
     var last: UInt64?
@@ -112,14 +169,16 @@ final class ClientChannel {
     var info: JSONValue?
     var presenceEvents = false
     var pending: [(offset: UInt64, payload: [UInt8], expired: Bool)] = []
+    /// The payload bytes of ``pending``.
+    var pendingBytes = 0
     /// The caller of ``Connection/subscribe(to:from:info:presenceEvents:)`` until the first answer.
     var firstAnswer: CheckedContinuation<Void, any Error>?
 
-    init(name: String, start: ChannelStart, continuation: AsyncStream<ChannelEvent>.Continuation, drops: DropCount) {
+    init(name: String, start: ChannelStart, continuation: AsyncStream<ChannelEvent>.Continuation, gauge: ChannelGauge) {
         self.name = name
         self.start = start
         self.continuation = continuation
-        self.drops = drops
+        self.gauge = gauge
         if case .after(let offset, let epoch) = start {
             last = offset
             self.epoch = epoch
@@ -127,7 +186,11 @@ final class ClientChannel {
     }
 
     func yield(_ event: ChannelEvent) {
-        if case .dropped = continuation.yield(event) { drops.add() }
+        guard gauge.hold(event) else { return }
+        if case .dropped = continuation.yield(event) {
+            gauge.taken(event)
+            gauge.drop()
+        }
     }
 }
 
@@ -175,9 +238,9 @@ extension Connection {
         guard channelTable[channel] == nil else {
             throw TetherError(code: .invalidArgument, message: "this connection is subscribed to channel \(channel) already")
         }
-        let drops = DropCount()
+        let gauge = ChannelGauge(limit: configuration.limits.maximumSubscriberBytes)
         let (stream, continuation) = AsyncStream<ChannelEvent>.makeStream(bufferingPolicy: .bufferingOldest(max(1, configuration.channelBufferSize)))
-        let entry = ClientChannel(name: channel, start: start, continuation: continuation, drops: drops)
+        let entry = ClientChannel(name: channel, start: start, continuation: continuation, gauge: gauge)
         entry.info = info
         entry.presenceEvents = presenceEvents
         channelTable[channel] = entry
@@ -190,7 +253,7 @@ extension Connection {
             entry.firstAnswer = waiter
             sendSubscription(entry)
         }
-        return ChannelSubscription(channel: channel, stream: stream, drops: drops)
+        return ChannelSubscription(channel: channel, stream: stream, gauge: gauge)
     }
 
     /// Publishes `content` to a channel of the server, when its
@@ -307,6 +370,7 @@ extension Connection {
         }
         let waiting = entry.pending.sorted { $0.offset < $1.offset }
         entry.pending.removeAll()
+        entry.pendingBytes = 0
         for message in waiting {
             channelMessage(entry, offset: message.offset, payload: message.payload, expired: message.expired)
         }
@@ -383,8 +447,12 @@ extension Connection {
     /// asks for what was missed before a later one.
     private func channelMessage(_ entry: ClientChannel, offset: UInt64, payload: [UInt8], expired: Bool) {
         if entry.awaiting {
-            if entry.pending.count < max(1, configuration.channelBufferSize) {
+            // Within the subscription's bounds, in count and bytes. One that does not fit
+            // is written before the answer, so the history the answer promises has it.
+            if entry.pending.count < max(1, configuration.channelBufferSize),
+               entry.pending.isEmpty || entry.pendingBytes + payload.count <= entry.gauge.limit {
                 entry.pending.append((offset, payload, expired))
+                entry.pendingBytes += payload.count
             }
             return
         }
@@ -399,6 +467,7 @@ extension Connection {
         }
         // A gap: the messages between are asked for again, and this one waits for them.
         entry.pending.append((offset, payload, expired))
+        entry.pendingBytes += payload.count
         sendSubscription(entry)
     }
 }

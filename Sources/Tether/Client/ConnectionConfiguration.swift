@@ -237,7 +237,8 @@ public struct ConnectionConfiguration: Sendable {
     /// server's ``ChannelConfiguration/wireTypes``.
     public var channelWireTypes = ChannelWireTypes()
     /// How many events of one channel subscription may wait to be read; more are dropped
-    /// and counted in ``ChannelSubscription/dropped``. Default 4,096.
+    /// and counted in ``ChannelSubscription/dropped``, as are messages past
+    /// ``Limits/maximumSubscriberBytes`` (64 MiB) of payload waiting. Default 4,096.
     public var channelBufferSize = 4_096
     /// Which frames report their progress in ``Connection/transfers``: by default those of
     /// 1 MiB or more, every 256 KiB; `nil` for none.
