@@ -400,6 +400,36 @@ struct ChannelTests {
         }
     }
 
+    @Test("while the authorizer is slow, at most maximumRequestsPerPeer channel requests of one connection wait for it; the next is refused at once, saying so; once it answers they go on")
+    func authorizationsInFlightAreBounded() async throws {
+        let (started, startedSink) = AsyncStream<Void>.makeStream()
+        let gate = Gate()
+        try await withServer(configure: {
+            var channels = ChannelConfiguration()
+            channels.authorize = { _ in
+                startedSink.yield()
+                await gate.wait()
+            }
+            $0.channels = channels
+            $0.maximumRequestsPerPeer = 4
+        }) { _, endpoint in
+            let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
+            let types = ChannelWireTypes()
+            var waiting: [Task<Response, any Error>] = []
+            for n in 0..<4 {
+                waiting.append(Task { try await connection.request(Request(type: types.subscribe, json: ["channel": .string("c\(n)")])) })
+            }
+            _ = try await collect(4, from: started, "four authorizations to start")
+            let fifth = try await connection.request(Request(type: types.subscribe, json: ["channel": "c4"]))
+            #expect(fifth.errorMessage == "channel c4: 4 channel requests of this connection wait for the server's authorizer already, the most it may (ServerConfiguration.maximumRequestsPerPeer)")
+            gate.open()
+            for task in waiting {
+                #expect(try await task.value.errorMessage == nil)
+            }
+            await connection.close()
+        }
+    }
+
     @Test("a peer that asks for 300 channels gets 128 and a refusal for each of the rest; the server's channels stay within their bound and others are served")
     func floodOfSubscriptions() async throws {
         try await withServer(configure: {
@@ -423,5 +453,30 @@ struct ChannelTests {
             await flooder.close()
             await other.close()
         }
+    }
+}
+
+/// Opens once; everyone waiting, and every later waiter, goes on.
+private final class Gate: Sendable {
+    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let resume = state.withLock { state -> Bool in
+                if state.open { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if resume { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let waiters = state.withLock { state in
+            state.open = true
+            defer { state.waiters.removeAll() }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
     }
 }

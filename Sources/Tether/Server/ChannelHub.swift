@@ -39,8 +39,6 @@ final class ChannelHub: Sendable {
         /// The channels each peer is subscribed to.
         var memberships: [PeerID: Set<String>] = [:]
         var historyBytes = 0
-        var published = 0
-        var refused = 0
     }
 
     /// What a subscription comes to: the answer and the history to write after it.
@@ -62,35 +60,27 @@ final class ChannelHub: Sendable {
         String(UInt64.random(in: 1...UInt64.max), radix: 16)
     }
 
-    /// Counts kept for ``Server/metrics()``: messages published and subscriptions refused.
-    var counts: (published: Int, refused: Int) {
-        state.withLock { ($0.published, $0.refused) }
-    }
-
     // MARK: Subscribing
 
     /// Subscribes `peer` to the channel of `request` (again, when it is already: a recovery),
     /// and says where its messages start.
     func subscribe(_ peer: Peer, _ request: ChannelWire.Subscribe, clientID: String?) -> Admission {
         if let problem = ChannelWire.nameProblem(request.channel, limit: configuration.maximumNameLength) {
-            return refuse(problem)
+            return .refused(problem)
         }
         if let info = request.info, info.encoded.count > configuration.maximumPresenceInfoBytes {
-            return refuse("channel \(request.channel): the subscriber's info of \(info.encoded.count) bytes is more than \(configuration.maximumPresenceInfoBytes) (ChannelConfiguration.maximumPresenceInfoBytes)")
+            return .refused("channel \(request.channel): the subscriber's info of \(info.encoded.count) bytes is more than \(configuration.maximumPresenceInfoBytes) (ChannelConfiguration.maximumPresenceInfoBytes)")
         }
         let now = configuration.clock()
         return state.withLock { state -> Admission in
             let already = state.memberships[peer.id]?.contains(request.channel) ?? false
             if !already, (state.memberships[peer.id]?.count ?? 0) >= configuration.maximumChannelsPerPeer {
-                state.refused += 1
                 return .refused("channel \(request.channel): this connection is subscribed to \(configuration.maximumChannelsPerPeer) channels already, the most it may (ChannelConfiguration.maximumChannelsPerPeer)")
             }
             guard var topic = topic(request.channel, in: &state, now: now) else {
-                state.refused += 1
                 return .refused("channel \(request.channel): the server has \(configuration.maximumChannels) channels already, the most it keeps (ChannelConfiguration.maximumChannels)")
             }
             if !already, topic.subscribers.count >= configuration.maximumSubscribersPerChannel {
-                state.refused += 1
                 return .refused("channel \(request.channel) has \(configuration.maximumSubscribersPerChannel) subscribers already, the most it may (ChannelConfiguration.maximumSubscribersPerChannel)")
             }
             Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
@@ -107,11 +97,6 @@ final class ChannelHub: Sendable {
             state.topics[request.channel] = topic
             return .admitted(answer, backlog: backlog)
         }
-    }
-
-    private func refuse(_ reason: String) -> Admission {
-        state.withLock { $0.refused += 1 }
-        return .refused(reason)
     }
 
     /// Where the messages of a subscription start, and whether that is where it asked.
@@ -242,7 +227,6 @@ final class ChannelHub: Sendable {
                 throw TetherError(code: .invalidArgument, message: "a message for channel \(channel) cannot be encoded: \(failure.message)", underlying: failure)
             }
             topic.latest = offset
-            state.published += 1
             let entry = ChannelEntry(offset: offset, storedAt: now, expiresAt: timeToLive.map { now.adding($0) }, encoded: EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil), size: content.count)
             Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
             keep(entry, in: &topic, total: &state.historyBytes)

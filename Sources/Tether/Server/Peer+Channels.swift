@@ -12,17 +12,8 @@ extension Peer {
                 return true
             }
             if let authorize = channels.configuration.authorize {
-                let subscriber = ChannelAccess(channel: request.channel, peer: id, address: remoteAddress, clientID: lifecycle.clientID)
-                Task { [self] in
-                    do {
-                        try await authorize(subscriber)
-                    } catch {
-                        let reason = (error as? TetherError)?.message ?? String(describing: error)
-                        channels.state.withLock { $0.refused += 1 }
-                        self.refuseSubscription(frame, "channel \(request.channel): the server refused the subscription: \(reason)")
-                        return
-                    }
-                    self.admit(frame, request, hub: channels)
+                authorizing(frame, request.channel, "subscription", with: authorize) { peer in
+                    peer.admit(frame, request, hub: channels)
                 }
             } else {
                 admit(frame, request, hub: channels)
@@ -38,20 +29,12 @@ extension Peer {
                 respond(.error("channel \(name): clients may not publish to channels on this server (ChannelConfiguration.authorizePublish)"), to: frame)
                 return true
             }
-            let access = ChannelAccess(channel: name, peer: id, address: remoteAddress, clientID: lifecycle.clientID)
-            Task { [self] in
-                do {
-                    try await authorize(access)
-                } catch {
-                    let reason = (error as? TetherError)?.message ?? String(describing: error)
-                    self.respond(.error("channel \(name): the server refused the publication: \(reason)"), to: frame)
-                    return
-                }
+            authorizing(frame, name, "publication", with: authorize) { peer in
                 do {
                     let offset = try channels.publish(content, to: name, timeToLive: timeToLive)
-                    self.respond(Response(payload: SessionWire.encode(ChannelWire.Published(channel: name, offset: offset))), to: frame)
+                    peer.respond(Response(payload: SessionWire.encode(ChannelWire.Published(channel: name, offset: offset))), to: frame)
                 } catch {
-                    self.respond(.error("channel \(name): \((error as? TetherError)?.message ?? String(describing: error))"), to: frame)
+                    peer.respond(.error("channel \(name): \((error as? TetherError)?.message ?? String(describing: error))"), to: frame)
                 }
             }
             return true
@@ -77,8 +60,35 @@ extension Peer {
         return false
     }
 
-    private func refuseSubscription(_ frame: Frame, _ reason: String) {
-        respond(.error(reason), to: frame)
+    /// Asks the server's authorizer about `frame`'s request for `channel`, then, on this
+    /// peer, carries it out or answers the refusal. At most
+    /// ``ServerConfiguration/maximumRequestsPerPeer`` wait for the authorizer at once: past
+    /// that the request is refused at once, so a peer cannot pile up authorizations.
+    private func authorizing(
+        _ frame: Frame,
+        _ channel: String,
+        _ what: String,
+        with authorize: @escaping @Sendable (ChannelAccess) async throws -> Void,
+        then carryOut: @escaping @Sendable (isolated Peer) -> Void
+    ) {
+        let bound = max(1, configuration.maximumRequestsPerPeer)
+        guard channelAuthorizations < bound else {
+            respond(.error("channel \(channel): \(bound) channel requests of this connection wait for the server's authorizer already, the most it may (ServerConfiguration.maximumRequestsPerPeer)"), to: frame)
+            return
+        }
+        channelAuthorizations += 1
+        let access = ChannelAccess(channel: channel, peer: id, address: remoteAddress, clientID: lifecycle.clientID)
+        Task { [self] in
+            defer { channelAuthorizations -= 1 }
+            do {
+                try await authorize(access)
+            } catch {
+                let reason = (error as? TetherError)?.message ?? String(describing: error)
+                respond(.error("channel \(channel): the server refused the \(what): \(reason)"), to: frame)
+                return
+            }
+            carryOut(self)
+        }
     }
 
     /// Subscribes, answers, and writes the history the answer promised, from this job on:
@@ -87,7 +97,7 @@ extension Peer {
         guard lifecycle.isOpen, channel != nil else { return }
         switch hub.subscribe(self, request, clientID: lifecycle.clientID) {
         case .refused(let reason):
-            refuseSubscription(frame, reason)
+            respond(.error(reason), to: frame)
         case .admitted(let answer, let backlog):
             respond(Response(payload: SessionWire.encode(answer)), to: frame)
             guard let first = backlog.first else {

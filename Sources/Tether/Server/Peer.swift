@@ -35,6 +35,8 @@ public actor Peer {
     var channelReplayTask: Task<Void, Never>?
     /// What waits for the outbound buffer to drain, for the channels' history.
     var channelDrainWaiters: [UnsafeContinuation<Void, Never>] = []
+    /// Channel requests of this peer waiting for the server's authorizer.
+    var channelAuthorizations = 0
     /// The accepted stream and the settings of its port, until ``run()`` attaches it.
     private var pending: Server.Accepted?
     /// The framed channel of this peer.
