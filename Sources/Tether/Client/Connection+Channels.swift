@@ -278,10 +278,7 @@ extension Connection {
         }
         let request = Request(type: configuration.channelWireTypes.publish, payload: ChannelWire.publication(channel: channel, content: content, timeToLive: timeToLive))
         let response = try await self.request(request)
-        if let refusal = response.errorMessage {
-            let message = refusal.hasPrefix("channel \(channel)") ? refusal : "channel \(channel): the server refused the publication: \(refusal)"
-            throw TetherError(code: .channelRefused, message: message)
-        }
+        if let refusal = response.errorMessage { throw Self.channelRefusal(refusal, of: "publication", to: channel) }
         guard let published = SessionWire.decode(ChannelWire.Published.self, from: response.payload) else {
             throw TetherError(code: .protocolError, message: "the answer to a publication to channel \(channel) is not a channel answer: \(response.text)")
         }
@@ -301,13 +298,18 @@ extension Connection {
             throw TetherError(code: .invalidArgument, message: problem)
         }
         let response = try await request(Request(type: configuration.channelWireTypes.presence, payload: SessionWire.encode(ChannelWire.PresenceRequest(channel: channel))))
-        if let refusal = response.errorMessage {
-            throw TetherError(code: .channelRefused, message: "channel \(channel): the server refused the presence request: \(refusal)")
-        }
+        if let refusal = response.errorMessage { throw Self.channelRefusal(refusal, of: "presence request", to: channel) }
         guard let presence = SessionWire.decode(ChannelWire.Presence.self, from: response.payload) else {
             throw TetherError(code: .protocolError, message: "the answer to the presence request of channel \(channel) is not a presence answer: \(response.text)")
         }
         return ChannelPresence(presence)
+    }
+
+    /// The error for a server's refusal of a channel request: its own refusals name the
+    /// channel; another answer (a server without channels) is said to be about it.
+    private static func channelRefusal(_ refusal: String, of what: String, to channel: String) -> TetherError {
+        let message = refusal.hasPrefix("channel \(channel)") ? refusal : "channel \(channel): the server refused the \(what): \(refusal)"
+        return TetherError(code: .channelRefused, message: message)
     }
 
     /// Asks the server for `entry`'s channel from where it stands.
@@ -338,10 +340,7 @@ extension Connection {
     private func subscriptionAnswered(_ name: String, attempt: Int, _ response: Response) {
         guard let entry = channelTable[name], attempt == entry.attempt else { return }
         if let refusal = response.errorMessage {
-            // The server's own refusals name the channel; another answer (a server without
-            // channels) is said to be about it.
-            let message = refusal.hasPrefix("channel \(name)") ? refusal : "channel \(name): the server refused the subscription: \(refusal)"
-            let error = TetherError(code: .channelRefused, message: message)
+            let error = Self.channelRefusal(refusal, of: "subscription", to: name)
             channelTable[entry.name] = nil
             if let waiter = entry.firstAnswer {
                 entry.firstAnswer = nil
