@@ -102,6 +102,7 @@ public final class PostgresCluster: SessionCluster {
     /// How this node joins.
     public let configuration: PostgresClusterConfiguration
     let routed: PostgresRoutedStore
+    let channelEngine: PostgresChannels
     let state = Lock(State())
 
     /// The name this node has in the cluster.
@@ -113,6 +114,11 @@ public final class PostgresCluster: SessionCluster {
     /// The mailbox store the nodes share, whose appends wake the nodes that hold their
     /// clients.
     public var store: any MailboxStore { routed }
+
+    /// The channels the nodes share (``PostgresChannels``): a node's
+    /// ``Tether/ServerConfiguration/channels`` are the cluster's, one order of messages per
+    /// channel on every node, recovered on any node.
+    public var channels: (any ChannelEngine)? { channelEngine }
 
     /// Connects to the database and creates the tables if they are absent. The node
     /// joins when its server runs.
@@ -134,6 +140,7 @@ public final class PostgresCluster: SessionCluster {
             throw error
         }
         routed = PostgresRoutedStore(mailboxes: mailboxes, origin: configuration.node, inlineLimit: configuration.inlineNoticeBytes)
+        channelEngine = PostgresChannels(routed: routed, inlineLimit: configuration.inlineNoticeBytes)
     }
 
     /// Connects to the database at `url` as node `node`, with the defaults.
@@ -217,7 +224,7 @@ public final class PostgresCluster: SessionCluster {
         }
         let listener = PostgresListener(
             configuration: configuration.database,
-            channels: [PostgresNotice.channel(ofNode: name), PostgresNotice.broadcastChannel],
+            channels: [PostgresNotice.channel(ofNode: name), PostgresNotice.broadcastChannel, PostgresNotice.channelsChannel],
             onNotification: { [weak self] channel, payload in self?.received(payload, on: channel) },
             onConnection: { [weak self] up, error in self?.connectionChanged(up: up, error: error) }
         )
@@ -387,6 +394,10 @@ public final class PostgresCluster: SessionCluster {
             Task { [routed] in
                 if let frame = try? await routed.storedBroadcast(id) { node.broadcastLocally(frame) }
             }
+        case .channelMessage(let record):
+            node.published(record)
+        case .channelStored(let channel, let epoch, let through):
+            node.published(channel: channel, epoch: epoch, through: through)
         }
     }
 
@@ -401,7 +412,10 @@ public final class PostgresCluster: SessionCluster {
                 return (state.joinWaiter, wasLost)
             }
             waiter?.resume()
-            if wasLost { Task { await resync() } }
+            if wasLost {
+                state.withLock { $0.node }?.channelsMayHaveMissed()
+                Task { await resync() }
+            }
             return
         }
         let grace = configuration.partitionGrace

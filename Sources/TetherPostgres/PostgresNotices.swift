@@ -10,13 +10,20 @@ internal import Tether
 /// - `w SEQUENCE CLIENT` — pushes stored through `SEQUENCE`, to read from the mailbox;
 /// - `t GENERATION CLIENT NODE` — `NODE` claimed the client with `GENERATION`;
 /// - `b ORIGIN TYPE PAYLOAD` — a broadcast from node `ORIGIN`, on the broadcast channel;
-/// - `r ORIGIN ID` — a broadcast too large for a notice, in `tether_broadcasts` row `ID`.
+/// - `r ORIGIN ID` — a broadcast too large for a notice, in `tether_broadcasts` row `ID`;
+/// - `c EPOCH OFFSET STORED_AT EXPIRES_AT CHANNEL CONTENT` — a channel's message, content
+///   included (`EXPIRES_AT` is `-` for none; channel and content in base64), on the channels'
+///   channel;
+/// - `C EPOCH OFFSET CHANNEL` — a channel's messages stored through `OFFSET`, to read from
+///   `tether_channel_messages`.
 enum PostgresNotice: Equatable {
     case push(MailboxMessage)
     case wake(clientID: String, through: UInt64)
     case takeover(clientID: String, generation: UInt64, node: String)
     case broadcast(origin: String, type: UInt32, payload: [UInt8])
     case storedBroadcast(origin: String, id: Int64)
+    case channelMessage(ChannelRecord)
+    case channelStored(channel: String, epoch: String, through: UInt64)
 
     /// The most bytes a notice may have: PostgreSQL refuses payloads of 8,000 bytes and more.
     static let maximumLength = 7_999
@@ -29,6 +36,9 @@ enum PostgresNotice: Equatable {
 
     /// The channel every node listens on for broadcasts.
     static let broadcastChannel = "tether.broadcast"
+
+    /// The channel every node listens on for channel messages.
+    static let channelsChannel = "tether.channels"
 
     /// Whether `name` can name a node: 1 to 48 letters, digits, `.`, `-` or `_`, so its
     /// channel name stays within PostgreSQL's 63 bytes and needs no quoting inside notices.
@@ -51,6 +61,11 @@ enum PostgresNotice: Equatable {
             return "b \(origin) \(type) \(Self.encode(payload))"
         case .storedBroadcast(let origin, let id):
             return "r \(origin) \(id)"
+        case .channelMessage(let record):
+            let expires = record.expiresAt.map { String($0.millisecondsSince1970) } ?? "-"
+            return "c \(record.epoch) \(record.offset) \(record.storedAt.millisecondsSince1970) \(expires) \(Self.encode(Array(record.channel.utf8))) \(Self.encode(record.content))"
+        case .channelStored(let channel, let epoch, let through):
+            return "C \(epoch) \(through) \(Self.encode(Array(channel.utf8)))"
         }
     }
 
@@ -90,12 +105,34 @@ enum PostgresNotice: Equatable {
         case ("r", 3):
             guard let id = Int64(fields[2]) else { return nil }
             self = .storedBroadcast(origin: fields[1], id: id)
+        case ("c", 7):
+            guard let offset = UInt64(fields[2]), let storedAt = Int64(fields[3]), let name = Self.decode(fields[5]),
+                  let content = Self.decode(fields[6]) else { return nil }
+            let expiresAt: MailboxTime?
+            if fields[4] == "-" {
+                expiresAt = nil
+            } else if let milliseconds = Int64(fields[4]) {
+                expiresAt = MailboxTime(millisecondsSince1970: milliseconds)
+            } else {
+                return nil
+            }
+            self = .channelMessage(ChannelRecord(
+                channel: String(decoding: name, as: UTF8.self),
+                epoch: fields[1],
+                offset: offset,
+                storedAt: MailboxTime(millisecondsSince1970: storedAt),
+                expiresAt: expiresAt,
+                content: content
+            ))
+        case ("C", 4):
+            guard let through = UInt64(fields[2]), let name = Self.decode(fields[3]) else { return nil }
+            self = .channelStored(channel: String(decoding: name, as: UTF8.self), epoch: fields[1], through: through)
         default:
             return nil
         }
     }
 
-    private static func encode(_ bytes: [UInt8]) -> String {
+    static func encode(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString()
     }
 

@@ -13,20 +13,30 @@ public import Tether
 ///
 /// A client that is offline gets the push when it comes back, on whichever node. The
 /// publisher uses the mailbox limits it is given: give it the servers' own.
+///
+/// It publishes to the cluster's channels too, as a node does
+/// (``publish(_:to:timeToLive:)``): the message gets the channel's next offset and reaches
+/// its subscribers on every node.
 public final class PostgresPublisher: Sendable {
     let routed: PostgresRoutedStore
     /// The bounds pushes are stored under.
     public let limits: MailboxLimits
+    /// What the channels' histories keep: the servers' own
+    /// ``Tether/ChannelConfiguration/historySize`` and ``Tether/ChannelConfiguration/historyAge``.
+    public let channelRetention: ChannelRetention
     private let clock: @Sendable () -> MailboxTime
+    private let channels: PostgresChannels
 
     /// Connects to the cluster's database and creates the tables if they are absent.
     ///
     /// - Parameters:
     ///   - configuration: The database, and the publisher's connections to it.
     ///   - limits: The mailbox bounds to store under: the servers' own. Default the defaults.
+    ///   - channelRetention: What the channels' histories keep: the servers' own. Default
+    ///     the defaults of ``Tether/ChannelConfiguration``.
     /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when the
     ///   database is unreachable or refuses the tables.
-    public init(configuration: PostgresConfiguration, limits: MailboxLimits = MailboxLimits()) async throws(TetherError) {
+    public init(configuration: PostgresConfiguration, limits: MailboxLimits = MailboxLimits(), channelRetention: ChannelRetention = ChannelRetention()) async throws(TetherError) {
         let mailboxes = try await PostgresMailboxStore(configuration: configuration)
         do {
             try await PostgresRoutedStore.prepareSchema(in: mailboxes.database)
@@ -36,13 +46,15 @@ public final class PostgresPublisher: Sendable {
         }
         routed = PostgresRoutedStore(mailboxes: mailboxes, origin: nil, inlineLimit: PostgresNotice.defaultInlineLimit)
         self.limits = limits
+        self.channelRetention = channelRetention
         clock = { MailboxTime.now() }
+        channels = PostgresChannels(routed: routed, inlineLimit: PostgresNotice.defaultInlineLimit)
     }
 
     /// Connects to the cluster's database at `url` with the defaults.
     ///
     /// - Parameter url: A libpq connection string or a `postgresql://` URL.
-    /// - Throws: ``Tether/TetherError``, as ``init(configuration:limits:)``.
+    /// - Throws: ``Tether/TetherError``, as ``init(configuration:limits:channelRetention:)``.
     public convenience init(url: String) async throws(TetherError) {
         try await self.init(configuration: PostgresConfiguration(url: url))
     }
@@ -82,6 +94,31 @@ public final class PostgresPublisher: Sendable {
     ///   the database cannot take it.
     public func broadcast(_ frame: Frame) async throws(TetherError) {
         try await routed.broadcast(frame, from: "*", retention: .seconds(60))
+    }
+
+    /// Publishes `content` to `channel`: the message gets the channel's next offset, is kept
+    /// in its history, and reaches the channel's subscribers on every node, in offset
+    /// order with the messages published by the nodes.
+    ///
+    /// - Parameters:
+    ///   - content: The message.
+    ///   - channel: The channel's name (``Tether/ChannelConfiguration/problem(withName:maximumLength:)``).
+    ///   - timeToLive: How long the message may be delivered; `nil`, the default, for as
+    ///     long as the history keeps it.
+    /// - Returns: The message's offset in the channel.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/invalidArgument``
+    ///   for a name that is not a channel's, ``Tether/TetherError/Code/storeFailed`` when it
+    ///   could not be stored; then no subscriber gets it.
+    @discardableResult
+    public func publish(_ content: [UInt8], to channel: String, timeToLive: Duration? = nil) async throws(TetherError) -> UInt64 {
+        let now = clock()
+        do {
+            return try await channels.publish(content, to: channel, expiresAt: timeToLive.map { now.adding($0) }, now: now, retention: channelRetention).offset
+        } catch let error as TetherError {
+            throw error
+        } catch {
+            throw TetherError(code: .storeFailed, message: "publishing to channel \(channel): \(error)")
+        }
     }
 
     /// Closes the connections to the database.

@@ -1,8 +1,10 @@
 import CPostgres
 internal import Tether
 
-/// The tables the nodes of a cluster share beyond the mailboxes: who is a node, and the
-/// broadcasts too large for a notice.
+/// The tables the nodes of a cluster share beyond the mailboxes: who is a node, the
+/// broadcasts too large for a notice, and the channels with their kept messages. Every
+/// channel made in the database takes the database's channel epoch (`tether_meta`), which
+/// changes only with a new database: a channel's offsets never begin again otherwise.
 private let clusterSchema = """
     CREATE TABLE IF NOT EXISTS tether_nodes (
         name text PRIMARY KEY,
@@ -17,6 +19,20 @@ private let clusterSchema = """
         created_at timestamptz NOT NULL DEFAULT now()
     );
     CREATE INDEX IF NOT EXISTS tether_mailboxes_holder ON tether_mailboxes (holder) WHERE holder IS NOT NULL;
+    CREATE TABLE IF NOT EXISTS tether_channels (
+        name text COLLATE "C" PRIMARY KEY,
+        epoch text NOT NULL,
+        latest bigint NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS tether_channel_messages (
+        channel text COLLATE "C" NOT NULL,
+        "offset" bigint NOT NULL,
+        stored_at bigint NOT NULL,
+        expires_at bigint NULL,
+        content bytea NOT NULL,
+        PRIMARY KEY (channel, "offset")
+    );
+    INSERT INTO tether_meta (key, value) VALUES ('channel_epoch', md5(random()::text || clock_timestamp()::text)) ON CONFLICT (key) DO NOTHING;
     """
 
 /// The advisory lock that serialises creating the cluster's tables ("TCLU").

@@ -21,7 +21,7 @@ private func serverExample() -> Server {
     let server = Server(configuration: configuration)
     server.handle(type: 0x410) { request, peer in
         // A member posts to the room: everyone in it gets the message.
-        let offset = try peer.server?.publish(request.payload, to: "room-42")
+        let offset = try await peer.server?.publish(request.payload, to: "room-42")
         return Response(json: ["offset": .int(Int(offset ?? 0))])
     }
     return server
@@ -68,8 +68,8 @@ private func publishExamples(channels: inout ChannelConfiguration, connection: C
     return offset
 }
 
-private func expiryExample(server: Server) throws {
-    try server.publish(Array("50% off until noon".utf8), to: "offers", timeToLive: .seconds(3600))
+private func expiryExample(server: Server) async throws {
+    try await server.publish(Array("50% off until noon".utf8), to: "offers", timeToLive: .seconds(3600))
 }
 
 private func presenceExamples(connection: Connection) async throws -> ChannelSubscription {
@@ -87,7 +87,7 @@ struct ChannelsArticleTests {
         configuration.channels = ChannelConfiguration()
         let server = Server(configuration: configuration)
         server.handle(type: 0x410) { request, peer in
-            let offset = try peer.server?.publish(request.payload, to: "room-42")
+            let offset = try await peer.server?.publish(request.payload, to: "room-42")
             return Response(json: ["offset": .int(Int(offset ?? 0))])
         }
         let running = Task { try await server.run() }

@@ -43,7 +43,7 @@ struct ChannelTests {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for publisher in 0..<4 {
                     group.addTask {
-                        for n in 0..<250 { try server.publish(Array("\(publisher)-\(n)".utf8), to: "feed") }
+                        for n in 0..<250 { try await server.publish(Array("\(publisher)-\(n)".utf8), to: "feed") }
                     }
                 }
                 try await group.waitForAll()
@@ -68,19 +68,19 @@ struct ChannelTests {
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting())
                 let room = try await connection.subscribe(to: "room-42")
-                for n in 1...10 { try server.publish(json: ["n": .int(n)], to: "room-42") }
+                for n in 1...10 { try await server.publish(json: ["n": .int(n)], to: "room-42") }
                 #expect(offsets(try await events(10, of: room)) == Array(1...10))
                 let watcher = StateWatcher(connection)
                 proxy.refusesConnections = true
                 proxy.cutAll()
                 try await watcher.next(.reconnecting)
-                for n in 11...30 { try server.publish(json: ["n": .int(n)], to: "room-42") }
+                for n in 11...30 { try await server.publish(json: ["n": .int(n)], to: "room-42") }
                 proxy.refusesConnections = false
                 try await watcher.next(.connected)
                 let after = try await events(20, of: room)
                 #expect(offsets(after) == Array(11...30))
                 #expect(after.allSatisfy { if case .message = $0 { true } else { false } })
-                try server.publish(json: ["n": 31], to: "room-42")
+                try await server.publish(json: ["n": 31], to: "room-42")
                 #expect(offsets(try await events(1, of: room)) == [31])
                 await connection.close()
             }
@@ -104,7 +104,7 @@ struct ChannelTests {
                 // 60 MB: more than the kernel's buffers on loopback (up to 36 MB here) and the
                 // outbound bound hold.
                 let body = [UInt8](repeating: 0x61, count: 100 << 10)
-                for _ in 1...600 { try server.publish(body, to: "feed") }
+                for _ in 1...600 { try await server.publish(body, to: "feed") }
                 // Every message has been written or missed by the time the peer answers
                 // this: its loop runs the publications' jobs first. The last ones are
                 // missed, and no later message shows the client that they were.
@@ -129,7 +129,7 @@ struct ChannelTests {
             $0.channels = channels
             $0.limits.maximumOutboundBytes = 256 << 10
         }) { server, endpoint in
-            for _ in 1...600 { try server.publish(body, to: "archive") }
+            for _ in 1...600 { try await server.publish(body, to: "archive") }
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let archive = try await connection.subscribe(to: "archive", from: .latest(600))
             let received = try await events(600, of: archive)
@@ -149,14 +149,14 @@ struct ChannelTests {
         }) { server, endpoint in
             let early = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let live = try await early.subscribe(to: "offers")
-            try server.publish(Array("m1".utf8), to: "offers")
-            try server.publish(Array("m2".utf8), to: "offers", timeToLive: .seconds(10))
-            try server.publish(Array("m3".utf8), to: "offers")
+            try await server.publish(Array("m1".utf8), to: "offers")
+            try await server.publish(Array("m2".utf8), to: "offers", timeToLive: .seconds(10))
+            try await server.publish(Array("m3".utf8), to: "offers")
             #expect(texts(try await events(3, of: live)) == ["m1", "m2", "m3"])
             now.withLock { $0 = $0.adding(.seconds(20)) }
             let late = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let recovered = try await late.subscribe(to: "offers", from: .after(offset: 0, epoch: nil))
-            try server.publish(Array("m4".utf8), to: "offers")
+            try await server.publish(Array("m4".utf8), to: "offers")
             let received = try await events(3, of: recovered)
             #expect(texts(received) == ["m1", "m3", "m4"])
             #expect(offsets(received) == [1, 3, 4])
@@ -175,13 +175,13 @@ struct ChannelTests {
             try await withFaultProxy(to: endpoint) { proxy in
                 let connection = try await Connection.connect(to: proxy.endpoint, configuration: reconnecting())
                 let room = try await connection.subscribe(to: "room")
-                for n in 1...10 { try server.publish(Array("m\(n)".utf8), to: "room") }
+                for n in 1...10 { try await server.publish(Array("m\(n)".utf8), to: "room") }
                 #expect(offsets(try await events(10, of: room)) == Array(1...10))
                 let watcher = StateWatcher(connection)
                 proxy.refusesConnections = true
                 proxy.cutAll()
                 try await watcher.next(.reconnecting)
-                for n in 11...30 { try server.publish(Array("m\(n)".utf8), to: "room") }
+                for n in 11...30 { try await server.publish(Array("m\(n)".utf8), to: "room") }
                 proxy.refusesConnections = false
                 let first = try await events(1, of: room)
                 guard case .reset(let reset)? = first.first else {
@@ -191,7 +191,7 @@ struct ChannelTests {
                 #expect(reset.channel == "room")
                 #expect(reset.after == 30)
                 #expect(reset.reason == "the history of channel room no longer reaches back to offset 11: it begins at 26")
-                try server.publish(Array("m31".utf8), to: "room")
+                try await server.publish(Array("m31".utf8), to: "room")
                 let next = try await events(1, of: room)
                 #expect(offsets(next) == [31])
                 #expect(texts(next) == ["m31"])
@@ -203,7 +203,7 @@ struct ChannelTests {
     @Test("a subscription starts after an offset of its epoch, with the latest N, or with a reset when the epoch is not the channel's")
     func starts() async throws {
         try await withServer(configure: { $0.channels = ChannelConfiguration() }) { server, endpoint in
-            for n in 1...10 { try server.publish(Array("m\(n)".utf8), to: "news") }
+            for n in 1...10 { try await server.publish(Array("m\(n)".utf8), to: "news") }
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let latest = try await connection.subscribe(to: "news", from: .latest(3))
             let three = try await events(3, of: latest)
@@ -222,7 +222,7 @@ struct ChannelTests {
             }
             #expect(reset.reason == "the history of channel news began again (epoch 0 is gone, \(eighth.epoch) is current)")
             #expect(reset.after == 10)
-            try server.publish(Array("m11".utf8), to: "news")
+            try await server.publish(Array("m11".utf8), to: "news")
             #expect(offsets(try await events(1, of: stale)) == [11])
             for connection in [connection, other, third] { await connection.close() }
         }
@@ -384,8 +384,8 @@ struct ChannelTests {
             let connection = try await Connection.connect(to: endpoint, configuration: testConfiguration { $0.limits.maximumSubscriberBytes = 64 << 10 })
             let feed = try await connection.subscribe(to: "feed")
             let body = [UInt8](repeating: 0x66, count: 16 << 10)
-            for _ in 1...10 { try server.publish(body, to: "feed") }
-            try server.publish([], to: "feed")
+            for _ in 1...10 { try await server.publish(body, to: "feed") }
+            try await server.publish([], to: "feed")
             // Answered after the 11 messages were written: the client has taken them all in.
             _ = try await connection.request(Request(type: 0x402, json: [:]))
             #expect(feed.dropped == 6)
@@ -448,7 +448,7 @@ struct ChannelTests {
             #expect(kept <= 200)
             let other = try await Connection.connect(to: endpoint, configuration: testConfiguration())
             let room = try await other.subscribe(to: "c1")
-            try server.publish(Array("hi".utf8), to: "c1")
+            try await server.publish(Array("hi".utf8), to: "c1")
             #expect(texts(try await events(1, of: room)) == ["hi"])
             await flooder.close()
             await other.close()

@@ -75,7 +75,7 @@ enum ChannelFanOut {
                 for channel in 0..<channels {
                     let sent = monotonicNanoseconds()
                     let payload = (0..<8).map { UInt8(truncatingIfNeeded: sent >> (56 - 8 * $0)) } + filler
-                    try server.publish(payload, to: "ch\(channel)")
+                    try await server.publish(payload, to: "ch\(channel)")
                 }
             }
             target += count * clients

@@ -10,7 +10,7 @@
 /// var configuration = ServerConfiguration(port: 9000)
 /// configuration.channels = ChannelConfiguration()
 /// let server = Server(configuration: configuration)
-/// try server.publish(Array("hello, room 42".utf8), to: "room-42")
+/// try await server.publish(Array("hello, room 42".utf8), to: "room-42")
 /// ```
 ///
 /// Every bound has a default and is checked before anything is allocated: a subscription
@@ -60,6 +60,18 @@ public struct ChannelConfiguration: Sendable {
 
     /// The defaults.
     public init() {}
+
+    /// What is wrong with `name` as a channel's name, if anything: empty, longer than
+    /// `maximumLength` bytes (and never more than 255), or a byte other than ASCII letters,
+    /// digits and `- _ . : / @`.
+    ///
+    /// - Parameters:
+    ///   - name: The name.
+    ///   - maximumLength: The longest name allowed; default 200, as ``maximumNameLength``.
+    /// - Returns: A sentence that says what is wrong, or `nil` for a good name.
+    public static func problem(withName name: String, maximumLength: Int = 200) -> String? {
+        ChannelWire.nameProblem(name, limit: maximumLength)
+    }
 }
 
 /// A subscription or a publication a server's ``ChannelConfiguration/authorize`` or

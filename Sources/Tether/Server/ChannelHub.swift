@@ -29,6 +29,10 @@ final class ChannelHub: Sendable {
         var members: [PeerID: ChannelWire.Member] = [:]
         /// The subscribers that take join and leave events.
         var watchers: Set<PeerID> = []
+        /// In a cluster: whether the engine is being read for what comes after ``latest``,
+        /// and whether a notice came meanwhile, so it is read again.
+        var filling = false
+        var refill = false
 
         /// The first offset the history still has; `latest + 1` when it is empty.
         var firstAvailable: UInt64 { history.first?.offset ?? latest + 1 }
@@ -45,15 +49,26 @@ final class ChannelHub: Sendable {
     enum Admission {
         case admitted(ChannelWire.Subscribed, backlog: [ChannelEntry])
         case refused(String)
+        /// In a cluster: the channel is not kept here yet; ``prepare(_:)`` reads it first.
+        case notKept
     }
 
     let configuration: ChannelConfiguration
     let state = Lock(State())
     private let codec: Lock<any FrameCodec>
+    /// The cluster's channels, when the server is a node of a cluster that has them: it
+    /// numbers the messages, and this hub keeps what it is told of.
+    let engine: (any ChannelEngine)?
 
-    init(configuration: ChannelConfiguration, codec: any FrameCodec) {
+    init(configuration: ChannelConfiguration, codec: any FrameCodec, engine: (any ChannelEngine)? = nil) {
         self.configuration = configuration
         self.codec = Lock(codec)
+        self.engine = engine
+    }
+
+    /// What the engine keeps of each channel: what this hub keeps.
+    var retention: ChannelRetention {
+        ChannelRetention(count: configuration.historySize, age: configuration.historyAge)
     }
 
     private static func newEpoch() -> String {
@@ -77,6 +92,7 @@ final class ChannelHub: Sendable {
             if !already, (state.memberships[peer.id]?.count ?? 0) >= configuration.maximumChannelsPerPeer {
                 return .refused("channel \(request.channel): this connection is subscribed to \(configuration.maximumChannelsPerPeer) channels already, the most it may (ChannelConfiguration.maximumChannelsPerPeer)")
             }
+            if engine != nil, state.topics[request.channel] == nil { return .notKept }
             guard var topic = topic(request.channel, in: &state, now: now) else {
                 return .refused("channel \(request.channel): the server has \(configuration.maximumChannels) channels already, the most it keeps (ChannelConfiguration.maximumChannels)")
             }
@@ -201,38 +217,247 @@ final class ChannelHub: Sendable {
     // MARK: Publishing
 
     /// Publishes `content` to `channel`: the next offset, kept in the history as far as the
-    /// bounds allow, and queued for every subscriber.
-    func publish(_ content: [UInt8], to channel: String, timeToLive: Duration? = nil) throws(TetherError) -> UInt64 {
+    /// bounds allow, and queued for every subscriber. In a cluster the engine gives the
+    /// offset and tells every node; this one writes it at once.
+    func publish(_ content: [UInt8], to channel: String, timeToLive: Duration? = nil) async throws(TetherError) -> UInt64 {
+        guard let engine else { return try publishHere(content, to: channel, timeToLive: timeToLive) }
+        if let problem = ChannelWire.nameProblem(channel, limit: configuration.maximumNameLength) {
+            throw TetherError(code: .invalidArgument, message: problem)
+        }
+        // What cannot be written is not stored.
+        _ = try encode(content, channel: channel, offset: 0)
+        let now = configuration.clock()
+        let record: ChannelRecord
+        do {
+            record = try await engine.publish(content, to: channel, expiresAt: timeToLive.map { now.adding($0) }, now: now, retention: retention)
+        } catch {
+            let reason = (error as? TetherError)?.message ?? String(describing: error)
+            throw TetherError(code: .storeFailed, message: "channel \(channel): the message could not be stored: \(reason)", underlying: error as? TetherError)
+        }
+        received(record)
+        return record.offset
+    }
+
+    /// Publishes on a server that numbers its channels itself.
+    private func publishHere(_ content: [UInt8], to channel: String, timeToLive: Duration?) throws(TetherError) -> UInt64 {
         if let problem = ChannelWire.nameProblem(channel, limit: configuration.maximumNameLength) {
             throw TetherError(code: .invalidArgument, message: problem)
         }
         let now = configuration.clock()
-        let type = configuration.wireTypes.message
         return try state.withLock { state throws(TetherError) -> UInt64 in
             guard var topic = topic(channel, in: &state, now: now) else {
                 throw TetherError(code: .invalidArgument, message: "channel \(channel) cannot be made: the server has \(configuration.maximumChannels) channels already, the most it keeps (ChannelConfiguration.maximumChannels)")
             }
             let offset = topic.latest + 1
-            let frame = Frame(type: type, payload: ChannelWire.envelope(channel: channel, offset: offset, content: content))
-            var buffer = FrameBuffer()
-            let failure = codec.withLock { codec -> TetherError? in
-                do {
-                    try codec.encode(frame, into: &buffer)
-                    return nil
-                } catch {
-                    return (error as? TetherError) ?? TetherError(code: .encodingFailed, message: String(describing: error))
-                }
-            }
-            if let failure {
-                throw TetherError(code: .invalidArgument, message: "a message for channel \(channel) cannot be encoded: \(failure.message)", underlying: failure)
-            }
+            let encoded = try encode(content, channel: channel, offset: offset)
             topic.latest = offset
-            let entry = ChannelEntry(offset: offset, storedAt: now, expiresAt: timeToLive.map { now.adding($0) }, encoded: EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil), size: content.count)
-            Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
-            keep(entry, in: &topic, total: &state.historyBytes)
-            Self.send(entry.encoded, channel: channel, offset: offset, hub: self, to: topic.subscribers.values)
+            let entry = ChannelEntry(offset: offset, storedAt: now, expiresAt: timeToLive.map { now.adding($0) }, encoded: encoded, size: content.count)
+            add(entry, to: &topic, named: channel, in: &state, now: now)
             state.topics[channel] = topic
             return offset
+        }
+    }
+
+    /// The message frame of `content` at `offset`, encoded once for every subscriber.
+    private func encode(_ content: [UInt8], channel: String, offset: UInt64) throws(TetherError) -> EncodedBroadcast {
+        let frame = Frame(type: configuration.wireTypes.message, payload: ChannelWire.envelope(channel: channel, offset: offset, content: content))
+        var buffer = FrameBuffer()
+        let failure = codec.withLock { codec -> TetherError? in
+            do {
+                try codec.encode(frame, into: &buffer)
+                return nil
+            } catch {
+                return (error as? TetherError) ?? TetherError(code: .encodingFailed, message: String(describing: error))
+            }
+        }
+        if let failure {
+            throw TetherError(code: .invalidArgument, message: "a message for channel \(channel) cannot be encoded: \(failure.message)", underlying: failure)
+        }
+        return EncodedBroadcast(frame: frame, bytes: Array(buffer.readableBytesView), plain: nil)
+    }
+
+    /// Adds the next message to the channel's history, as far as the bounds allow, and
+    /// queues it for every subscriber; called with the lock held.
+    private func add(_ entry: ChannelEntry, to topic: inout Topic, named channel: String, in state: inout State, now: MailboxTime) {
+        Self.expire(&topic, total: &state.historyBytes, now: now, age: configuration.historyAge)
+        keep(entry, in: &topic, total: &state.historyBytes)
+        Self.send(entry.encoded, channel: channel, offset: entry.offset, hub: self, to: topic.subscribers.values)
+    }
+
+    // MARK: In a cluster
+
+    /// How many messages one read of the engine brings at most.
+    static let fillPage = 256
+
+    /// Whether this hub must read `channel` from the engine before it can subscribe anyone.
+    func needsPreparing(_ channel: String) -> Bool {
+        engine != nil && state.withLock { $0.topics[channel] == nil }
+    }
+
+    /// Reads `channel` from the engine and keeps it here, unless it is kept already; then
+    /// reads again what was published while it was read.
+    func prepare(_ channel: String) async throws(TetherError) {
+        guard let engine, needsPreparing(channel) else { return }
+        let history: ChannelHistory
+        do {
+            history = try await engine.history(of: channel, after: 0, limit: max(1, configuration.historySize))
+        } catch {
+            let reason = (error as? TetherError)?.message ?? String(describing: error)
+            throw TetherError(code: .storeFailed, message: "channel \(channel): its history could not be read: \(reason)", underlying: error as? TetherError)
+        }
+        let now = configuration.clock()
+        let kept = try state.withLock { state throws(TetherError) -> Bool in
+            guard state.topics[channel] == nil else { return false }
+            guard var topic = topic(channel, in: &state, now: now, epoch: history.epoch) else {
+                throw TetherError(code: .invalidArgument, message: "channel \(channel): the server has \(configuration.maximumChannels) channels already, the most it keeps (ChannelConfiguration.maximumChannels)")
+            }
+            topic.latest = (history.messages.first?.offset ?? history.latest + 1) - 1
+            for record in history.messages where record.offset == topic.latest + 1 {
+                take(record, into: &topic, in: &state, now: now)
+            }
+            topic.latest = max(topic.latest, history.latest)
+            topic.filling = true
+            state.topics[channel] = topic
+            return true
+        }
+        if kept { startFilling(channel) }
+    }
+
+    /// A message the engine stored: written if it is the next; a gap is read from the
+    /// engine first; one written already, or of a channel not kept here, is left.
+    func received(_ record: ChannelRecord) {
+        let now = configuration.clock()
+        let fill = state.withLock { state -> Bool in
+            guard var topic = state.topics[record.channel] else { return false }
+            defer { state.topics[record.channel] = topic }
+            if topic.epoch == record.epoch, record.offset <= topic.latest { return false }
+            if topic.filling {
+                topic.refill = true
+                return false
+            }
+            guard topic.epoch == record.epoch, record.offset == topic.latest + 1 else {
+                topic.filling = true
+                return true
+            }
+            take(record, into: &topic, in: &state, now: now)
+            return false
+        }
+        if fill { startFilling(record.channel) }
+    }
+
+    /// The engine stored messages of `channel` through `offset`: what this hub does not
+    /// have is read.
+    func received(channel: String, epoch: String, through offset: UInt64) {
+        let fill = state.withLock { state -> Bool in
+            guard var topic = state.topics[channel], topic.epoch != epoch || offset > topic.latest else { return false }
+            defer { state.topics[channel] = topic }
+            if topic.filling {
+                topic.refill = true
+                return false
+            }
+            topic.filling = true
+            return true
+        }
+        if fill { startFilling(channel) }
+    }
+
+    /// Reads every kept channel again past its latest offset: notices may have been lost.
+    func refreshAll() {
+        let channels = state.withLock { state -> [String] in
+            var started: [String] = []
+            for (name, var topic) in state.topics {
+                if topic.filling {
+                    topic.refill = true
+                } else {
+                    topic.filling = true
+                    started.append(name)
+                }
+                state.topics[name] = topic
+            }
+            return started
+        }
+        for channel in channels { startFilling(channel) }
+    }
+
+    /// Adds a record the engine stored as the channel's next message; called with the lock
+    /// held. A record this server's codec cannot encode moves the offset on but is not
+    /// kept, so a subscriber that misses it is told its recovery failed.
+    private func take(_ record: ChannelRecord, into topic: inout Topic, in state: inout State, now: MailboxTime) {
+        topic.latest = record.offset
+        guard let encoded = try? encode(record.content, channel: record.channel, offset: record.offset) else {
+            Self.clear(&topic, total: &state.historyBytes)
+            return
+        }
+        let entry = ChannelEntry(offset: record.offset, storedAt: record.storedAt, expiresAt: record.expiresAt, encoded: encoded, size: record.content.count)
+        add(entry, to: &topic, named: record.channel, in: &state, now: now)
+    }
+
+    private func startFilling(_ channel: String) {
+        Task { await fill(channel) }
+    }
+
+    /// Reads from the engine what comes after the channel's latest offset here, page by
+    /// page, until nothing more is there and no notice came meanwhile. A read that fails is
+    /// tried a few times; then the next notice starts again.
+    private func fill(_ channel: String) async {
+        guard let engine else { return }
+        var failures = 0
+        while true {
+            let after = state.withLock { state -> UInt64? in
+                guard var topic = state.topics[channel] else { return nil }
+                topic.refill = false
+                state.topics[channel] = topic
+                return topic.latest
+            }
+            guard let after else { return }
+            let history: ChannelHistory
+            do {
+                history = try await engine.history(of: channel, after: after, limit: Self.fillPage)
+                failures = 0
+            } catch {
+                failures += 1
+                guard failures < 5 else {
+                    state.withLock { state in state.topics[channel]?.filling = false }
+                    return
+                }
+                try? await Task.sleep(for: .milliseconds(50 * failures))
+                continue
+            }
+            guard apply(history, to: channel) else { return }
+        }
+    }
+
+    /// Adds what the engine read to the channel; whether to read again.
+    private func apply(_ history: ChannelHistory, to channel: String) -> Bool {
+        let now = configuration.clock()
+        return state.withLock { state -> Bool in
+            guard var topic = state.topics[channel] else { return false }
+            defer { state.topics[channel] = topic }
+            if history.epoch != topic.epoch {
+                // The channel began again: what this hub kept belongs to the old epoch.
+                // Subscribers that come back are told; new ones start from here.
+                Self.clear(&topic, total: &state.historyBytes)
+                topic.epoch = history.epoch
+                topic.latest = history.latest
+                topic.filling = false
+                return false
+            }
+            for record in history.messages where record.offset > topic.latest {
+                if record.offset != topic.latest + 1 {
+                    // The engine no longer has what came between: the history here stays
+                    // consecutive, and a subscriber sees the offset jump.
+                    Self.clear(&topic, total: &state.historyBytes)
+                }
+                take(record, into: &topic, in: &state, now: now)
+            }
+            if history.latest > topic.latest, history.messages.count < Self.fillPage {
+                // Stored, but no longer kept by the engine: nothing to write.
+                Self.clear(&topic, total: &state.historyBytes)
+                topic.latest = history.latest
+            }
+            let again = topic.refill || history.latest > topic.latest
+            if !again { topic.filling = false }
+            return again
         }
     }
 
@@ -282,7 +507,7 @@ final class ChannelHub: Sendable {
 
     /// The channel `name`, made if it is new and there is room: a channel with no
     /// subscriber and nothing left in its history is let go to make it.
-    private func topic(_ name: String, in state: inout State, now: MailboxTime) -> Topic? {
+    private func topic(_ name: String, in state: inout State, now: MailboxTime, epoch: String? = nil) -> Topic? {
         if let topic = state.topics[name] { return topic }
         if state.topics.count >= configuration.maximumChannels {
             let age = configuration.historyAge
@@ -295,7 +520,7 @@ final class ChannelHub: Sendable {
             state.historyBytes -= idleTopic.historyBytes
             state.topics[idleName] = nil
         }
-        return Topic(epoch: Self.newEpoch())
+        return Topic(epoch: epoch ?? Self.newEpoch())
     }
 
     /// Queues `message` for `subscribers`: one job per event loop, written in the loop's

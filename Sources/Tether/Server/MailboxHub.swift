@@ -107,9 +107,12 @@ final class MailboxHub: Sendable {
     /// How many frames of ``Server/queueBroadcast(_:)`` may wait for the cluster; more are
     /// counted in ``ServerMetrics/clusterBroadcastsFailed`` and dropped.
     static let clusterBacklog = 4096
+    /// The server's channels, which the cluster's channel notices go to.
+    let channels: ChannelHub?
 
-    init(configuration: MailboxConfiguration) {
+    init(configuration: MailboxConfiguration, channels: ChannelHub? = nil) {
         self.configuration = configuration
+        self.channels = channels
         cluster = configuration.cluster
         storeHasOwnThreads = configuration.store is any SelfThreadedMailboxStore
         (offlineFeed, offlineSink) = AsyncStream.makeStream(

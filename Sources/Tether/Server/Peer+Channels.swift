@@ -11,12 +11,11 @@ extension Peer {
                 respond(.error("malformed channel subscription: expected {\"channel\": …} with \"after\" and \"epoch\", or \"last\""), to: frame)
                 return true
             }
-            if let authorize = channels.configuration.authorize {
-                authorizing(frame, request.channel, "subscription", with: authorize) { peer in
-                    peer.admit(frame, request, hub: channels)
-                }
-            } else {
-                admit(frame, request, hub: channels)
+            let authorize = channels.configuration.authorize
+            if authorize == nil, admit(frame, request, hub: channels) { return true }
+            // Authorized first, or read from the cluster's engine first: on a task.
+            authorizing(frame, request.channel, "subscription", with: authorize) { peer in
+                await peer.admitPreparing(frame, request, hub: channels)
             }
             return true
         }
@@ -31,7 +30,7 @@ extension Peer {
             }
             authorizing(frame, name, "publication", with: authorize) { peer in
                 do {
-                    let offset = try channels.publish(content, to: name, timeToLive: timeToLive)
+                    let offset = try await channels.publish(content, to: name, timeToLive: timeToLive)
                     peer.respond(Response(payload: SessionWire.encode(ChannelWire.Published(channel: name, offset: offset))), to: frame)
                 } catch {
                     peer.respond(.error("channel \(name): \((error as? TetherError)?.message ?? String(describing: error))"), to: frame)
@@ -60,16 +59,17 @@ extension Peer {
         return false
     }
 
-    /// Asks the server's authorizer about `frame`'s request for `channel`, then, on this
-    /// peer, carries it out or answers the refusal. At most
-    /// ``ServerConfiguration/maximumRequestsPerPeer`` wait for the authorizer at once: past
-    /// that the request is refused at once, so a peer cannot pile up authorizations.
+    /// Asks the server's authorizer about `frame`'s request for `channel`, if it has one,
+    /// then, on this peer, carries it out or answers the refusal. At most
+    /// ``ServerConfiguration/maximumRequestsPerPeer`` wait for the authorizer or the
+    /// cluster's engine at once: past that the request is refused at once, so a peer cannot
+    /// pile up authorizations.
     private func authorizing(
         _ frame: Frame,
         _ channel: String,
         _ what: String,
-        with authorize: @escaping @Sendable (ChannelAccess) async throws -> Void,
-        then carryOut: @escaping @Sendable (isolated Peer) -> Void
+        with authorize: (@Sendable (ChannelAccess) async throws -> Void)?,
+        then carryOut: @escaping @Sendable (isolated Peer) async -> Void
     ) {
         let bound = max(1, configuration.maximumRequestsPerPeer)
         guard channelAuthorizations < bound else {
@@ -81,32 +81,53 @@ extension Peer {
         Task { [self] in
             defer { channelAuthorizations -= 1 }
             do {
-                try await authorize(access)
+                try await authorize?(access)
             } catch {
                 let reason = (error as? TetherError)?.message ?? String(describing: error)
                 respond(.error("channel \(channel): the server refused the \(what): \(reason)"), to: frame)
                 return
             }
-            carryOut(self)
+            await carryOut(self)
         }
     }
 
+    /// Subscribes as ``admit(_:_:hub:)`` does, reading the channel from the cluster's
+    /// engine first when this node does not keep it.
+    private func admitPreparing(_ frame: Frame, _ request: ChannelWire.Subscribe, hub: ChannelHub) async {
+        // A channel read and then let go before the subscription (maximumChannels, with
+        // others being made at once) is read again, a few times.
+        for _ in 0..<3 {
+            if admit(frame, request, hub: hub) { return }
+            do {
+                try await hub.prepare(request.channel)
+            } catch {
+                respond(.error(error.message), to: frame)
+                return
+            }
+        }
+        respond(.error("channel \(request.channel): the server could not keep it: other channels took its place (ChannelConfiguration.maximumChannels)"), to: frame)
+    }
+
     /// Subscribes, answers, and writes the history the answer promised, from this job on:
-    /// the channel's live messages wait in the history until it is written.
-    private func admit(_ frame: Frame, _ request: ChannelWire.Subscribe, hub: ChannelHub) {
-        guard lifecycle.isOpen, channel != nil else { return }
+    /// the channel's live messages wait in the history until it is written. `false` when
+    /// the channel must be read from the cluster's engine first.
+    private func admit(_ frame: Frame, _ request: ChannelWire.Subscribe, hub: ChannelHub) -> Bool {
+        guard lifecycle.isOpen, channel != nil else { return true }
         switch hub.subscribe(self, request, clientID: lifecycle.clientID) {
+        case .notKept:
+            return false
         case .refused(let reason):
             respond(.error(reason), to: frame)
         case .admitted(let answer, let backlog):
             respond(Response(payload: SessionWire.encode(answer)), to: frame)
             guard let first = backlog.first else {
                 channelReplays[request.channel] = nil
-                return
+                return true
             }
             channelReplays[request.channel] = first.offset
             writeChannelHistories(hub)
         }
+        return true
     }
 
     /// Writes the history of every channel being replayed, as far as the outbound buffer's

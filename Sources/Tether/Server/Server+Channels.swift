@@ -11,6 +11,11 @@ extension Server {
     /// ``Limits/maximumOutboundBytes`` misses the message; its client sees the offset it
     /// missed and recovers it from the history, or is told that the history no longer has it.
     ///
+    /// On a node of a cluster whose engine has channels (``SessionCluster/channels``), the
+    /// engine gives the offset and keeps the message, and the call returns once it has:
+    /// every node writes the channel's messages in the same order, whichever node or
+    /// backend published them.
+    ///
     /// The channel is made by its first publication or subscription. A message larger than
     /// ``ChannelConfiguration/maximumHistoryBytesPerChannel``, or one that does not fit in
     /// ``ChannelConfiguration/maximumHistoryBytes``, is written but not kept.
@@ -28,13 +33,15 @@ extension Server {
     /// - Throws: ``TetherError/Code/invalidArgument`` when the server has no
     ///   ``ServerConfiguration/channels``, the name is not a channel name, the channel is new
     ///   and ``ChannelConfiguration/maximumChannels`` are kept already, or the profile's
-    ///   codec cannot encode the message (a content over ``Limits/maximumPayloadLength``).
+    ///   codec cannot encode the message (a content over ``Limits/maximumPayloadLength``);
+    ///   ``TetherError/Code/storeFailed`` when the cluster's engine could not store it, and
+    ///   then no subscriber gets it.
     @discardableResult
-    public func publish(_ content: [UInt8], to channel: String, timeToLive: Duration? = nil) throws(TetherError) -> UInt64 {
+    public func publish(_ content: [UInt8], to channel: String, timeToLive: Duration? = nil) async throws(TetherError) -> UInt64 {
         guard let channelHub else {
             throw TetherError(code: .invalidArgument, message: "this server has no channels: set ServerConfiguration.channels")
         }
-        return try channelHub.publish(content, to: channel, timeToLive: timeToLive)
+        return try await channelHub.publish(content, to: channel, timeToLive: timeToLive)
     }
 
     /// Publishes a JSON value to `channel`, as ``publish(_:to:timeToLive:)`` publishes bytes.
@@ -47,8 +54,8 @@ extension Server {
     /// - Returns: The message's offset in the channel.
     /// - Throws: What ``publish(_:to:timeToLive:)`` throws.
     @discardableResult
-    public func publish(json: JSONValue, to channel: String, timeToLive: Duration? = nil) throws(TetherError) -> UInt64 {
-        try publish(json.encoded, to: channel, timeToLive: timeToLive)
+    public func publish(json: JSONValue, to channel: String, timeToLive: Duration? = nil) async throws(TetherError) -> UInt64 {
+        try await publish(json.encoded, to: channel, timeToLive: timeToLive)
     }
 
     /// Who is subscribed to `channel` now: how many, and the first

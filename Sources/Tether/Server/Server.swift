@@ -92,11 +92,15 @@ public final class Server: Sendable {
         sharedConfiguration = SharedServerConfiguration(configuration)
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024), tap: Self.eventTap(configuration.observer))
         let manualClock = configuration.eventLoopGroup.manualClock
+        let channelHub = configuration.channels.map {
+            ChannelHub(configuration: $0, codec: configuration.profile.makeCodec(configuration.limits.maximumPayloadLength), engine: configuration.mailboxes?.cluster?.channels)
+        }
+        self.channelHub = channelHub
         let hub = configuration.mailboxes.map { mailboxes -> MailboxHub in
             var mailboxes = mailboxes
             // On a test clock's loops, the mailboxes' time is that clock's unless set.
             if mailboxes.chosenClock == nil, let manualClock { mailboxes.clock = manualClock.sharedMailboxClock }
-            return MailboxHub(configuration: mailboxes)
+            return MailboxHub(configuration: mailboxes, channels: channelHub)
         }
         self.hub = hub
         if let channels = configuration.channels {
@@ -107,7 +111,6 @@ public final class Server: Sendable {
                 "ServerConfiguration.channels: profile \(profile.name) does not take ChannelWireTypes' subscribe and unsubscribe types for requests and the message type for a push"
             )
         }
-        channelHub = configuration.channels.map { ChannelHub(configuration: $0, codec: configuration.profile.makeCodec(configuration.limits.maximumPayloadLength)) }
         handlerSlots = HandlerSlots(limit: configuration.maximumHandlers)
         channelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.tls, drainTimeout: configuration.drainTimeout)
         webSocketChannelSettings = ChannelSettings(.server, profile: configuration.profile, limits: configuration.limits, noDelay: configuration.noDelay, tls: configuration.webSocket?.tls, drainTimeout: configuration.drainTimeout)

@@ -81,6 +81,16 @@ public protocol SessionCluster: Sendable {
     /// - Parameter frame: The frame.
     /// - Throws: When the frame could not be handed to the engine.
     func broadcast(_ frame: Frame) async throws
+
+    /// The engine's channels, if it has them: with them, a node's channels
+    /// (``ServerConfiguration/channels``) are the cluster's, one order of messages per channel
+    /// on every node. Without them, the default, each node's channels are its own.
+    var channels: (any ChannelEngine)? { get }
+}
+
+extension SessionCluster {
+    /// No channels: each node's channels are its own.
+    public var channels: (any ChannelEngine)? { nil }
 }
 
 /// What a node gets for claiming a client: its mailbox, and the claim's place in the order
@@ -186,6 +196,34 @@ public final class ClusterNode: Sendable {
     /// - Parameter frame: The frame.
     public func broadcastLocally(_ frame: Frame) {
         hub.broadcastLocally(frame)
+    }
+
+    /// A message stored in a channel (``ChannelEngine``), with its content: written to the
+    /// channel's subscribers here if it is the next of the channel's offsets; otherwise
+    /// what comes before it is read from the engine first, and a message written already is
+    /// skipped. A channel nobody here subscribes to is left alone.
+    ///
+    /// - Parameter record: The stored message.
+    public func published(_ record: ChannelRecord) {
+        hub.channels?.received(record)
+    }
+
+    /// Messages were stored in `channel` up to `offset`: if this node keeps the channel,
+    /// what it does not have through `offset` is read from the engine and written.
+    ///
+    /// - Parameters:
+    ///   - channel: The channel.
+    ///   - epoch: The channel's epoch.
+    ///   - offset: The highest offset stored.
+    public func published(channel: String, epoch: String, through offset: UInt64) {
+        hub.channels?.received(channel: channel, epoch: epoch, through: offset)
+    }
+
+    /// Notices of channel messages may have been lost (the engine lost its connection to
+    /// its broker): every channel this node keeps is read from the engine again past the
+    /// latest offset it has.
+    public func channelsMayHaveMissed() {
+        hub.channels?.refreshAll()
     }
 
     /// Closes the connection of every client this node holds, with `reason`, so they come

@@ -23,7 +23,8 @@ final class RunningNode: Sendable {
     static func start(
         _ name: String,
         url: String,
-        _ change: (inout PostgresClusterConfiguration) -> Void = { _ in }
+        _ change: (inout PostgresClusterConfiguration) -> Void = { _ in },
+        server changeServer: (inout ServerConfiguration) -> Void = { _ in }
     ) async throws -> RunningNode {
         var configuration = PostgresClusterConfiguration(url: url, node: name)
         configuration.database.connectTimeout = .seconds(5)
@@ -32,6 +33,7 @@ final class RunningNode: Sendable {
         var serverConfiguration = ServerConfiguration(host: "127.0.0.1", port: 0)
         serverConfiguration.handshakeTimeout = nil   // not timed here; a busy machine may be slow to send the first frame
         serverConfiguration.mailboxes = .postgres(cluster)
+        changeServer(&serverConfiguration)
         let server = Server(configuration: serverConfiguration)
         echoHandlers(server)
         let running = Task { try await server.run() }
@@ -58,6 +60,7 @@ func withPostgresNodes<T: Sendable>(
     _ count: Int,
     url: String? = nil,
     _ change: @escaping @Sendable (inout PostgresClusterConfiguration) -> Void = { _ in },
+    server changeServer: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
     _ body: ([RunningNode], String) async throws -> T
 ) async throws -> T {
     let database: String
@@ -65,7 +68,7 @@ func withPostgresNodes<T: Sendable>(
     var nodes: [RunningNode] = []
     do {
         for number in 1...count {
-            nodes.append(try await RunningNode.start("n\(number)", url: database, change))
+            nodes.append(try await RunningNode.start("n\(number)", url: database, change, server: changeServer))
         }
         let result = try await body(nodes, database)
         for node in nodes { await node.stop() }
