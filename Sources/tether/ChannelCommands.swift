@@ -1,4 +1,5 @@
 import Tether
+import TetherPostgres
 
 /// `tether subscribe`: print a channel's messages as JSON lines, across reconnects.
 struct SubscribeCommand: Command {
@@ -137,7 +138,7 @@ struct PublishCommand: Command {
     static let name = "publish"
     static let summary = "publish to a channel of a server, and print each message's offset"
     static let synopsis = """
-        tether publish HOST:PORT CHANNEL (--json JSON | --text TEXT) [--count N] [--ttl SECONDS]
+        tether publish (HOST:PORT | --postgres URL) CHANNEL (--json JSON | --text TEXT) [--count N] [--ttl SECONDS]
         """
     static let help = """
         Publishes a message to a channel of the server (`tether serve` lets every client
@@ -147,6 +148,10 @@ struct PublishCommand: Command {
           1
           2
 
+        With --postgres instead of HOST:PORT it publishes to the channel of a cluster
+        (`tether serve --postgres URL`) as a backend does, holding no connection to a node:
+        the message reaches the channel's subscribers on every node.
+
         Every subscriber of the channel gets it (`tether subscribe`), and the channel's
         history keeps it for those that come back.
 
@@ -154,6 +159,7 @@ struct PublishCommand: Command {
         (it lets no client publish there, a bound).
 
         options:
+          --postgres URL      publish to the cluster on this database, as a backend
           --json JSON         the content, checked to be JSON
           --text TEXT         the content as it is, UTF-8
           --count N           publish N times, each with the same content (default 1)
@@ -162,15 +168,26 @@ struct PublishCommand: Command {
           -h, --help          show this help
         """
 
-    var endpoint: Endpoint
+    /// The server, or the cluster's database.
+    enum Target {
+        case server(Endpoint)
+        case cluster(PostgresOptions)
+    }
+
+    var target: Target
     var channel: String
     var payload: [UInt8]
     var count = 1
     var timeToLive: Duration?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
-        endpoint = try Parse.endpoint(try arguments.positional("HOST:PORT"))
+        if let database = try PostgresOptions.parse(&arguments, nodes: false) {
+            target = .cluster(database)
+        } else {
+            target = .server(try Parse.endpoint(try arguments.positional("HOST:PORT")))
+        }
         channel = try arguments.positional("CHANNEL")
+        if let problem = ChannelConfiguration.problem(withName: channel) { throw ArgumentError(problem) }
         if let ttl = try arguments.option("--ttl") { timeToLive = try Parse.seconds(ttl, option: "--ttl") }
         guard let content = try Parse.content(json: try arguments.option("--json"), text: try arguments.option("--text")) else {
             throw ArgumentError("missing the content: give --json JSON or --text TEXT")
@@ -185,6 +202,13 @@ struct PublishCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
+        let endpoint: Endpoint
+        switch target {
+        case .server(let server):
+            endpoint = server
+        case .cluster(let database):
+            return try await publish(to: database)
+        }
         var configuration = ConnectionConfiguration()
         configuration.heartbeat = .disabled
         configuration.reconnect.appliesToFirstConnect = false
@@ -198,6 +222,28 @@ struct PublishCommand: Command {
             throw error
         }
         await connection.close()
+        return .success
+    }
+}
+
+extension PublishCommand {
+    /// Publishes through the cluster's database, as a backend.
+    private func publish(to database: PostgresOptions) async throws -> ExitStatus {
+        let publisher: PostgresPublisher
+        do {
+            publisher = try await PostgresPublisher(url: database.url)
+        } catch {
+            throw error.onOneLine
+        }
+        do {
+            for _ in 0..<count {
+                Console.out(String(try await publisher.publish(payload, to: channel, timeToLive: timeToLive)))
+            }
+        } catch {
+            await publisher.close()
+            throw error.onOneLine
+        }
+        await publisher.close()
         return .success
     }
 }

@@ -139,6 +139,49 @@ struct CLIClusterTests {
         await publisher.close()
     }
 
+    @Test("channels across three serve --postgres processes: subscribers on the third, which is killed with SIGKILL mid-stream, come back on another node and get every message of tether publish --postgres and a backend once, in order; tether subscribe on the first gets them too")
+    func channelNodeKilled() async throws {
+        let url = try await PostgresFixture.freshDatabase()
+        var nodes: [ChildProcess] = []
+        var endpoints: [Endpoint] = []
+        defer { for node in nodes { node.kill() } }
+        for name in ["n1", "n2", "n3"] {
+            let (process, endpoint, _) = try await clusterServe(url, ["--node", name])
+            nodes.append(process)
+            endpoints.append(endpoint)
+        }
+        let cli = try tether(["subscribe", "\(endpoints[0].host):\(endpoints[0].port)", "room", "--count", "60", "--from", "0"])
+        defer { cli.kill() }
+        var subscriptions: [ChannelSubscription] = []
+        var clients: [Connection] = []
+        for number in 0..<5 {
+            let client = try await clusterClient("member-\(number)", endpoints[2], alternates: [endpoints[0], endpoints[1]])
+            clients.append(client)
+            subscriptions.append(try await client.subscribe(to: "room"))
+        }
+        let published = try await runTether(["publish", "--postgres", url, "room", "--text", "m0", "--count", "1"])
+        #expect(published.status == 0, "\(published.output)")
+        #expect(published.output.split(separator: "\n").last == "1", "\(published.output)")
+        let publisher = try await PostgresPublisher(url: url)
+        for n in 1..<30 { try await publisher.publish(Array("m\(n)".utf8), to: "room") }
+        // n3 dies as in a crash, with messages on their way; more are published while its
+        // subscribers have no node, and after they are back.
+        nodes[2].kill()
+        for n in 30..<60 { try await publisher.publish(Array("m\(n)".utf8), to: "room") }
+        let expected = (0..<60).map { "m\($0)" }
+        for subscription in subscriptions {
+            let events = try await TetherTesting.collect(60, from: subscription, within: .seconds(60))
+            let texts = events.compactMap { if case .message(let message) = $0 { String(decoding: message.payload, as: UTF8.self) } else { nil } }
+            #expect(texts == expected)
+        }
+        #expect(try await cli.waitForExit(within: .seconds(60)) == 0, "\(cli.outputText)")
+        let lines = cli.outputText.split(separator: "\n").filter { $0.hasPrefix("{") }
+        #expect(lines.count == 60, "\(cli.outputText)")
+        #expect(lines.first?.contains("\"offset\":1,") == true && lines.first?.contains("\"text\":\"m0\"") == true, "\(cli.outputText)")
+        for client in clients { await client.close() }
+        await publisher.close()
+    }
+
     @Test("serve --postgres logs when its database stops answering and when it answers again; past the grace it closes its clients, which come back, and pushes reach them")
     func databaseRestarted() async throws {
         let instance = try await PostgresInstance.start()
