@@ -14,10 +14,13 @@ final class PostgresChannels: ChannelEngine {
     let routed: PostgresRoutedStore
     /// Messages whose notice would pass this many bytes are read from the table instead.
     let inlineLimit: Int
+    /// A node not seen for this long counts as gone: its members are not listed.
+    let nodeTimeout: Duration
 
-    init(routed: PostgresRoutedStore, inlineLimit: Int) {
+    init(routed: PostgresRoutedStore, inlineLimit: Int, nodeTimeout: Duration = .seconds(15)) {
         self.routed = routed
         self.inlineLimit = inlineLimit
+        self.nodeTimeout = nodeTimeout
     }
 
     /// Gives the message the channel's next offset, stores it, drops what `retention` no

@@ -140,7 +140,7 @@ public final class PostgresCluster: SessionCluster {
             throw error
         }
         routed = PostgresRoutedStore(mailboxes: mailboxes, origin: configuration.node, inlineLimit: configuration.inlineNoticeBytes)
-        channelEngine = PostgresChannels(routed: routed, inlineLimit: configuration.inlineNoticeBytes)
+        channelEngine = PostgresChannels(routed: routed, inlineLimit: configuration.inlineNoticeBytes, nodeTimeout: configuration.nodeTimeout)
     }
 
     /// Connects to the database at `url` as node `node`, with the defaults.
@@ -221,6 +221,7 @@ public final class PostgresCluster: SessionCluster {
                 ON CONFLICT (name) DO UPDATE SET joined_at = now(), last_seen = now()
                 """, [.text(name)])
             try session.execute(PostgresRoutedStore.releaseAllOfNode, [.text(name)])
+            try PostgresChannels.dropMembers(ofNode: name, in: session)
         }
         let listener = PostgresListener(
             configuration: configuration.database,
@@ -296,6 +297,7 @@ public final class PostgresCluster: SessionCluster {
         let name = nodeName
         try? await routed.transaction("node \(name) leaving") { session in
             try session.execute(PostgresRoutedStore.releaseAllOfNode, [.text(name)])
+            try PostgresChannels.dropMembers(ofNode: name, in: session)
             try session.execute("DELETE FROM tether_nodes WHERE name = $1", [.text(name)])
         }
     }
@@ -398,6 +400,9 @@ public final class PostgresCluster: SessionCluster {
             node.published(record)
         case .channelStored(let channel, let epoch, let through):
             node.published(channel: channel, epoch: epoch, through: through)
+        case .presence(let origin, let change):
+            guard origin != nodeName else { return }
+            node.presenceChanged(change)
         }
     }
 

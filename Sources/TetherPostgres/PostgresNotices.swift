@@ -15,7 +15,10 @@ internal import Tether
 ///   included (`EXPIRES_AT` is `-` for none; channel and content in base64), on the channels'
 ///   channel;
 /// - `C EPOCH OFFSET CHANNEL` — a channel's messages stored through `OFFSET`, to read from
-///   `tether_channel_messages`.
+///   `tether_channel_messages`;
+/// - `j ORIGIN CHANNEL CONNECTION CLIENT INFO` and `l ORIGIN CHANNEL CONNECTION CLIENT INFO`
+///   — a member joined or left a channel on node `ORIGIN` (all but `ORIGIN` in base64;
+///   `-` for no client id or info).
 enum PostgresNotice: Equatable {
     case push(MailboxMessage)
     case wake(clientID: String, through: UInt64)
@@ -24,6 +27,7 @@ enum PostgresNotice: Equatable {
     case storedBroadcast(origin: String, id: Int64)
     case channelMessage(ChannelRecord)
     case channelStored(channel: String, epoch: String, through: UInt64)
+    case presence(origin: String, ChannelPresenceChange)
 
     /// The most bytes a notice may have: PostgreSQL refuses payloads of 8,000 bytes and more.
     static let maximumLength = 7_999
@@ -66,6 +70,11 @@ enum PostgresNotice: Equatable {
             return "c \(record.epoch) \(record.offset) \(record.storedAt.millisecondsSince1970) \(expires) \(Self.encode(Array(record.channel.utf8))) \(Self.encode(record.content))"
         case .channelStored(let channel, let epoch, let through):
             return "C \(epoch) \(through) \(Self.encode(Array(channel.utf8)))"
+        case .presence(let origin, let change):
+            let member = change.member
+            let client = member.clientID.map { Self.encode(Array($0.utf8)) } ?? "-"
+            let info = member.info.map { Self.encode($0.encoded) } ?? "-"
+            return "\(change.joined ? "j" : "l") \(origin) \(Self.encode(Array(change.channel.utf8))) \(Self.encode(Array(member.connection.utf8))) \(client) \(info)"
         }
     }
 
@@ -124,6 +133,20 @@ enum PostgresNotice: Equatable {
                 expiresAt: expiresAt,
                 content: content
             ))
+        case ("j", 6), ("l", 6):
+            guard let channel = Self.decode(fields[2]), let connection = Self.decode(fields[3]) else { return nil }
+            var clientID: String?
+            if fields[4] != "-" {
+                guard let client = Self.decode(fields[4]) else { return nil }
+                clientID = String(decoding: client, as: UTF8.self)
+            }
+            var info: JSONValue?
+            if fields[5] != "-" {
+                guard let bytes = Self.decode(fields[5]), let json = try? JSONValue(parsing: bytes) else { return nil }
+                info = json
+            }
+            let member = ChannelMember(connection: String(decoding: connection, as: UTF8.self), clientID: clientID, info: info)
+            self = .presence(origin: fields[1], ChannelPresenceChange(channel: String(decoding: channel, as: UTF8.self), member: member, joined: kind == "j"))
         case ("C", 4):
             guard let through = UInt64(fields[2]), let name = Self.decode(fields[3]) else { return nil }
             self = .channelStored(channel: String(decoding: name, as: UTF8.self), epoch: fields[1], through: through)

@@ -2,7 +2,8 @@ import CPostgres
 internal import Tether
 
 /// The tables the nodes of a cluster share beyond the mailboxes: who is a node, the
-/// broadcasts too large for a notice, and the channels with their kept messages. Every
+/// broadcasts too large for a notice, the channels with their kept messages, and who is
+/// subscribed to each channel on which node. Every
 /// channel made in the database takes the database's channel epoch (`tether_meta`), which
 /// changes only with a new database: a channel's offsets never begin again otherwise.
 private let clusterSchema = """
@@ -32,6 +33,15 @@ private let clusterSchema = """
         content bytea NOT NULL,
         PRIMARY KEY (channel, "offset")
     );
+    CREATE TABLE IF NOT EXISTS tether_channel_members (
+        channel text COLLATE "C" NOT NULL,
+        connection text COLLATE "C" NOT NULL,
+        node text NOT NULL,
+        client_id text COLLATE "C" NULL,
+        info text NULL,
+        PRIMARY KEY (channel, connection)
+    );
+    CREATE INDEX IF NOT EXISTS tether_channel_members_node ON tether_channel_members (node);
     INSERT INTO tether_meta (key, value) VALUES ('channel_epoch', md5(random()::text || clock_timestamp()::text)) ON CONFLICT (key) DO NOTHING;
     """
 

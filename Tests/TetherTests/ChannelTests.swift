@@ -312,13 +312,13 @@ struct ChannelTests {
             }
             #expect(joined.info == ["name": "Bob"])
             #expect(joined.clientID == nil)
-            let listed = server.presence(of: "room")
+            let listed = try await server.presence(of: "room")
             #expect(listed.count == 2)
             #expect(listed.members.count == 1)
             let asked = try await bob.presence(of: "room")
             #expect(asked.count == 2)
             #expect(asked.members.count == 1)
-            #expect(server.presence(of: "nowhere").count == 0)
+            #expect(try await server.presence(of: "nowhere").count == 0)
 
             await bob.close()
             guard case .left(let left)? = try await events(1, of: room).first else {
@@ -326,7 +326,7 @@ struct ChannelTests {
                 return
             }
             #expect(left == joined)
-            #expect(server.presence(of: "room").count == 1)
+            #expect(try await server.presence(of: "room").count == 1)
 
             let large = JSONValue.string(String(repeating: "x", count: 2_000))
             let refused = await #expect(throws: TetherError.self) { try await alice.subscribe(to: "other", info: large) }

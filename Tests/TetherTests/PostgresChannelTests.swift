@@ -230,6 +230,69 @@ struct PostgresChannelTests {
     }
 }
 
+extension PostgresChannelTests {
+    @Test("presence across two nodes: joins on one node reach watchers on the other, both nodes list every member with its client id and info, a leave and a node that stops are told")
+    func presence() async throws {
+        try await withPostgresNodes(2, server: withChannels()) { nodes, _ in
+            // A watcher on n2, then alice on n1: the watcher hears alice join once her join
+            // is recorded.
+            let watcherConnection = try await Connection.connect(to: nodes[1].endpoint, configuration: testConfiguration())
+            let watcher = try await watcherConnection.subscribe(to: "room", presenceEvents: true)
+            let alice = try await clusterClient("alice", nodes[0].endpoint)
+            let aliceRoom = try await alice.subscribe(to: "room", info: ["name": "Alice"], presenceEvents: true)
+            let heard = try await collect(1, from: watcher, "alice's join on n2")
+            guard case .joined(let joined) = heard[0] else {
+                Issue.record("expected alice's join, got \(heard)")
+                return
+            }
+            #expect(joined.clientID == "alice")
+            #expect(joined.info == ["name": "Alice"])
+            #expect(joined.connection.hasPrefix("n1/"), "\(joined.connection)")
+            // Bob on n2: alice, on n1, hears him; by then every join is recorded (each node
+            // records its own in order).
+            let bob = try await clusterClient("bob", nodes[1].endpoint)
+            let bobRoom = try await bob.subscribe(to: "room", info: ["name": "Bob"])
+            let bobJoined = try await collect(1, from: aliceRoom, "bob's join on n1")
+            guard case .joined(let member) = bobJoined[0] else {
+                Issue.record("expected bob's join, got \(bobJoined)")
+                return
+            }
+            #expect(member.clientID == "bob")
+            for node in nodes {
+                let here = try await node.server.presence(of: "room")
+                #expect(here.count == 3, "\(node.name): \(here)")
+                #expect(here.members.map(\.clientID) == [nil, "alice", "bob"], "\(node.name): \(here)")
+            }
+            let asked = try await alice.presence(of: "room")
+            #expect(asked.count == 3)
+            #expect(asked.members.first { $0.clientID == "bob" }?.info == ["name": "Bob"])
+
+            _ = bobRoom
+            await bob.close()
+            let bobLeft = try await collect(1, from: aliceRoom, "bob's leave on n1")
+            guard case .left(let gone) = bobLeft[0] else {
+                Issue.record("expected bob's leave, got \(bobLeft)")
+                return
+            }
+            #expect(gone.clientID == "bob")
+            #expect(try await nodes[0].server.presence(of: "room").count == 2)
+            // n2 stops with the watcher on it: alice hears the watcher leave.
+            await watcherConnection.close()
+            await nodes[1].stop()
+            let watcherLeft = try await collect(1, from: aliceRoom, "the watcher's leave on n1")
+            guard case .left(let other) = watcherLeft[0] else {
+                Issue.record("expected the watcher's leave, got \(watcherLeft)")
+                return
+            }
+            #expect(other.connection.hasPrefix("n2/"))
+            let left = try await nodes[0].server.presence(of: "room")
+            #expect(left.count == 1)
+            #expect(left.members.map(\.clientID) == ["alice"])
+            await alice.close()
+        }
+    }
+}
+
 /// The first message of `subscription` after `action` runs.
 private func firstMessage(of subscription: ChannelSubscription, after action: () async throws -> Void) async throws -> ChannelMessage? {
     try await action()

@@ -266,11 +266,16 @@ struct PostgresNoticeTests {
             .takeover(clientID: "c", generation: 7, node: "gw-2"),
             .broadcast(origin: "n1", type: 3, payload: Array("hello".utf8)),
             .storedBroadcast(origin: "n2", id: 12),
+            .channelMessage(ChannelRecord(channel: "room/42", epoch: "e1", offset: 5, storedAt: MailboxTime(millisecondsSince1970: 1_700_000_000_000), expiresAt: nil, content: [1, 2])),
+            .channelMessage(ChannelRecord(channel: "r", epoch: "e1", offset: 6, storedAt: MailboxTime(millisecondsSince1970: 1), expiresAt: MailboxTime(millisecondsSince1970: 2), content: [])),
+            .channelStored(channel: "room/42", epoch: "e1", through: 99),
+            .presence(origin: "n1", ChannelPresenceChange(channel: "room", member: ChannelMember(connection: "n1/peer#3", clientID: "a b", info: ["name": "A"]), joined: true)),
+            .presence(origin: "n2", ChannelPresenceChange(channel: "room", member: ChannelMember(connection: "n2/peer#4", clientID: nil, info: nil), joined: false)),
         ]
         for notice in notices {
             #expect(PostgresNotice(notice.text) == notice)
         }
-        for bad in ["", "p 1 2", "w x eA==", "t 1 !!! n", "q 1 2 3", "p 1 2 3 eA== eA== extra", "b n1 notanumber eA=="] {
+        for bad in ["", "p 1 2", "w x eA==", "t 1 !!! n", "q 1 2 3", "p 1 2 3 eA== eA== extra", "b n1 notanumber eA==", "c e1 x 1 - cg== AQ==", "c e1 1 1 soon cg== AQ==", "C e1 1", "j n1 cg== eA== - !!!"] {
             #expect(PostgresNotice(bad) == nil, "\(bad)")
         }
     }

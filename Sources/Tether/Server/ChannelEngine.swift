@@ -12,6 +12,10 @@
 ///   messages: a node reads it when a channel it did not keep gets a subscriber here, and
 ///   when the offsets it was told of have a gap.
 ///
+/// - ``presenceChanged(_:)`` records who joined and left channels on this node, and tells
+///   the other nodes (``ClusterNode/presenceChanged(_:)``); ``presence(of:limit:)`` lists
+///   the members on every live node.
+///
 /// As with pushes, the engine's history is the truth and a notice is a hint: a node writes a
 /// channel's messages in offset order, reads what it was not handed, and writes none twice.
 /// An engine that may have missed notices (it lost its connection to its broker) calls
@@ -40,6 +44,46 @@ public protocol ChannelEngine: Sendable {
     /// - Returns: The channel and its messages.
     /// - Throws: When the engine cannot be read.
     func history(of channel: String, after offset: UInt64, limit: Int) async throws -> ChannelHistory
+
+    /// Records that members joined or left channels on this node, and tells every other
+    /// node. Changes of one member of one channel come in the order they happened; a node
+    /// may leave out a join that a leave of the same member followed before it called.
+    ///
+    /// - Parameter changes: The changes.
+    /// - Throws: When they could not be recorded; the node calls again with them.
+    func presenceChanged(_ changes: [ChannelPresenceChange]) async throws
+
+    /// Who is subscribed to `channel` on every node that is alive: how many, and the first
+    /// `limit` ordered by client id, then connection.
+    ///
+    /// - Parameters:
+    ///   - channel: The channel's name.
+    ///   - limit: The most members listed.
+    /// - Returns: The channel's presence.
+    /// - Throws: When the engine cannot be read.
+    func presence(of channel: String, limit: Int) async throws -> ChannelPresence
+}
+
+/// A member that joined or left a channel.
+public struct ChannelPresenceChange: Sendable, Hashable {
+    /// The channel.
+    public var channel: String
+    /// The member, with the info it gave when it joined.
+    public var member: ChannelMember
+    /// Whether it joined; `false` when it left.
+    public var joined: Bool
+
+    /// A change.
+    ///
+    /// - Parameters:
+    ///   - channel: The channel.
+    ///   - member: The member.
+    ///   - joined: Whether it joined.
+    public init(channel: String, member: ChannelMember, joined: Bool) {
+        self.channel = channel
+        self.member = member
+        self.joined = joined
+    }
 }
 
 /// A message of a channel as an engine stores it.

@@ -43,6 +43,15 @@ final class ChannelHub: Sendable {
         /// The channels each peer is subscribed to.
         var memberships: [PeerID: Set<String>] = [:]
         var historyBytes = 0
+        /// In a cluster: the joins and leaves not yet told to the engine, the latest of
+        /// each member of each channel, and whether a task is telling it.
+        var pendingPresence: [PresenceKey: ChannelPresenceChange] = [:]
+        var presenceFlushing = false
+    }
+
+    struct PresenceKey: Hashable {
+        var channel: String
+        var peer: PeerID
     }
 
     /// What a subscription comes to: the answer and the history to write after it.
@@ -59,11 +68,14 @@ final class ChannelHub: Sendable {
     /// The cluster's channels, when the server is a node of a cluster that has them: it
     /// numbers the messages, and this hub keeps what it is told of.
     let engine: (any ChannelEngine)?
+    /// The node's name in the cluster, which the names of its members' connections begin with.
+    let nodeName: String?
 
-    init(configuration: ChannelConfiguration, codec: any FrameCodec, engine: (any ChannelEngine)? = nil) {
+    init(configuration: ChannelConfiguration, codec: any FrameCodec, engine: (any ChannelEngine)? = nil, nodeName: String? = nil) {
         self.configuration = configuration
         self.codec = Lock(codec)
         self.engine = engine
+        self.nodeName = engine == nil ? nil : nodeName
     }
 
     /// What the engine keeps of each channel: what this hub keeps.
@@ -104,9 +116,11 @@ final class ChannelHub: Sendable {
             state.memberships[peer.id, default: []].insert(request.channel)
             if request.presence == true { topic.watchers.insert(peer.id) } else { topic.watchers.remove(peer.id) }
             if !already {
-                let member = ChannelWire.Member(connection: peer.id.description, clientID: clientID, info: request.info)
+                let connection = nodeName.map { "\($0)/\(peer.id)" } ?? peer.id.description
+                let member = ChannelWire.Member(connection: connection, clientID: clientID, info: request.info)
                 topic.members[peer.id] = member
                 sendPresence(ChannelWire.PresenceChange(joined: member), in: request.channel, of: topic, except: peer.id)
+                tellEngine(ChannelPresenceChange(channel: request.channel, member: ChannelMember(member), joined: true), of: peer.id, in: &state)
             }
             let answer = Self.start(of: request, in: topic)
             let backlog = topic.history.filter { $0.offset > answer.after }
@@ -156,13 +170,78 @@ final class ChannelHub: Sendable {
         topic.watchers.remove(peer)
         if let member = topic.members.removeValue(forKey: peer) {
             sendPresence(ChannelWire.PresenceChange(left: member), in: channel, of: topic, except: peer)
+            tellEngine(ChannelPresenceChange(channel: channel, member: ChannelMember(member), joined: false), of: peer, in: &state)
         }
         state.topics[channel] = topic
     }
 
+    /// In a cluster: queues a join or leave for the engine, replacing the one of the same
+    /// member of the channel not yet told; called with the lock held. One task tells the
+    /// engine, in batches, while there are changes.
+    private func tellEngine(_ change: ChannelPresenceChange, of peer: PeerID, in state: inout State) {
+        guard engine != nil else { return }
+        state.pendingPresence[PresenceKey(channel: change.channel, peer: peer)] = change
+        guard !state.presenceFlushing else { return }
+        state.presenceFlushing = true
+        Task { await flushPresence() }
+    }
+
+    private func flushPresence() async {
+        guard let engine else { return }
+        var failures = 0
+        while true {
+            let batch = state.withLock { state -> [PresenceKey: ChannelPresenceChange]? in
+                guard !state.pendingPresence.isEmpty else {
+                    state.presenceFlushing = false
+                    return nil
+                }
+                defer { state.pendingPresence.removeAll() }
+                return state.pendingPresence
+            }
+            guard let batch else { return }
+            do {
+                try await engine.presenceChanged(Array(batch.values))
+                failures = 0
+            } catch {
+                failures += 1
+                // What no newer change replaced is told again, a few times: past that the
+                // engine's view of this node waits for the node to join again.
+                state.withLock { state in
+                    guard failures < 10 else { return }
+                    for (key, change) in batch where state.pendingPresence[key] == nil { state.pendingPresence[key] = change }
+                }
+                try? await Task.sleep(for: .milliseconds(50 << min(failures, 6)))
+            }
+        }
+    }
+
+    /// A join or leave on another node: to the channel's watchers here.
+    func remotePresence(_ change: ChannelPresenceChange) {
+        let member = ChannelWire.Member(connection: change.member.connection, clientID: change.member.clientID, info: change.member.info)
+        state.withLock { state in
+            guard let topic = state.topics[change.channel] else { return }
+            let event = change.joined ? ChannelWire.PresenceChange(joined: member) : ChannelWire.PresenceChange(left: member)
+            sendPresence(event, in: change.channel, of: topic, except: nil)
+        }
+    }
+
     /// Who is subscribed to `channel`: every one counted, the first
     /// ``ChannelConfiguration/maximumPresenceMembers`` listed.
-    func presence(of channel: String) -> ChannelWire.Presence {
+    func presence(of channel: String) async throws(TetherError) -> ChannelWire.Presence {
+        guard let engine else { return localPresence(of: channel) }
+        do {
+            let presence = try await engine.presence(of: channel, limit: configuration.maximumPresenceMembers)
+            return ChannelWire.Presence(channel: channel, count: presence.count, members: presence.members.map {
+                ChannelWire.Member(connection: $0.connection, clientID: $0.clientID, info: $0.info)
+            })
+        } catch {
+            let reason = (error as? TetherError)?.message ?? String(describing: error)
+            throw TetherError(code: .storeFailed, message: "channel \(channel): its presence could not be read: \(reason)", underlying: error as? TetherError)
+        }
+    }
+
+    /// Who is subscribed to `channel` on this server.
+    func localPresence(of channel: String) -> ChannelWire.Presence {
         state.withLock { state in
             let members = state.topics[channel]?.members.values.sorted {
                 ($0.clientID ?? "", $0.connection) < ($1.clientID ?? "", $1.connection)
@@ -174,8 +253,8 @@ final class ChannelHub: Sendable {
     /// Queues a join or leave event for the channel's watchers but `peer`; called with the
     /// lock held, so the events of a channel keep their order. Events are not kept: a
     /// watcher whose outbound bound is full misses it.
-    private func sendPresence(_ change: ChannelWire.PresenceChange, in channel: String, of topic: Topic, except peer: PeerID) {
-        let watchers = topic.watchers.subtracting([peer]).compactMap { topic.subscribers[$0] }
+    private func sendPresence(_ change: ChannelWire.PresenceChange, in channel: String, of topic: Topic, except peer: PeerID?) {
+        let watchers = topic.watchers.filter { $0 != peer }.compactMap { topic.subscribers[$0] }
         guard !watchers.isEmpty else { return }
         let frame = Frame(type: configuration.wireTypes.message, payload: ChannelWire.envelope(channel: channel, offset: 0, content: SessionWire.encode(change), presence: true))
         var buffer = FrameBuffer()

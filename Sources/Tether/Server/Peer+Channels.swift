@@ -43,7 +43,18 @@ extension Peer {
                 respond(.error("malformed presence request: expected {\"channel\": …}"), to: frame)
                 return true
             }
-            respond(Response(payload: SessionWire.encode(channels.presence(of: request.channel))), to: frame)
+            guard channels.engine != nil else {
+                respond(Response(payload: SessionWire.encode(channels.localPresence(of: request.channel))), to: frame)
+                return true
+            }
+            // In a cluster the engine knows every node's members: on a task.
+            authorizing(frame, request.channel, "presence request", with: nil) { peer in
+                do throws(TetherError) {
+                    peer.respond(Response(payload: SessionWire.encode(try await channels.presence(of: request.channel))), to: frame)
+                } catch {
+                    peer.respond(.error(error.message), to: frame)
+                }
+            }
             return true
         }
         if frame.type == types.unsubscribe {

@@ -62,10 +62,15 @@ extension Server {
     /// ``ChannelConfiguration/maximumPresenceMembers`` of them with their client ids and the
     /// info they gave (``Connection/subscribe(to:from:info:presenceEvents:)``).
     ///
+    /// On a node of a cluster whose engine has channels, the members are those of every
+    /// live node, as the engine last heard of them.
+    ///
     /// - Parameter channel: The channel's name.
     /// - Returns: The channel's presence; no one for a channel that does not exist, or on a
     ///   server without channels.
-    public func presence(of channel: String) -> ChannelPresence {
-        ChannelPresence(channelHub?.presence(of: channel) ?? ChannelWire.Presence(channel: channel, count: 0, members: []))
+    /// - Throws: ``TetherError/Code/storeFailed`` when the cluster's engine cannot be read.
+    public func presence(of channel: String) async throws(TetherError) -> ChannelPresence {
+        guard let channelHub else { return ChannelPresence(channel: channel, count: 0, members: []) }
+        return ChannelPresence(try await channelHub.presence(of: channel))
     }
 }

@@ -93,7 +93,7 @@ public final class Server: Sendable {
         eventFeed = Broadcaster(bufferSize: max(configuration.limits.subscriberBufferSize, 1024), tap: Self.eventTap(configuration.observer))
         let manualClock = configuration.eventLoopGroup.manualClock
         let channelHub = configuration.channels.map {
-            ChannelHub(configuration: $0, codec: configuration.profile.makeCodec(configuration.limits.maximumPayloadLength), engine: configuration.mailboxes?.cluster?.channels)
+            ChannelHub(configuration: $0, codec: configuration.profile.makeCodec(configuration.limits.maximumPayloadLength), engine: configuration.mailboxes?.cluster?.channels, nodeName: configuration.mailboxes?.cluster?.nodeName)
         }
         self.channelHub = channelHub
         let hub = configuration.mailboxes.map { mailboxes -> MailboxHub in

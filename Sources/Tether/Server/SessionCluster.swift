@@ -219,6 +219,14 @@ public final class ClusterNode: Sendable {
         hub.channels?.received(channel: channel, epoch: epoch, through: offset)
     }
 
+    /// A member joined or left a channel on another node: the channel's subscribers here
+    /// that take presence events get it.
+    ///
+    /// - Parameter change: The change.
+    public func presenceChanged(_ change: ChannelPresenceChange) {
+        hub.channels?.remotePresence(change)
+    }
+
     /// Notices of channel messages may have been lost (the engine lost its connection to
     /// its broker): every channel this node keeps is read from the engine again past the
     /// latest offset it has.

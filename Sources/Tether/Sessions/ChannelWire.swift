@@ -23,12 +23,25 @@ public struct ChannelWireTypes: Sendable, Hashable {
 /// A subscriber of a channel, as presence lists it.
 public struct ChannelMember: Sendable, Hashable {
     /// The server's name for the subscriber's connection (`peer#12`): unique among the
-    /// members of one server.
+    /// members of one server; on a node of a cluster, the node's name comes first
+    /// (`gw-1/peer#12`), so it is unique in the cluster.
     public var connection: String
     /// The client id of the subscriber's session, when it identified.
     public var clientID: String?
     /// What the subscriber told about itself when it subscribed.
     public var info: JSONValue?
+
+    /// A member.
+    ///
+    /// - Parameters:
+    ///   - connection: The name of the subscriber's connection.
+    ///   - clientID: The client id of its session.
+    ///   - info: What it told about itself.
+    public init(connection: String, clientID: String?, info: JSONValue?) {
+        self.connection = connection
+        self.clientID = clientID
+        self.info = info
+    }
 
     init(_ member: ChannelWire.Member) {
         connection = member.connection
@@ -46,6 +59,18 @@ public struct ChannelPresence: Sendable, Hashable {
     /// The subscribers, up to ``ChannelConfiguration/maximumPresenceMembers``, ordered by
     /// client id, then connection.
     public var members: [ChannelMember]
+
+    /// A presence.
+    ///
+    /// - Parameters:
+    ///   - channel: The channel's name.
+    ///   - count: How many subscribers it has.
+    ///   - members: Those listed.
+    public init(channel: String, count: Int, members: [ChannelMember]) {
+        self.channel = channel
+        self.count = count
+        self.members = members
+    }
 
     init(_ presence: ChannelWire.Presence) {
         channel = presence.channel
