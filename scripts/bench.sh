@@ -404,7 +404,9 @@ run_allocations() {
 # publisher with no connection), and plain broadcast. Every PostgreSQL run gets a fresh
 # database. The in-memory pushes are fast enough to take more rounds for a measurable time.
 # Beside them, the same fan-out through channels: 1,000 clients on one channel, and on 100
-# channels of 10, each message published once per channel (server.publish(_:to:)).
+# channels of 10, each message published once per channel (server.publish(_:to:)); with
+# PostgreSQL, the same on a cluster of three nodes whose channels are on the database
+# (channel3: clients spread over the nodes, channels published through them in turn).
 session_runs="replay:sqlite replay:memory push:sqlite push:memory push:broadcast channel:1 channel:100"
 
 run_sessions() { # rep
@@ -417,6 +419,11 @@ run_sessions() { # rep
         elif [[ $kind == channel ]]; then
             args="--clients 1000 --channels $store --rounds 400 --warmup 5"
             expected="channel"
+        elif [[ $kind == channel3 ]]; then
+            fresh_database
+            args="--clients 1000 --channels $store --rounds 30 --warmup 3 --store postgres --postgres $database --nodes 3"
+            expected="channel"
+            kind=channel store="postgres-3-ch$store"
         else
             case "$store" in
                 memory) rounds=400 ;;
@@ -430,6 +437,7 @@ run_sessions() { # rep
             postgres) fresh_database; args+=" --store postgres --postgres $database" ;;
             postgres-3) fresh_database; args+=" --store postgres --postgres $database --nodes 3" ;;
             postgres-3-pub) fresh_database; args+=" --store postgres --postgres $database --nodes 3 --from publisher" ;;
+            postgres-3-ch*) ;;
             *) [[ $kind == channel ]] || args+=" --store $store" ;;
         esac
         # shellcheck disable=SC2086
@@ -459,7 +467,7 @@ run_sessions() { # rep
 }
 
 if has h && start_postgres; then
-    session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast channel:1 channel:100"
+    session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast channel:1 channel:100 channel3:1 channel3:100"
 fi
 
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2

@@ -16,3 +16,16 @@ func runningSeveralServersPublisher(body: [UInt8]) async throws -> UInt64 {
     let sequence = try await publisher.push(Frame(type: 0x10, payload: body), toClient: "alice")
     return sequence
 }
+
+// The cluster section of Documentation.docc/ChannelsWithHistory.md.
+func channelsAcrossACluster() async throws -> (Server, UInt64) {
+    let cluster = try await PostgresCluster(url: "postgresql://tether@db.internal/chat", node: "gw-1")
+    var configuration = ServerConfiguration(port: 9000)
+    configuration.mailboxes = .postgres(cluster)
+    configuration.channels = ChannelConfiguration()
+    let server = Server(configuration: configuration)
+
+    let publisher = try await PostgresPublisher(url: "postgresql://tether@db.internal/chat")
+    let offset = try await publisher.publish(Array("deploy finished".utf8), to: "ops/deploys")
+    return (server, offset)
+}

@@ -240,6 +240,8 @@ struct Report {
             ("broadcast", "broadcast"),
             ("1", "1 channel"),
             ("100", "100 channels"),
+            ("postgres-3-ch1", "1 channel, 3 nodes"),
+            ("postgres-3-ch100", "100 channels, 3 nodes"),
         ].filter { column in cells.contains { $0.server == column.0 } }
         let seconds = Metric(key: "seconds", title: "seconds", higherIsBetter: false, decimals: 2)
         let latency = Metric(key: "p99_us", title: "p99 µs, push call → client", higherIsBetter: false, decimals: 0)
@@ -270,7 +272,9 @@ struct Report {
                 + "each a `PostgresCluster` node on its own port, the clients spread over them, the rounds pushed by the nodes in turn "
                 + "or by a `PostgresPublisher` that holds no connection; each run on a fresh database. Channels: the same clients "
                 + "subscribed to one channel, or 10 to each of 100, each round one message per channel with `publish(_:to:)` "
-                + "(stored once per channel), published without waiting; timed until every client has every message, in offset order.",
+                + "(stored once per channel), published without waiting; timed until every client has every message, in offset order. "
+                + "Channels on 3 nodes: the clients spread over three cluster nodes whose channels are on the database, channel k "
+                + "published through node k mod 3, up to 16 publications at once, each waiting for its commit.",
             "",
             "| h. sessions | metric |" + columns.map { " \($0.1) |" }.joined(),
             "|---|---|" + String(repeating: "---:|", count: columns.count),

@@ -10,6 +10,11 @@ import Tether
 /// until every client has every message of it; each client checks that its offsets are
 /// consecutive. The first 8 bytes of every message are the monotonic time of the publish
 /// call, so each client also records the latency from that call to its subscription.
+///
+/// With `nodes` (a cluster's mailboxes, one per node), one server per node has channels on
+/// the cluster's engine; client `i` connects to node `i mod N`, and each round publishes to
+/// the channels at once (up to 16 publications in flight), channel `k` through node
+/// `k mod N`: every message goes through the engine to every node.
 enum ChannelFanOut {
     struct Phase {
         var rounds: Int
@@ -17,13 +22,22 @@ enum ChannelFanOut {
         var latencies: Histogram
     }
 
-    static func run(clients: Int, channels: Int, rounds: Int, warmup: Int, size: Int, timeout: Double) async throws -> [Phase] {
+    static func run(nodes: [MailboxConfiguration] = [], clients: Int, channels: Int, rounds: Int, warmup: Int, size: Int, timeout: Double) async throws -> [Phase] {
         precondition(size >= 8 && channels >= 1)
-        var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
-        configuration.channels = ChannelConfiguration()
-        configuration.maximumConnections = max(configuration.maximumConnections, clients + 16)
-        let server = Server(configuration: configuration)
-        let (serverTask, endpoint) = try await start(server)
+        var servers: [Server] = []
+        var serverTasks: [Task<Void, Never>] = []
+        var endpoints: [Endpoint] = []
+        for mailboxes in nodes.isEmpty ? [nil] : nodes.map(Optional.some) {
+            var configuration = ServerConfiguration(host: "127.0.0.1", port: 0)
+            configuration.channels = ChannelConfiguration()
+            configuration.mailboxes = mailboxes
+            configuration.maximumConnections = max(configuration.maximumConnections, clients + 16)
+            let server = Server(configuration: configuration)
+            let (serverTask, endpoint) = try await start(server)
+            servers.append(server)
+            serverTasks.append(serverTask)
+            endpoints.append(endpoint)
+        }
 
         var connections: [Connection] = []
         var subscriptions: [ChannelSubscription] = []
@@ -31,7 +45,7 @@ enum ChannelFanOut {
             var client = ConnectionConfiguration()
             client.heartbeat = .disabled
             client.channelBufferSize = max(4_096, rounds + warmup)
-            let connection = try await Connection.connect(to: endpoint, configuration: client)
+            let connection = try await Connection.connect(to: endpoints[index % endpoints.count], configuration: client)
             connections.append(connection)
             subscriptions.append(try await connection.subscribe(to: "ch\(index % channels)"))
         }
@@ -72,10 +86,27 @@ enum ChannelFanOut {
             _ = latencies.take()
             let start = monotonicNanoseconds()
             for _ in 0..<count {
-                for channel in 0..<channels {
-                    let sent = monotonicNanoseconds()
-                    let payload = (0..<8).map { UInt8(truncatingIfNeeded: sent >> (56 - 8 * $0)) } + filler
-                    try await server.publish(payload, to: "ch\(channel)")
+                if servers.count == 1 {
+                    for channel in 0..<channels {
+                        let sent = monotonicNanoseconds()
+                        let payload = (0..<8).map { UInt8(truncatingIfNeeded: sent >> (56 - 8 * $0)) } + filler
+                        try await servers[0].publish(payload, to: "ch\(channel)")
+                    }
+                    continue
+                }
+                // In a cluster each publication waits for the database: up to 16 at once,
+                // one at a time per channel so that its offsets follow the rounds.
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for channel in 0..<channels {
+                        if channel >= 16 { try await group.next() }
+                        let server = servers[channel % servers.count]
+                        group.addTask {
+                            let sent = monotonicNanoseconds()
+                            let payload = (0..<8).map { UInt8(truncatingIfNeeded: sent >> (56 - 8 * $0)) } + filler
+                            try await server.publish(payload, to: "ch\(channel)")
+                        }
+                    }
+                    try await group.waitForAll()
                 }
             }
             target += count * clients
@@ -94,8 +125,10 @@ enum ChannelFanOut {
             let received = await subscriber.value
             if received != perClient { fail("client \(index) received \(received) messages, not \(perClient)") }
         }
-        serverTask.cancel()
-        await serverTask.value
+        for serverTask in serverTasks {
+            serverTask.cancel()
+            await serverTask.value
+        }
         return phases
     }
 }

@@ -47,7 +47,10 @@ let usage = """
               (default K = 1), then publishes W unmeasured rounds and M rounds of one
               BYTES message to each channel with server.publish(_:to:), stored once per
               channel; timed until every client has every message, each message's latency
-              from the publish call to its subscriber recorded. --store is not used.
+              from the publish call to its subscriber recorded. With --store postgres
+              --nodes N, N servers in this process are nodes of a cluster whose channels
+              are on the database: client i connects to node i mod N, and channel k is
+              published through node k mod N, up to 16 publications at once.
               RESULT case=channel clients=C channels=K rounds=M size=… seconds=… nps=… p50_us=… p99_us=… max_us=…
       A push missing, repeated, out of order or wrong fails the run (exit status 1); a
       phase that has not finished after --timeout seconds (default 30) too.
@@ -68,8 +71,8 @@ let from = options.string("from", default: "servers", allowed: ["servers", "publ
 if scenario == "replay" && storeName == "broadcast" {
     Options.fail("replay takes --store sqlite, memory or postgres", usage: usage)
 }
-if nodeCount != 0 && (storeName != "postgres" || scenario != "push") {
-    Options.fail("--nodes is for --case push --store postgres", usage: usage)
+if nodeCount != 0 && (storeName != "postgres" || scenario == "replay") {
+    Options.fail("--nodes is for --case push or channel with --store postgres", usage: usage)
 }
 if nodeCount < 0 || nodeCount > 16 {
     Options.fail("--nodes takes 1 to 16, not \(nodeCount)", usage: usage)
@@ -146,6 +149,7 @@ do {
         let clients = max(1, options.int("clients", default: 1_000))
         let channels = max(1, options.int("channels", default: 1))
         let phases = try await ChannelFanOut.run(
+            nodes: clusters.isEmpty ? [] : nodes,
             clients: clients,
             channels: channels,
             rounds: max(1, options.int("rounds", default: 100)),
@@ -156,7 +160,7 @@ do {
         for phase in phases {
             func us(_ nanoseconds: UInt64) -> String { format(Double(nanoseconds) / 1000, decimals: 0) }
             printNow(
-                "RESULT case=channel clients=\(clients) channels=\(channels) rounds=\(phase.rounds) size=\(size)"
+                "RESULT case=channel nodes=\(max(1, clusters.count)) clients=\(clients) channels=\(channels) rounds=\(phase.rounds) size=\(size)"
                     + " seconds=\(format(phase.seconds, decimals: 3)) nps=\(format(Double(clients * phase.rounds) / phase.seconds, decimals: 0))"
                     + " p50_us=\(us(phase.latencies.value(atQuantile: 0.5))) p99_us=\(us(phase.latencies.value(atQuantile: 0.99)))"
                     + " max_us=\(us(phase.latencies.maximum))"
