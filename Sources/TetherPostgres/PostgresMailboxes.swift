@@ -70,7 +70,8 @@ private enum SQL {
         RETURNING \(MailboxRow.columns), (xmax = 0)
         """
 
-    /// Inserts messages ($1 client ids, $2 sequences, $3 types, $4 payloads, $5 now) and
+    /// Inserts messages ($1 client ids, $2 sequences, $3 types, $4 payloads, $5 now, $9
+    /// when each expires, 0 for never) and
     /// trims mailboxes ($6 client ids, $7 the sequence each drops through at least, $8
     /// the oldest storage time kept): a mailbox drops the run of messages at its front
     /// stored before $8, and everything through its $7. Returns per trimmed mailbox what
@@ -88,9 +89,9 @@ private enum SQL {
             WHERE x.client_id = b.client_id AND x.sequence <= GREATEST(b.through, b.keep_from - 1)
             RETURNING x.client_id, x.sequence, x.sequence < b.keep_from AS expired, octet_length(x.payload) AS size
         ), added AS (
-            INSERT INTO tether_messages (client_id, sequence, type, payload, stored_at)
-            SELECT n.client_id, n.sequence, n.type, n.payload, $5
-            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bytea[]) AS n(client_id, sequence, type, payload)
+            INSERT INTO tether_messages (client_id, sequence, type, payload, stored_at, expires_at)
+            SELECT n.client_id, n.sequence, n.type, n.payload, $5, NULLIF(n.expires_at, 0)
+            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bytea[], $9::bigint[]) AS n(client_id, sequence, type, payload, expires_at)
         )
         SELECT client_id, count(*)::bigint, COALESCE(sum(size), 0)::bigint, max(sequence) FILTER (WHERE expired)
         FROM dropped GROUP BY client_id
@@ -115,7 +116,7 @@ private enum SQL {
         """
 
     static let messages = """
-        SELECT sequence, type, payload, stored_at FROM tether_messages
+        SELECT sequence, type, payload, stored_at, expires_at FROM tether_messages
         WHERE client_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3
         """
 
@@ -268,7 +269,7 @@ extension PostgresMailboxStore {
         }
         var result: [(sequence: UInt64, holder: String?, generation: UInt64)] = []
         result.reserveCapacity(drafts.count)
-        var insert = (clients: [String](), sequences: [Int64](), types: [Int64](), payloads: [[UInt8]]())
+        var insert = (clients: [String](), sequences: [Int64](), types: [Int64](), payloads: [[UInt8]](), expiries: [Int64]())
         var skippedBytes: [String: Int] = [:]
         for draft in drafts {
             let row = rows[draft.clientID]!
@@ -283,6 +284,7 @@ extension PostgresMailboxStore {
             insert.sequences.append(Int64(clamping: sequence))
             insert.types.append(Int64(draft.type))
             insert.payloads.append(draft.payload)
+            insert.expiries.append(draft.expiresAt?.millisecondsSince1970 ?? 0)
         }
 
         // Mailboxes that held messages before may drop some for their age or count.
@@ -344,7 +346,7 @@ extension PostgresMailboxStore {
             let through: UInt64? = row.count > allowed ? row.lastSequence - allowed : nil
             if limits.maximumAge != nil || through != nil {
                 let dropped = try store(
-                    insert: ([], [], [], []),
+                    insert: ([], [], [], [], []),
                     trim: ([clientID], [Int64(clamping: through ?? 0)]),
                     oldest: limits.oldestAllowed(at: now),
                     now: now,
@@ -380,7 +382,7 @@ extension PostgresMailboxStore {
 
     /// Runs ``SQL/store``, when there is anything to insert or trim.
     private func store(
-        insert: (clients: [String], sequences: [Int64], types: [Int64], payloads: [[UInt8]]),
+        insert: (clients: [String], sequences: [Int64], types: [Int64], payloads: [[UInt8]], expiries: [Int64]),
         trim: (clients: [String], through: [Int64]),
         oldest: MailboxTime?,
         now: MailboxTime,
@@ -396,6 +398,7 @@ extension PostgresMailboxStore {
             .textArray(trim.clients),
             .intArray(trim.through),
             PostgresParameter(.int(oldest?.millisecondsSince1970 ?? .min)),
+            .intArray(insert.expiries),
         ])
         var dropped: [String: Dropped] = [:]
         for index in 0..<rows.count {
@@ -461,7 +464,8 @@ extension PostgresMailboxStore {
                 sequence: UInt64(clamping: rows.int(index, 0) ?? 0),
                 type: UInt32(truncatingIfNeeded: rows.int(index, 1) ?? 0),
                 payload: rows.bytes(index, 2) ?? [],
-                storedAt: MailboxTime(millisecondsSince1970: rows.int(index, 3) ?? 0)
+                storedAt: MailboxTime(millisecondsSince1970: rows.int(index, 3) ?? 0),
+                expiresAt: rows.int(index, 4).map { MailboxTime(millisecondsSince1970: $0) }
             ))
         }
         return messages
@@ -530,7 +534,7 @@ extension PostgresMailboxStore {
         guard !expiring.isEmpty else { return removed }
         let allowed = UInt64(max(0, limits.maximumMessages))
         let dropped = try store(
-            insert: ([], [], [], []),
+            insert: ([], [], [], [], []),
             trim: (expiring.map(\.clientID), expiring.map { Int64(clamping: $0.count > allowed ? $0.lastSequence - allowed : 0) }),
             oldest: oldest,
             now: now,

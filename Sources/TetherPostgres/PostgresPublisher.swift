@@ -83,8 +83,26 @@ public final class PostgresPublisher: Sendable {
     /// - Throws: ``Tether/TetherError``, as ``push(_:toClient:)``; then none was stored.
     @discardableResult
     public func push(_ frame: Frame, toClients clientIDs: [String]) async throws(TetherError) -> [UInt64] {
-        let drafts = clientIDs.map { MailboxMessage.Draft(clientID: $0, type: frame.type, payload: frame.payload) }
-        return try await routed.append(drafts, limits: limits, now: clock())
+        try await push(frame, toClients: clientIDs, timeToLive: nil)
+    }
+
+    /// Stores a push for each of `clientIDs` for a time, as
+    /// ``Tether/Server/push(_:toClient:timeToLive:)`` does: a client that resumes after
+    /// `timeToLive` has passed skips it.
+    ///
+    /// - Parameters:
+    ///   - frame: The notification.
+    ///   - clientIDs: The clients.
+    ///   - timeToLive: How long the push may be delivered; `nil` for as long as the
+    ///     mailbox keeps it.
+    /// - Returns: The sequence number given to each client, in the same order.
+    /// - Throws: ``Tether/TetherError``, as ``push(_:toClient:)``; then none was stored.
+    @discardableResult
+    public func push(_ frame: Frame, toClients clientIDs: [String], timeToLive: Duration?) async throws(TetherError) -> [UInt64] {
+        let now = clock()
+        let expiresAt = timeToLive.map { now.adding($0) }
+        let drafts = clientIDs.map { MailboxMessage.Draft(clientID: $0, type: frame.type, payload: frame.payload, expiresAt: expiresAt) }
+        return try await routed.append(drafts, limits: limits, now: now)
     }
 
     /// Sends `frame` to the peers of every node of the cluster.

@@ -48,6 +48,7 @@ private let schema = """
         mailboxes bigint NOT NULL,
         stored_bytes bigint NOT NULL
     );
+    ALTER TABLE tether_messages ADD COLUMN IF NOT EXISTS expires_at bigint NULL;
     INSERT INTO tether_totals (id, mailboxes, stored_bytes) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING;
     INSERT INTO tether_meta (key, value) VALUES ('schema_version', '\(postgresSchemaVersion)') ON CONFLICT (key) DO NOTHING;
     """

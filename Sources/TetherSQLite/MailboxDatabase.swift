@@ -119,7 +119,8 @@ final class MailboxDatabase {
                     sequence: UInt64(sql: statement.int64(0)),
                     type: UInt32(truncatingIfNeeded: statement.int64(1)),
                     payload: statement.blob(2),
-                    storedAt: MailboxTime(millisecondsSince1970: statement.int64(3))
+                    storedAt: MailboxTime(millisecondsSince1970: statement.int64(3)),
+                    expiresAt: statement.isNull(4) ? nil : MailboxTime(millisecondsSince1970: statement.int64(4))
                 ))
             }
             return result
@@ -270,6 +271,11 @@ final class MailboxDatabase {
         try statement.bind(3, Int64(draft.type))
         try statement.bind(4, draft.payload)
         try statement.bind(5, now.millisecondsSince1970)
+        if let expiresAt = draft.expiresAt {
+            try statement.bind(6, expiresAt.millisecondsSince1970)
+        } else {
+            try statement.bind(6, nil as String?)
+        }
         try statement.run()
         storedBytes += MailboxLimits.storedSize(ofPayload: draft.payload.count)
     }

@@ -5,7 +5,7 @@ internal import Tether
 private let applicationID: Int64 = 0x544D_4258
 
 /// `PRAGMA user_version`: the schema this code reads and writes.
-private let schemaVersion: Int64 = 3
+private let schemaVersion: Int64 = 4
 
 private let schema = """
     BEGIN IMMEDIATE;
@@ -24,6 +24,7 @@ private let schema = """
         type INTEGER NOT NULL,
         payload BLOB NOT NULL,
         stored_at INTEGER NOT NULL,
+        expires_at INTEGER,
         PRIMARY KEY (client, sequence)
     ) WITHOUT ROWID;
     PRAGMA application_id = \(applicationID);
@@ -38,6 +39,7 @@ private let schema = """
 ///   of the upgrade.
 /// - Version 2 to 3: clients get an epoch, a new random one each. Their clients saved none
 ///   yet, so they resume as before and learn it from the welcome.
+/// - Version 3 to 4: messages get a time to live, none for those stored before.
 private func upgrade(_ handle: OpaquePointer, now: MailboxTime) throws(SQLiteFailure) {
     try MailboxDatabase.exec(handle, "BEGIN IMMEDIATE")
     let version = try MailboxDatabase.scalar(handle, "PRAGMA user_version")
@@ -52,6 +54,9 @@ private func upgrade(_ handle: OpaquePointer, now: MailboxTime) throws(SQLiteFai
             ALTER TABLE clients ADD COLUMN epoch TEXT NOT NULL DEFAULT '';
             UPDATE clients SET epoch = lower(hex(randomblob(16)));
             """)
+    }
+    if version < 4 {
+        try MailboxDatabase.exec(handle, "ALTER TABLE messages ADD COLUMN expires_at INTEGER")
     }
     try MailboxDatabase.exec(handle, "PRAGMA user_version = \(schemaVersion); COMMIT;")
 }

@@ -165,7 +165,7 @@ struct Statements {
             "UPDATE clients SET last_sequence = ?2, acknowledged = ?3, lost_through = ?4, loss_reason = ?5, active_at = max(active_at, ?6) WHERE id = ?1"
         )
         insertMessage = try prepare(
-            "INSERT INTO messages (client, sequence, type, payload, stored_at) VALUES (?1, ?2, ?3, ?4, ?5)"
+            "INSERT INTO messages (client, sequence, type, payload, stored_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
         )
         firstStoredSince = try prepare(
             "SELECT sequence FROM messages WHERE client = ?1 AND stored_at >= ?2 ORDER BY sequence LIMIT 1"
@@ -174,7 +174,7 @@ struct Statements {
         deleteThrough = try prepare("DELETE FROM messages WHERE client = ?1 AND sequence <= ?2")
         countMessages = try prepare("SELECT count(*) FROM messages WHERE client = ?1")
         selectMessages = try prepare(
-            "SELECT sequence, type, payload, stored_at FROM messages WHERE client = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3"
+            "SELECT sequence, type, payload, stored_at, expires_at FROM messages WHERE client = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3"
         )
         selectClientIDs = try prepare("SELECT id FROM clients")
         touchClient = try prepare("UPDATE clients SET active_at = max(active_at, ?2) WHERE id = ?1")

@@ -8,7 +8,7 @@ struct PushCommand: Command {
     static let summary = "push to client ids of a cluster on PostgreSQL, as a backend does"
     static let synopsis = """
         tether push --postgres URL --client-id ID [--client-id ID]... [--type TYPE] (--json JSON | --text TEXT) \
-        [--count N] [--mailbox-limit N] [--mailbox-age SECONDS] [--max-mailboxes N] [--max-stored-bytes N]
+        [--count N] [--ttl SECONDS] [--mailbox-limit N] [--mailbox-age SECONDS] [--max-mailboxes N] [--max-stored-bytes N]
         """
     static let help = """
         Stores a push for each client id in the mailboxes of the cluster whose database is
@@ -23,9 +23,8 @@ struct PushCommand: Command {
           bob 2
 
         It holds no connection to a node: the push wakes the node the client is connected
-        to, which writes it at once; a client that is offline gets it when it comes back, on
-        any node (`tether listen --client-id ID`). The pushes of one round (one line per
-        --client-id) are stored together or not at all.
+        to, which writes it at once; an offline client gets it when it comes back, on any
+        node (`tether listen --client-id ID`). A round's pushes are stored together or not.
 
         Exits 0 once every push is stored. Exits 1 with the reason when the database cannot
         be reached or refuses a push (a bound of the mailboxes would be passed); the pushes
@@ -39,6 +38,7 @@ struct PushCommand: Command {
           --json JSON                the content, checked to be JSON
           --text TEXT                the content as it is, UTF-8
           --count N                  push N times, each with the same content (default 1)
+          --ttl SECONDS              deliver it this long; a client back later skips it
           --mailbox-limit N          the most pushes one mailbox keeps; give the servers'
                                      own (default 10000)
           --mailbox-age SECONDS      drop pushes older than this; 0 or off keeps them
@@ -54,6 +54,7 @@ struct PushCommand: Command {
     var type = SeedService.pushType
     var payload: [UInt8]
     var count = 1
+    var timeToLive: Duration?
     var limits = MailboxLimits()
 
     /// The most pushes one run stores for each client.
@@ -86,6 +87,7 @@ struct PushCommand: Command {
                 throw ArgumentError("--count '\(count)' is more than \(Self.maximumCount)")
             }
         }
+        if let ttl = try arguments.option("--ttl") { timeToLive = try Parse.seconds(ttl, option: "--ttl") }
         if let limit = try arguments.option("--mailbox-limit") {
             limits.maximumMessages = try Parse.count(limit, option: "--mailbox-limit")
         }
@@ -110,7 +112,7 @@ struct PushCommand: Command {
         let frame = Frame(type: type, payload: payload)
         do {
             for _ in 0..<count {
-                let sequences = try await publisher.push(frame, toClients: clientIDs)
+                let sequences = try await publisher.push(frame, toClients: clientIDs, timeToLive: timeToLive)
                 for (clientID, sequence) in zip(clientIDs, sequences) {
                     Console.out("\(clientID) \(sequence)")
                 }

@@ -269,3 +269,8 @@ func sessionsPrepareConfiguration() -> ConnectionConfiguration {
     }
     return configuration
 }
+
+// "Pushes that expire".
+func sessionsTimeToLive(server: Server, offer: [UInt8]) async throws {
+    try await server.push(Frame(type: 0x10, payload: offer), toClient: "alice", timeToLive: .seconds(3600))
+}

@@ -150,6 +150,28 @@ struct MailboxStoreContractTests {
         }
     }
 
+    @Test("a push's time to live comes back with it, and one without has none", arguments: MailboxStoreKind.allCases)
+    func timeToLive(kind: MailboxStoreKind) async throws {
+        try await withStore(kind) { store async throws in
+            let ends = t0.adding(.seconds(30))
+            let batch = [
+                MailboxMessage.Draft(clientID: "a", type: 7, payload: [1], expiresAt: ends),
+                MailboxMessage.Draft(clientID: "a", type: 7, payload: [2]),
+                MailboxMessage.Draft(clientID: "b", type: 7, payload: [3], expiresAt: t0),
+            ]
+            _ = try await store.append(batch, limits: roomy, now: t0)
+            let a = try await store.messages(for: "a", after: 0, limit: 10)
+            #expect(a == [
+                MailboxMessage(clientID: "a", sequence: 1, type: 7, payload: [1], storedAt: t0, expiresAt: ends),
+                MailboxMessage(clientID: "a", sequence: 2, type: 7, payload: [2], storedAt: t0),
+            ])
+            #expect(a[0].hasExpired(at: t0.adding(.seconds(29))) == false)
+            #expect(a[0].hasExpired(at: ends))
+            #expect(a[1].hasExpired(at: t0.adding(.seconds(86_400))) == false)
+            #expect(try await store.messages(for: "b", after: 0, limit: 10).map(\.expiresAt) == [t0])
+        }
+    }
+
     @Test("acknowledging deletes through the sequence and only moves forward", arguments: MailboxStoreKind.allCases)
     func acknowledge(kind: MailboxStoreKind) async throws {
         try await withStore(kind) { store async throws in
@@ -686,8 +708,8 @@ struct SQLiteMailboxStoreTests {
         defer { directory.remove() }
         let path = directory.file("mail.sqlite")
         _ = try SQLiteMailboxStore(path: path)
-        try runSQL(path, "PRAGMA user_version = 4;")
-        #expect(openingFails(path) == "mailbox store \(path) has schema version 4; this version of Tether reads version 3")
+        try runSQL(path, "PRAGMA user_version = 5;")
+        #expect(openingFails(path) == "mailbox store \(path) has schema version 5; this version of Tether reads version 4")
     }
 
     @Test("a file that cannot be created is refused")

@@ -55,17 +55,18 @@ private final class HandClock: Sendable {
 
 @Suite("Channels across a cluster on PostgreSQL", .serialized, .timeLimit(.guarded))
 struct PostgresChannelTests {
-    @Test("three nodes, 150 subscribers of two channels each over 15 channels, 4,500 messages published at once from every node and a backend; 15 subscribers moved mid-stream and one node stopped: every subscriber of a channel gets its messages once, in one order, each publisher's in its order")
+    @Test("three nodes, 1,000 subscribers of two channels each over 100 channels, 10,000 messages published at once from every node and a backend; 100 subscribers moved mid-stream and one node stopped: every subscriber of a channel gets its messages once, in one order, each publisher's in its order")
     func threeNodes() async throws {
         try await withPostgresNodes(3, server: withChannels()) { nodes, url in
             let endpoints = nodes.map(\.endpoint)
-            let channelCount = 15
+            let channelCount = 100
+            let subscriberCount = 1_000
             var connections: [Connection] = []
             var subscriptions: [(channel: Int, ChannelSubscription)] = []
-            for number in 0..<150 {
+            for number in 0..<subscriberCount {
                 let home = number % 3
                 let alternates = (1...2).map { endpoints[(home + $0) % 3] }
-                let connection = try await clusterClient(String(format: "sub-%03d", number), endpoints[home], alternates: alternates)
+                let connection = try await clusterClient(String(format: "sub-%04d", number), endpoints[home], alternates: alternates)
                 connections.append(connection)
                 for channel in [number % channelCount, (number + 7) % channelCount] {
                     subscriptions.append((channel, try await connection.subscribe(to: "room-\(channel)")))
@@ -73,7 +74,7 @@ struct PostgresChannelTests {
             }
             let publisher = try await PostgresPublisher(url: url)
             let live = Lock([0, 1, 2])
-            let perPublisher = 1_125
+            let perPublisher = 2_500
             let progress = Lock(0)
             let (milestones, reached) = AsyncStream.makeStream(of: Int.self)
             // Publisher 0...2 publish through a node (the first still alive, from theirs on),
@@ -95,17 +96,17 @@ struct PostgresChannelTests {
                                 count += 1
                                 return count
                             }
-                            if done == 1_500 || done == 3_000 { reached.yield(done) }
+                            if done == perPublisher * 4 / 3 || done == perPublisher * 8 / 3 { reached.yield(done) }
                         }
                     }
                 }
                 group.addTask {
                     for await milestone in milestones {
-                        if milestone == 1_500 {
-                            // 15 subscribers are sent away by their node; each comes back on
+                        if milestone == perPublisher * 4 / 3 {
+                            // 100 subscribers are sent away by their node; each comes back on
                             // another and recovers what it missed.
-                            for moved in 0..<15 {
-                                let id = String(format: "sub-%03d", moved * 10)
+                            for moved in 0..<subscriberCount / 10 {
+                                let id = String(format: "sub-%04d", moved * 10)
                                 for node in nodes {
                                     for peer in node.server.peers where await peer.clientID == id { await peer.close() }
                                 }

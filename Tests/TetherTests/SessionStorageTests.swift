@@ -96,6 +96,48 @@ struct SessionStorageTests {
         await server.stop()
     }
 
+    @Test("pushes with a time to live on SQLite: a connected client gets one at once; one whose time passed while the client was away is skipped on resume, the client told of the gap, and the others arrive in order")
+    func timeToLive() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let now = Mutex(MailboxTime(millisecondsSince1970: 1_700_000_000_000))
+        var mailboxes = MailboxConfiguration(store: try SQLiteMailboxStore(path: directory.file("mailboxes.sqlite")))
+        mailboxes.expiryInterval = nil
+        mailboxes.clock = { now.withLock { $0 } }
+        var configuration = TestServer.defaultConfiguration
+        configuration.mailboxes = mailboxes
+        let server = try TestServer(configuration: configuration, handlers: echoHandlers)
+        try await server.start()
+        let connection = try await Connection.connect(to: server.endpoint, configuration: sessionConfiguration("tia"))
+        let watcher = StateWatcher(connection)
+        let notifications = connection.notifications
+        let events = connection.sessionEvents
+        try await watcher.next(.connected)
+        try await awaitClient("tia", on: server.server)
+        #expect(try await server.server.push(indexed(0), toClient: "tia", timeToLive: .seconds(10)) == 1)
+        #expect(try await collect(1, from: notifications, "the live push").map(index(of:)) == [0])
+        let serverEvents = server.server.events
+        await connection.suspend()
+        try await watcher.next(.suspended)
+        _ = try await firstEvent(serverEvents, "the server to see tia leave") { $0.kind == .peerDisconnected && $0.clientID == "tia" }
+
+        try await server.server.push(indexed(1), toClient: "tia")
+        try await server.server.push(indexed(2), toClients: ["tia"], timeToLive: .seconds(10))
+        try await server.server.push(indexed(3), toClient: "tia", timeToLive: .seconds(60))
+        try await server.server.push(indexed(4), toClient: "tia")
+        now.withLock { $0 = $0.adding(.seconds(11)) }
+        await connection.resume()
+        try await watcher.next(.connected)
+        let replayed = try await collect(3, from: notifications, "the pushes still alive")
+        #expect(replayed.map(index(of:)) == [1, 3, 4])
+        #expect(replayed.map(\.serial) == [2, 4, 5])
+        let gap = try await collect(1, from: events.filter { $0.kind == .gap }, "the gap of the expired push")
+        #expect(gap.first?.missed == 3...3)
+        #expect(await connection.lastSequence == 5)
+        await connection.close()
+        await server.stop()
+    }
+
     @Test("a corrupt or truncated store file is a clear error when the server is configured, and the file is left as it was")
     func corruptFile() async throws {
         let directory = try TemporaryDirectory()

@@ -69,7 +69,8 @@ public final class InMemoryMailboxStore: MailboxStore {
                 sequence: summary.lastSequence,
                 type: draft.type,
                 payload: draft.payload,
-                storedAt: now
+                storedAt: now,
+                expiresAt: draft.expiresAt
             ))
             bytes += MailboxLimits.storedSize(ofPayload: draft.payload.count)
             summary.count = messages.count - head

@@ -173,6 +173,9 @@ public struct MailboxMessage: Sendable, Hashable {
         public var type: UInt32
         /// The content.
         public var payload: [UInt8]
+        /// When its time to live ends: a replay after it skips the push. `nil`, the default,
+        /// for none (the store's ``MailboxLimits/maximumAge`` still applies).
+        public var expiresAt: MailboxTime?
 
         /// Creates a push to store.
         ///
@@ -180,10 +183,12 @@ public struct MailboxMessage: Sendable, Hashable {
         ///   - clientID: The client it is for.
         ///   - type: The notification type.
         ///   - payload: The content.
-        public init(clientID: String, type: UInt32, payload: [UInt8]) {
+        ///   - expiresAt: When its time to live ends; `nil` for none.
+        public init(clientID: String, type: UInt32, payload: [UInt8], expiresAt: MailboxTime? = nil) {
             self.clientID = clientID
             self.type = type
             self.payload = payload
+            self.expiresAt = expiresAt
         }
     }
 
@@ -197,6 +202,9 @@ public struct MailboxMessage: Sendable, Hashable {
     public var payload: [UInt8]
     /// When it was stored.
     public var storedAt: MailboxTime
+    /// When its time to live ends (``Draft/expiresAt``); `nil` for none. A store keeps it
+    /// with the push and returns it from ``MailboxStore/messages(for:after:limit:)``.
+    public var expiresAt: MailboxTime?
 
     /// Creates a stored message.
     ///
@@ -206,12 +214,23 @@ public struct MailboxMessage: Sendable, Hashable {
     ///   - type: The notification type.
     ///   - payload: The content.
     ///   - storedAt: When it was stored.
-    public init(clientID: String, sequence: UInt64, type: UInt32, payload: [UInt8], storedAt: MailboxTime) {
+    ///   - expiresAt: When its time to live ends; `nil` for none.
+    public init(clientID: String, sequence: UInt64, type: UInt32, payload: [UInt8], storedAt: MailboxTime, expiresAt: MailboxTime? = nil) {
         self.clientID = clientID
         self.sequence = sequence
         self.type = type
         self.payload = payload
         self.storedAt = storedAt
+        self.expiresAt = expiresAt
+    }
+
+    /// Whether its time to live has ended at `now`.
+    ///
+    /// - Parameter now: The time to judge by.
+    /// - Returns: `true` from ``expiresAt`` on.
+    public func hasExpired(at now: MailboxTime) -> Bool {
+        guard let expiresAt else { return false }
+        return !(now < expiresAt)
     }
 }
 

@@ -199,7 +199,13 @@ extension Peer {
             guard !Task.isCancelled, var latest = session, latest.clientID == current.clientID, let channel = self.channel else { return }
             // Held while the page was read: it waits in the store with the rest.
             if lifecycle.isHeld { break }
+            let now = hub.configuration.clock()
             for message in page where message.sequence > latest.lastWritten {
+                if message.hasExpired(at: now) {
+                    // Its time to live has passed: skipped, and the client sees the jump.
+                    latest.lastWritten = message.sequence
+                    continue
+                }
                 let frame = Frame(type: message.type, serial: UInt32(truncatingIfNeeded: message.sequence), payload: message.payload)
                 do {
                     try write(frame, on: channel)

@@ -40,8 +40,41 @@ extension Server {
     /// - Throws: ``TetherError``, as ``push(_:toClient:)``; then none of the clients got it.
     @discardableResult
     public func push(_ frame: Frame, toClients clientIDs: [String]) async throws(TetherError) -> [UInt64] {
+        try await push(frame, toClients: clientIDs, timeToLive: nil)
+    }
+
+    /// Pushes a frame to an identified client, as ``push(_:toClient:)`` does, for a time:
+    /// a client connected now gets it at once, and one that resumes later gets it only if
+    /// `timeToLive` has not passed by then. An expired push is skipped, not written: the
+    /// client sees its sequence jump, a ``SessionEvent/Kind/gap``.
+    ///
+    /// - Parameters:
+    ///   - frame: The notification; its type and payload are kept, its serial is replaced.
+    ///   - clientID: The client.
+    ///   - timeToLive: How long the push may be delivered; `nil` for as long as the
+    ///     mailbox keeps it.
+    /// - Returns: The push's sequence number in the client's mailbox.
+    /// - Throws: ``TetherError``, as ``push(_:toClient:)``.
+    @discardableResult
+    public func push(_ frame: Frame, toClient clientID: String, timeToLive: Duration?) async throws(TetherError) -> UInt64 {
+        try await push(frame, toClients: [clientID], timeToLive: timeToLive)[0]
+    }
+
+    /// Pushes a frame to several identified clients, in one write to the store, each for
+    /// `timeToLive` (see ``push(_:toClient:timeToLive:)``).
+    ///
+    /// - Parameters:
+    ///   - frame: The notification.
+    ///   - clientIDs: The clients.
+    ///   - timeToLive: How long the push may be delivered; `nil` for as long as the
+    ///     mailbox keeps it.
+    /// - Returns: The sequence number given to each client, in the same order.
+    /// - Throws: ``TetherError``, as ``push(_:toClient:)``; then none of the clients got it.
+    @discardableResult
+    public func push(_ frame: Frame, toClients clientIDs: [String], timeToLive: Duration?) async throws(TetherError) -> [UInt64] {
         let hub = try requireMailboxes()
-        let drafts = clientIDs.map { MailboxMessage.Draft(clientID: $0, type: frame.type, payload: frame.payload) }
+        let expiresAt = timeToLive.map { hub.configuration.clock().adding($0) }
+        let drafts = clientIDs.map { MailboxMessage.Draft(clientID: $0, type: frame.type, payload: frame.payload, expiresAt: expiresAt) }
         do {
             return try await hub.append(drafts)
         } catch let error as TetherError {
