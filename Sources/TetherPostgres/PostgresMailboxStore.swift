@@ -207,3 +207,64 @@ public final class PostgresMailboxStore: MailboxStore {
 /// Every call runs on the store's own threads: the server calls it from anywhere, event
 /// loops included, without a hop to the threads it keeps for stores that block.
 extension PostgresMailboxStore: SelfThreadedMailboxStore {}
+
+extension PostgresMailboxStore {
+    /// Records that a keyed request runs, in one transaction, as
+    /// ``Tether/MailboxStore/beginRequest(_:of:limits:now:)`` says. Two nodes beginning one
+    /// key at once: the row's key makes one of them wait for the other's commit, and that
+    /// one finds the request running.
+    ///
+    /// - Parameters:
+    ///   - key: The request's idempotency key.
+    ///   - clientID: The client.
+    ///   - limits: The bounds of the records.
+    ///   - now: The time to record and to judge the window by.
+    /// - Returns: What is known of the request.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the database cannot be read or written.
+    public func beginRequest(_ key: String, of clientID: String, limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> RequestRecord {
+        let oldest = now.millisecondsSince1970 - limits.requestWindow.postgresMilliseconds
+        return try await run("recording a request of client \"\(clientID)\"") { session in
+            try session.execute("DELETE FROM tether_requests WHERE client_id = $1 AND started_at < $2", [.text(clientID), .int(oldest)])
+            let found = try session.execute("SELECT answered::int, answer FROM tether_requests WHERE client_id = $1 AND key = $2", [.text(clientID), .text(key)])
+            if found.count > 0 {
+                guard found.int(0, 0) == 1 else { return .running }
+                return found.bytes(0, 1).map(RequestRecord.answered) ?? .answerNotKept
+            }
+            let counts = try session.execute(
+                "SELECT (SELECT count(*) FROM tether_requests WHERE client_id = $1), (SELECT count(*) FROM tether_requests)",
+                [.text(clientID)]
+            )
+            if let reason = limits.requestRecordRefusal(clientRecords: Int(counts.int(0, 0) ?? 0), total: Int(counts.int(0, 1) ?? 0), clientID: clientID) {
+                return .refused(reason)
+            }
+            let inserted = try session.execute("""
+                INSERT INTO tether_requests (client_id, key, started_at, answered) VALUES ($1, $2, $3, false)
+                ON CONFLICT (client_id, key) DO NOTHING RETURNING 1
+                """, [.text(clientID), .text(key), .int(now.millisecondsSince1970)])
+            return inserted.count == 1 ? .started : .running
+        }
+    }
+
+    /// Records a keyed request's answer, as
+    /// ``Tether/MailboxStore/finishRequest(_:of:answer:limits:now:)`` says.
+    ///
+    /// - Parameters:
+    ///   - key: The request's idempotency key.
+    ///   - clientID: The client.
+    ///   - answer: The response's payload.
+    ///   - limits: The bounds of the records.
+    ///   - now: The time it finished.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the database cannot be written.
+    public func finishRequest(_ key: String, of clientID: String, answer: [UInt8], limits: MailboxLimits, now: MailboxTime) async throws(TetherError) {
+        try await run("recording the answer of a request of client \"\(clientID)\"") { session in
+            try session.execute("""
+                UPDATE tether_requests SET answered = true, answer = CASE
+                    WHEN (SELECT coalesce(sum(octet_length(answer)), 0) FROM tether_requests WHERE client_id = $1) + $4 <= $5 THEN $3
+                    ELSE NULL END
+                WHERE client_id = $1 AND key = $2 AND NOT answered
+                """, [.text(clientID), .text(key), .bytes(answer), .int(Int64(answer.count)), .int(Int64(limits.maximumRequestRecordBytesPerClient))])
+        }
+    }
+}

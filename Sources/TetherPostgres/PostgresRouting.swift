@@ -137,6 +137,14 @@ final class PostgresRoutedStore: MailboxStore, SelfThreadedMailboxStore {
         try await mailboxes.clientIDs()
     }
 
+    func beginRequest(_ key: String, of clientID: String, limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> RequestRecord {
+        try await mailboxes.beginRequest(key, of: clientID, limits: limits, now: now)
+    }
+
+    func finishRequest(_ key: String, of clientID: String, answer: [UInt8], limits: MailboxLimits, now: MailboxTime) async throws(TetherError) {
+        try await mailboxes.finishRequest(key, of: clientID, answer: answer, limits: limits, now: now)
+    }
+
     /// Expires as the plain store does, counting every client some node holds as active
     /// now, not only those of the node that runs the pass.
     func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws(TetherError) -> [String] {

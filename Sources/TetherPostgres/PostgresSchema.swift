@@ -49,6 +49,14 @@ private let schema = """
         stored_bytes bigint NOT NULL
     );
     ALTER TABLE tether_messages ADD COLUMN IF NOT EXISTS expires_at bigint NULL;
+    CREATE TABLE IF NOT EXISTS tether_requests (
+        client_id text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        started_at bigint NOT NULL,
+        answered boolean NOT NULL,
+        answer bytea NULL,
+        PRIMARY KEY (client_id, key)
+    );
     INSERT INTO tether_totals (id, mailboxes, stored_bytes) VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING;
     INSERT INTO tether_meta (key, value) VALUES ('schema_version', '\(postgresSchemaVersion)') ON CONFLICT (key) DO NOTHING;
     """

@@ -188,6 +188,68 @@ final class MailboxDatabase {
         }
     }
 
+    // MARK: Keyed requests
+
+    func beginRequest(_ key: String, of clientID: String, limits: MailboxLimits, now: MailboxTime) throws(TetherError) -> RequestRecord {
+        do throws(SQLiteFailure) {
+            return try transaction { () throws(SQLiteFailure) -> RequestRecord in
+                let old = statements.deleteOldRequests
+                try old.bind(1, clientID)
+                try old.bind(2, now.millisecondsSince1970 - Int64(limits.requestWindow.components.seconds * 1000))
+                try old.run()
+                let select = statements.selectRequest
+                defer { select.reset() }
+                try select.bind(1, clientID)
+                try select.bind(2, key)
+                if try select.step() {
+                    guard select.int64(0) != 0 else { return .running }
+                    return select.isNull(1) ? .answerNotKept : .answered(select.blob(1))
+                }
+                let counts = statements.countRequests
+                defer { counts.reset() }
+                try counts.bind(1, clientID)
+                _ = try counts.step()
+                if let reason = limits.requestRecordRefusal(clientRecords: Int(counts.int64(0)), total: Int(counts.int64(1)), clientID: clientID) {
+                    return .refused(reason)
+                }
+                let insert = statements.insertRequest
+                try insert.bind(1, clientID)
+                try insert.bind(2, key)
+                try insert.bind(3, now.millisecondsSince1970)
+                try insert.run()
+                return .started
+            }
+        } catch {
+            throw failure("could not record a request of client \"\(clientID)\"", error)
+        }
+    }
+
+    func finishRequest(_ key: String, of clientID: String, answer: [UInt8], limits: MailboxLimits) throws(TetherError) {
+        do throws(SQLiteFailure) {
+            try transaction { () throws(SQLiteFailure) in
+                let counts = statements.countRequests
+                let bytes: Int
+                do {
+                    defer { counts.reset() }
+                    try counts.bind(1, clientID)
+                    _ = try counts.step()
+                    bytes = Int(counts.int64(2))
+                }
+                let finish = statements.finishRequest
+                try finish.bind(1, clientID)
+                try finish.bind(2, key)
+                if bytes + answer.count <= limits.maximumRequestRecordBytesPerClient {
+                    try finish.bind(3, answer)
+                } else {
+                    try finish.bind(3, nil as String?)
+                }
+                try finish.run()
+            }
+        } catch {
+            throw failure("could not record the answer of a request of client \"\(clientID)\"", error)
+        }
+    }
+
     // MARK: Steps
 
     /// The text in the first column of every row of `statement`, bound to `value`.

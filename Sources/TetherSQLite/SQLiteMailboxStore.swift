@@ -190,6 +190,42 @@ public final class SQLiteMailboxStore: MailboxStore {
     }
 }
 
+extension SQLiteMailboxStore {
+    /// Records that a keyed request runs, in one transaction, as
+    /// ``Tether/MailboxStore/beginRequest(_:of:limits:now:)`` says.
+    ///
+    /// - Parameters:
+    ///   - key: The request's idempotency key.
+    ///   - clientID: The client.
+    ///   - limits: The bounds of the records.
+    ///   - now: The time to record and to judge the window by.
+    /// - Returns: What is known of the request.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the store cannot be read or written.
+    public func beginRequest(_ key: String, of clientID: String, limits: MailboxLimits, now: MailboxTime) async throws(TetherError) -> RequestRecord {
+        try await run { database throws(TetherError) -> RequestRecord in
+            try database.beginRequest(key, of: clientID, limits: limits, now: now)
+        }
+    }
+
+    /// Records a keyed request's answer, as
+    /// ``Tether/MailboxStore/finishRequest(_:of:answer:limits:now:)`` says.
+    ///
+    /// - Parameters:
+    ///   - key: The request's idempotency key.
+    ///   - clientID: The client.
+    ///   - answer: The response's payload.
+    ///   - limits: The bounds of the records.
+    ///   - now: The time it finished.
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
+    ///   the store cannot be written.
+    public func finishRequest(_ key: String, of clientID: String, answer: [UInt8], limits: MailboxLimits, now: MailboxTime) async throws(TetherError) {
+        try await run { database throws(TetherError) in
+            try database.finishRequest(key, of: clientID, answer: answer, limits: limits)
+        }
+    }
+}
+
 /// Every call runs on the store's thread: the server calls it from anywhere, event loops
 /// included, without a hop to the threads it keeps for stores that block.
 extension SQLiteMailboxStore: SelfThreadedMailboxStore {}

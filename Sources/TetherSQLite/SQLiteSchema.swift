@@ -27,6 +27,14 @@ private let schema = """
         expires_at INTEGER,
         PRIMARY KEY (client, sequence)
     ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS requests (
+        client TEXT NOT NULL,
+        key TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        answered INTEGER NOT NULL,
+        answer BLOB,
+        PRIMARY KEY (client, key)
+    ) WITHOUT ROWID;
     PRAGMA application_id = \(applicationID);
     PRAGMA user_version = \(schemaVersion);
     COMMIT;
@@ -39,7 +47,8 @@ private let schema = """
 ///   of the upgrade.
 /// - Version 2 to 3: clients get an epoch, a new random one each. Their clients saved none
 ///   yet, so they resume as before and learn it from the welcome.
-/// - Version 3 to 4: messages get a time to live, none for those stored before.
+/// - Version 3 to 4: messages get a time to live, none for those stored before, and the
+///   records of keyed requests get their table.
 private func upgrade(_ handle: OpaquePointer, now: MailboxTime) throws(SQLiteFailure) {
     try MailboxDatabase.exec(handle, "BEGIN IMMEDIATE")
     let version = try MailboxDatabase.scalar(handle, "PRAGMA user_version")
@@ -56,7 +65,17 @@ private func upgrade(_ handle: OpaquePointer, now: MailboxTime) throws(SQLiteFai
             """)
     }
     if version < 4 {
-        try MailboxDatabase.exec(handle, "ALTER TABLE messages ADD COLUMN expires_at INTEGER")
+        try MailboxDatabase.exec(handle, """
+            ALTER TABLE messages ADD COLUMN expires_at INTEGER;
+            CREATE TABLE IF NOT EXISTS requests (
+                client TEXT NOT NULL,
+                key TEXT NOT NULL,
+                started_at INTEGER NOT NULL,
+                answered INTEGER NOT NULL,
+                answer BLOB,
+                PRIMARY KEY (client, key)
+            ) WITHOUT ROWID;
+            """)
     }
     try MailboxDatabase.exec(handle, "PRAGMA user_version = \(schemaVersion); COMMIT;")
 }

@@ -143,6 +143,11 @@ struct Statements {
     let expiredClients: Statement
     let idleClients: Statement
     let deleteClient: Statement
+    let deleteOldRequests: Statement
+    let selectRequest: Statement
+    let countRequests: Statement
+    let insertRequest: Statement
+    let finishRequest: Statement
 
     /// Prepares each statement, adding it to `prepared` as soon as it is, so a failure
     /// part-way leaves nothing unfinalised.
@@ -184,5 +189,12 @@ struct Statements {
         expiredClients = try prepare("SELECT DISTINCT client FROM messages WHERE stored_at < ?1")
         idleClients = try prepare("SELECT id FROM clients WHERE active_at < ?1")
         deleteClient = try prepare("DELETE FROM clients WHERE id = ?1")
+        deleteOldRequests = try prepare("DELETE FROM requests WHERE client = ?1 AND started_at < ?2")
+        selectRequest = try prepare("SELECT answered, answer FROM requests WHERE client = ?1 AND key = ?2")
+        countRequests = try prepare(
+            "SELECT (SELECT count(*) FROM requests WHERE client = ?1), (SELECT count(*) FROM requests), (SELECT total(length(answer)) FROM requests WHERE client = ?1)"
+        )
+        insertRequest = try prepare("INSERT INTO requests (client, key, started_at, answered) VALUES (?1, ?2, ?3, 0)")
+        finishRequest = try prepare("UPDATE requests SET answered = 1, answer = ?3 WHERE client = ?1 AND key = ?2 AND answered = 0")
     }
 }

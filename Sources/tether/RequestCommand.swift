@@ -8,7 +8,7 @@ struct RequestCommand: Command {
     static let summary = "send one request and print the response content"
     static let synopsis = """
         tether request (HOST:PORT | ws://HOST:PORT/PATH | wss://HOST:PORT/PATH) (--type TYPE [--json JSON | --text TEXT | --file PATH] | --http-get URL [--header NAME:VALUE]...) \
-        [--profile NAME] [--field NAME=VALUE]... \
+        [--profile NAME] [--field NAME=VALUE]... [--client-id ID [--idempotency-key KEY]] \
         [--timeout SECONDS] [--heartbeat fixed|adaptive] [--heartbeat-interval SECONDS] [--heartbeat-timeout SECONDS] [--max-missed N] \
         \(VerboseOption.synopsis) \(FallbackOption.synopsis) \(ProxyOption.synopsis) \(ClientTLSOptions.synopsis)
         """
@@ -107,6 +107,10 @@ struct RequestCommand: Command {
           --header NAME:VALUE            an HTTP header for --http-get; repeat it for several
           --field NAME=VALUE             a header field of the profile, decimal or hex;
                                          repeat it for several
+          --client-id ID                 identify with a session as this client (1 to 256 bytes)
+          --idempotency-key KEY          with --client-id: the request runs once on the
+                                         server, however often it is sent again after a
+                                         break; a repeat of the key gets the first answer
           --timeout SECONDS              limit for connecting, for the TLS handshake and for
                                          the response (default 10)
           --heartbeat fixed|adaptive     a fixed interval (the default once heartbeats are
@@ -131,6 +135,8 @@ struct RequestCommand: Command {
     var payload: [UInt8] = []
     var fields: [String: UInt64] = [:]
     var timeout: Duration = .seconds(10)
+    var clientID: String?
+    var idempotencyKey: String?
     var heartbeat = HeartbeatOptions()
     var tls = ClientTLSOptions()
     var verbose = false
@@ -192,6 +198,18 @@ struct RequestCommand: Command {
         if let timeout = try arguments.option("--timeout") {
             self.timeout = try Parse.seconds(timeout, option: "--timeout")
         }
+        clientID = try arguments.option("--client-id")
+        if let clientID, !(1...ListenCommand.maximumClientIDLength).contains(clientID.utf8.count) {
+            throw ArgumentError("--client-id must be 1 to \(ListenCommand.maximumClientIDLength) bytes")
+        }
+        idempotencyKey = try arguments.option("--idempotency-key")
+        if let key = idempotencyKey {
+            guard clientID != nil else { throw ArgumentError("--idempotency-key needs --client-id: the server keeps its record per client") }
+            guard (1...128).contains(key.utf8.count), key.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+                throw ArgumentError("--idempotency-key must be 1 to 128 bytes of printable ASCII, without spaces")
+            }
+            guard http == nil else { throw ArgumentError("--idempotency-key is for a request of --type, not --http-get") }
+        }
         heartbeat = try HeartbeatOptions(parsing: &arguments)
         if !heartbeat.isEmpty, profile.heartbeatType == nil {
             throw ArgumentError("the heartbeat options need heartbeats, and the \(profile.name) profile has none")
@@ -215,6 +233,7 @@ struct RequestCommand: Command {
         configuration.tls = tls.configuration(handshakeTimeout: timeout)
         // A server that is not there is reported at once, not waited for.
         configuration.reconnect.appliesToFirstConnect = false
+        if let clientID { configuration.session = SessionConfiguration(clientID: clientID) }
         let request = Request(type: type, payload: payload, fields: fields)
         let timeout = timeout
         let clock = ContinuousClock()
@@ -235,7 +254,11 @@ struct RequestCommand: Command {
         }
         let response: Response
         do {
-            response = try await connection.request(request, timeout: .after(timeout))
+            if let idempotencyKey {
+                response = try await connection.request(request, idempotencyKey: idempotencyKey, timeout: .after(timeout))
+            } else {
+                response = try await connection.request(request, timeout: .after(timeout))
+            }
         } catch {
             await connection.close()
             await drawing?.value

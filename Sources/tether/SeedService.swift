@@ -1,3 +1,4 @@
+import Synchronization
 import Tether
 
 /// The seed demo service that `tether serve` and `tether demo` run.
@@ -6,6 +7,9 @@ import Tether
 /// - `0x402` echo: answers `{"echo": <request content>}`.
 /// - `0x404` delayed echo: `{"delay_ms": n}` waits `n` ms (at most 10 s), then answers
 ///   like `0x402`. Lets several requests be answered out of order.
+/// - `0x407` counting: each run of its handler adds one to a counter the server keeps, and
+///   answers `{"runs": n}`; with a session and an idempotency key, a repeat of the key is
+///   answered without a run, so the count shows it.
 /// - Heartbeats (`0x1`) are acked by the library; a type with no handler is answered with
 ///   `{"error": "unknown type 0x…"}` by the library.
 ///
@@ -18,6 +22,8 @@ enum SeedService {
     static let echoType: UInt32 = 0x402
     /// The delayed echo request type.
     static let delayedEchoType: UInt32 = 0x404
+    /// The counting request type.
+    static let countingType: UInt32 = 0x407
     /// The one request type of the profiles without types (marker, lines).
     static let messageType: UInt32 = 0x401
     /// What the answer to a line starts with, before the line.
@@ -43,6 +49,13 @@ enum SeedService {
         }
         server.handle(type: echoType) { request, _ in
             Response(json: ["echo": try content(of: request)])
+        }
+        let runs = Mutex(0)
+        server.handle(type: countingType) { _, _ in
+            Response(json: ["runs": .int(runs.withLock { count in
+                count += 1
+                return count
+            })])
         }
         server.handle(type: delayedEchoType) { request, _ in
             guard let delay = request.json?["delay_ms"]?.intValue, (0...maximumDelay).contains(delay) else {

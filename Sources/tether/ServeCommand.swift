@@ -35,6 +35,7 @@ struct ServeCommand: Command {
 
           0x402  answers {"echo": <request content>}
           0x404  {"delay_ms": N}: waits N ms, then answers like 0x402
+          0x407  counts the runs of its handler: {"runs": N}
           0x1    heartbeats are acked with the same serial
           other  answered with {"error": "unknown type 0x…"}
 

@@ -584,3 +584,10 @@ private func withGatedServer(_ body: (RequestGate, Connection) async throws -> V
         try await body(gate, connection)
     }
 }
+
+// "Requests that run once".
+func requestsThatRunOnce(connection: Connection) async throws -> Response {
+    let messageID = "msg-7f3a9c"                 // made once, when the user pressed send
+    let reply = try await connection.request(Request(type: 0x410, json: ["text": "on my way"]), idempotencyKey: messageID)
+    return reply
+}

@@ -150,6 +150,33 @@ struct MailboxStoreContractTests {
         }
     }
 
+    @Test("request records: begun once, running until answered, then the answer; forgotten past the window; bounded per client in count and bytes", arguments: MailboxStoreKind.allCases)
+    func requestRecords(kind: MailboxStoreKind) async throws {
+        try await withStore(kind) { store async throws in
+            var limits = roomy
+            limits.requestWindow = .seconds(60)
+            limits.maximumRequestRecordsPerClient = 3
+            limits.maximumRequestRecordBytesPerClient = 10
+            #expect(try await store.beginRequest("k1", of: "a", limits: limits, now: t0) == .started)
+            #expect(try await store.beginRequest("k1", of: "a", limits: limits, now: t0) == .running)
+            try await store.finishRequest("k1", of: "a", answer: [1, 2, 3], limits: limits, now: t0)
+            #expect(try await store.beginRequest("k1", of: "a", limits: limits, now: t0) == .answered([1, 2, 3]))
+            #expect(try await store.beginRequest("k1", of: "b", limits: limits, now: t0) == .started)
+            // Bytes: 3 kept already, 8 more would pass 10.
+            #expect(try await store.beginRequest("k2", of: "a", limits: limits, now: t0) == .started)
+            try await store.finishRequest("k2", of: "a", answer: Array(repeating: 7, count: 8), limits: limits, now: t0)
+            #expect(try await store.beginRequest("k2", of: "a", limits: limits, now: t0) == .answerNotKept)
+            #expect(try await store.beginRequest("k3", of: "a", limits: limits, now: t0) == .started)
+            guard case .refused(let reason) = try await store.beginRequest("k4", of: "a", limits: limits, now: t0) else {
+                Issue.record("a fourth record of client a was not refused")
+                return
+            }
+            #expect(reason.contains("MailboxLimits.maximumRequestRecordsPerClient"))
+            // Past the window the records are gone: k1 starts again.
+            #expect(try await store.beginRequest("k1", of: "a", limits: limits, now: t0.adding(.seconds(61))) == .started)
+        }
+    }
+
     @Test("a push's time to live comes back with it, and one without has none", arguments: MailboxStoreKind.allCases)
     func timeToLive(kind: MailboxStoreKind) async throws {
         try await withStore(kind) { store async throws in

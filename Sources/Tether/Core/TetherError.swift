@@ -55,6 +55,7 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
             case sessionTakenOver
             case serverDraining
             case channelRefused
+            case outcomeUnknown
         }
 
         let value: Value
@@ -179,6 +180,12 @@ public struct TetherError: Error, Sendable, CustomStringConvertible {
         /// ``ChannelConfiguration/authorize`` or ``ChannelConfiguration/authorizePublish``
         /// refused; the message names the channel and the reason.
         public static let channelRefused = Code(value: .channelRefused)
+        /// A request with an idempotency key (``Connection/request(_:idempotencyKey:timeout:)``)
+        /// may or may not have run: its connection broke after it was written and it could
+        /// not be repeated safely (the server's record of it is gone or was never kept, its
+        /// window passed, the session's history began again, or the timeout ran out while
+        /// waiting). The message says which. Never a silent second run.
+        public static let outcomeUnknown = Code(value: .outcomeUnknown)
 
         /// A short textual form, for logs and messages.
         public var description: String { String(describing: value) }

@@ -103,6 +103,7 @@ public final class InMemoryMailboxStore: MailboxStore {
     }
 
     private let contents = Lock(Contents())
+    private let records = Lock(RequestRecordBook())
 
     /// Creates an empty store.
     public init() {}
@@ -238,6 +239,32 @@ public final class InMemoryMailboxStore: MailboxStore {
         contents.withLock { Array($0.mailboxes.keys) }
     }
 
+    /// Records that a keyed request runs, as ``MailboxStore/beginRequest(_:of:limits:now:)`` says.
+    ///
+    /// - Parameters:
+    ///   - key: The request's idempotency key.
+    ///   - clientID: The client.
+    ///   - limits: The bounds of the records.
+    ///   - now: The time to record and to judge the window by.
+    /// - Returns: What is known of the request.
+    /// - Throws: Never: memory does not fail.
+    public func beginRequest(_ key: String, of clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> RequestRecord {
+        records.withLock { $0.begin(key, of: clientID, limits: limits, now: now) }
+    }
+
+    /// Records a keyed request's answer, as ``MailboxStore/finishRequest(_:of:answer:limits:now:)`` says.
+    ///
+    /// - Parameters:
+    ///   - key: The request's idempotency key.
+    ///   - clientID: The client.
+    ///   - answer: The response's payload.
+    ///   - limits: The bounds of the records.
+    ///   - now: The time it finished.
+    /// - Throws: Never: memory does not fail.
+    public func finishRequest(_ key: String, of clientID: String, answer: [UInt8], limits: MailboxLimits, now: MailboxTime) async throws {
+        records.withLock { $0.finish(key, of: clientID, answer: answer, limits: limits, now: now) }
+    }
+
     /// Drops what is older than the age bound from every mailbox, and removes the mailboxes
     /// of clients idle for longer than it; see ``MailboxStore/removeExpired(limits:now:keeping:)``.
     ///
@@ -248,6 +275,7 @@ public final class InMemoryMailboxStore: MailboxStore {
     /// - Returns: The ids of the clients whose mailboxes were removed.
     /// - Throws: Never: memory does not fail. The protocol allows it for other stores.
     public func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String] {
+        records.withLock { $0.dropOld(limits: limits, now: now) }
         guard let oldest = limits.oldestAllowed(at: now) else { return [] }
         return contents.withLock { contents in
             var removed: [String] = []

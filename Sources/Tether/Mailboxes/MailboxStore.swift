@@ -131,6 +131,37 @@ public protocol MailboxStore: Sendable {
     /// - Returns: The ids of the clients whose mailboxes were removed.
     /// - Throws: When the store cannot be read or written.
     func removeExpired(limits: MailboxLimits, now: MailboxTime, keeping connected: Set<String>) async throws -> [String]
+
+    /// Records that the keyed request `key` of `clientID` runs now, unless it ran or runs
+    /// already: then says what is known of it. Records older than
+    /// ``MailboxLimits/requestWindow`` are forgotten first; a new record past
+    /// ``MailboxLimits/maximumRequestRecordsPerClient`` or
+    /// ``MailboxLimits/maximumRequestRecords`` is refused. Two calls at once for one key get
+    /// ``RequestRecord/started`` once. A store without records refuses every one (the
+    /// default).
+    ///
+    /// - Parameters:
+    ///   - key: The request's idempotency key.
+    ///   - clientID: The client.
+    ///   - limits: The bounds of the records.
+    ///   - now: The time to record and to judge the window by.
+    /// - Returns: What the store knows.
+    /// - Throws: When the store cannot be read or written.
+    func beginRequest(_ key: String, of clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> RequestRecord
+
+    /// Records the answer of the keyed request `key` of `clientID`, begun with
+    /// ``beginRequest(_:of:limits:now:)``: kept unless it would pass
+    /// ``MailboxLimits/maximumRequestRecordBytesPerClient``, in which case the record says
+    /// only that it ran.
+    ///
+    /// - Parameters:
+    ///   - key: The request's idempotency key.
+    ///   - clientID: The client.
+    ///   - answer: The response's payload.
+    ///   - limits: The bounds of the records.
+    ///   - now: The time it finished.
+    /// - Throws: When the store cannot be written.
+    func finishRequest(_ key: String, of clientID: String, answer: [UInt8], limits: MailboxLimits, now: MailboxTime) async throws
 }
 
 extension MailboxStore {
@@ -329,6 +360,19 @@ public struct MailboxLimits: Sendable, Hashable {
     /// ``TetherError/Code/mailboxesFull`` and stores nothing; acknowledgements and expiry
     /// make room. Default 64 MiB.
     public var maximumStoredBytes: Int = 64 * 1024 * 1024
+    /// How long a keyed request's record is kept (``Connection/request(_:idempotencyKey:timeout:)``):
+    /// a repeat within it is answered from the record, one after it could run again, so
+    /// clients give up repeating past their ``SessionConfiguration/requestWindow``, which
+    /// must not be longer. Default 10 minutes.
+    public var requestWindow: Duration = .seconds(600)
+    /// The most keyed requests one client has recorded within ``requestWindow``; past it a
+    /// new one is refused, not run. Default 1,000.
+    public var maximumRequestRecordsPerClient = 1_000
+    /// The most bytes of answers one client's records keep; a larger answer is not kept,
+    /// and a repeat of its request is told it ran. Default 1 MiB.
+    public var maximumRequestRecordBytesPerClient = 1 << 20
+    /// The most request records the store keeps, across all clients. Default 100,000.
+    public var maximumRequestRecords = 100_000
 
     /// The defaults: 10,000 messages and 7 days per mailbox, 100,000 mailboxes, 64 MiB.
     public init() {}

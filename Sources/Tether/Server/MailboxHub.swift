@@ -53,6 +53,9 @@ final class MailboxHub: Sendable {
     }
 
     struct State {
+        /// The keyed requests running on this server, by client and key, with the
+        /// repeats that wait for them.
+        var keyed: [KeyedID: [CheckedContinuation<KeyedOutcome?, Never>]] = [:]
         var queue: [Operation] = []
         var waiter: CheckedContinuation<Void, Never>?
         var running = false
@@ -130,6 +133,10 @@ final class MailboxHub: Sendable {
     /// prefers (a peer's task prefers its event loop), and returns to the caller's once it
     /// is done: a store that blocks its thread never blocks a loop. A store that works on
     /// threads of its own, and so blocks no caller, is called directly.
+    func callStoreForKeyed<T: Sendable>(_ call: @Sendable (any MailboxStore) async throws -> T) async throws -> T {
+        try await callStore(call)
+    }
+
     private func callStore<T: Sendable>(_ call: @Sendable (any MailboxStore) async throws -> T) async throws -> T {
         let store = store
         if storeHasOwnThreads { return try await call(store) }

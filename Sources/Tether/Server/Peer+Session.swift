@@ -11,6 +11,8 @@ struct PeerSession {
     /// The replay ends once it has written this far: the store's last sequence when the
     /// session began, raised by each live push that arrives during the replay.
     var replayTarget: UInt64
+    /// The epoch of the client's mailbox, as the welcome said it.
+    var epoch: String? = nil
 }
 
 extension Peer {
@@ -96,6 +98,7 @@ extension Peer {
         )
         let hello = hub?.configuration.wireTypes.hello ?? 0
         var welcome = plan.welcome(for: clientID)
+        session?.epoch = welcome.epoch
         for action in lifecycle.handle(.sessionBegan) {
             switch action {
             case .countHold:

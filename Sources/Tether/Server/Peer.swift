@@ -23,7 +23,7 @@ public actor Peer {
     var configuration: ServerConfiguration {
         @inline(__always) get { sharedConfiguration.value }
     }
-    private let handlers: HandlerTable
+    let handlers: HandlerTable
     /// The server's mailboxes, when it has them: sessions are accepted only then.
     let hub: MailboxHub?
     /// The server's channels, when it has them (``ServerConfiguration/channels``).
@@ -37,6 +37,8 @@ public actor Peer {
     var channelDrainWaiters: [UnsafeContinuation<Void, Never>] = []
     /// Channel requests of this peer waiting for the server's authorizer.
     var channelAuthorizations = 0
+    /// Keyed requests of this peer running now (``SessionWireTypes/keyedRequest``).
+    var keyedRequests = 0
     /// The accepted stream and the settings of its port, until ``run()`` attaches it.
     private var pending: Server.Accepted?
     /// The framed channel of this peer.
@@ -329,7 +331,7 @@ public actor Peer {
     /// Runs a handler; a thrown error becomes an error response, except the cancellation
     /// of a handler whose peer or server is shutting down: that one answers nothing, and the
     /// client sees its request fail with the lost connection rather than a made-up error.
-    private static func invoke(_ handler: Server.Handler, _ request: Request, _ peer: isolated Peer) async -> Response? {
+    static func invoke(_ handler: Server.Handler, _ request: Request, _ peer: isolated Peer) async -> Response? {
         if let observer = peer.configuration.observer { return await invokeObserved(handler, request, peer, observer: observer) }
         do {
             return try await handler(request, peer)
@@ -577,6 +579,8 @@ extension Peer: FrameChannelOwner {
                 acknowledged(frame, hub: hub)
             } else if frame.type == hub?.configuration.wireTypes.hello {
                 deliver(frame)
+            } else if let hub, frame.type == hub.configuration.wireTypes.keyedRequest {
+                keyedRequest(frame, hub: hub)
             } else if let channels, channelRequest(frame, hub: channels) {
                 // Answered by the channels.
             } else if let entry = handlers.handler(for: frame.type) {

@@ -169,6 +169,9 @@ public final class Server: Sendable {
         if let refusal = configuration.profile.requestRefusal(of: type, session: configuration.mailboxes?.wireTypes) {
             preconditionFailure("Server.handle(type:): no handler can run for \(refusal)")
         }
+        if let session = configuration.mailboxes?.wireTypes, type == session.keyedRequest {
+            preconditionFailure("Server.handle(type:): no handler can run for type 0x\(String(type, radix: 16)): with ServerConfiguration.mailboxes it is the keyed request's type (SessionWireTypes.keyedRequest), which wraps requests with an idempotency key")
+        }
         if let channels = configuration.channels?.wireTypes, [channels.subscribe, channels.unsubscribe, channels.publish, channels.presence].contains(type) {
             preconditionFailure("Server.handle(type:): no handler can run for type 0x\(String(type, radix: 16)): with ServerConfiguration.channels it is a channel request's type (ChannelWireTypes)")
         }

@@ -9,6 +9,9 @@ public struct SessionWireTypes: Sendable, Hashable {
     public var hello: UInt32 = 0x401
     /// The acknowledgement a client sends for the pushes it has. Default `0x400`.
     public var acknowledgement: UInt32 = 0x400
+    /// A request with an idempotency key (``Connection/request(_:idempotencyKey:timeout:)``),
+    /// wrapping the caller's request. Default `0xFE01`.
+    public var keyedRequest: UInt32 = 0xFE01
 
     /// The defaults: hello `0x401`, acknowledgement `0x400`.
     public init() {}
@@ -66,6 +69,12 @@ public struct SessionConfiguration: Sendable, Hashable {
     public var resumeEpoch: String?
     /// The frame types of hello and acknowledgement.
     public var wireTypes = SessionWireTypes()
+    /// How long after its first attempt a request with an idempotency key
+    /// (``Connection/request(_:idempotencyKey:timeout:)``) is still repeated on a new
+    /// connection; past it the call throws ``TetherError/Code/outcomeUnknown`` instead. Keep
+    /// it no longer than the server's ``MailboxLimits/requestWindow``, which forgets the
+    /// record. Default 10 minutes, as that.
+    public var requestWindow: Duration = .seconds(600)
     /// Whether the connection acknowledges pushes by itself as it delivers them to
     /// subscribers, which lets the server delete them. Set it to `false` to acknowledge
     /// with ``Connection/acknowledge(through:)`` once the app has stored what it received.

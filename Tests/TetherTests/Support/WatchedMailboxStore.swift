@@ -20,9 +20,23 @@ final class WatchedMailboxStore: MailboxStore {
     /// position, so each wait goes on where the last one stopped.
     let acknowledgements: Subscription<String>
 
+    private let requestFeed = Broadcaster<String>(bufferSize: 1_024)
+    /// "client key" for each keyed request whose answer reached the store, in order.
+    let finishedRequests: Subscription<String>
+
     init(_ base: any MailboxStore) {
         self.base = base
         acknowledgements = feed.subscribe()
+        finishedRequests = requestFeed.subscribe()
+    }
+
+    func beginRequest(_ key: String, of clientID: String, limits: MailboxLimits, now: MailboxTime) async throws -> RequestRecord {
+        try await base.beginRequest(key, of: clientID, limits: limits, now: now)
+    }
+
+    func finishRequest(_ key: String, of clientID: String, answer: [UInt8], limits: MailboxLimits, now: MailboxTime) async throws {
+        try await base.finishRequest(key, of: clientID, answer: answer, limits: limits, now: now)
+        requestFeed.publish("\(clientID) \(key)")
     }
 
     func append(_ messages: [MailboxMessage.Draft], limits: MailboxLimits, now: MailboxTime) async throws -> [UInt64] {
