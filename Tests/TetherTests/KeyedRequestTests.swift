@@ -136,7 +136,7 @@ struct KeyedRequestTests {
         }
     }
 
-    @Test("honest outcomes: a repeat past the client's window is outcomeUnknown, and so is one into a history that began again; a keyed request without a session or with a bad key is refused before it is sent")
+    @Test("honest outcomes: a repeat past the client's window is outcomeUnknown, exact; a keyed request without a session or with a bad key is refused before it is sent")
     func outcomes() async throws {
         let counter = RunCounter()
         var configuration = TestServer.defaultConfiguration
@@ -169,6 +169,51 @@ struct KeyedRequestTests {
             try await connection.request(Request(type: 0x407), idempotencyKey: "has space")
         }
         #expect(badKey?.code == .invalidArgument)
+        await server.stop()
+    }
+
+    @Test("a keyed request whose answer was lost, then the client's mailbox removed as idle before it came back: the repeat into the new history is outcomeUnknown, not run again")
+    func historyBeganAgain() async throws {
+        let counter = RunCounter()
+        let store = InMemoryMailboxStore()
+        let now = Mutex(MailboxTime(millisecondsSince1970: 1_700_000_000_000))
+        var mailboxes = MailboxConfiguration(store: store)
+        mailboxes.limits.maximumAge = .seconds(60)
+        mailboxes.expiryInterval = nil
+        mailboxes.clock = { now.withLock { $0 } }
+        var configuration = TestServer.defaultConfiguration
+        configuration.mailboxes = mailboxes
+        let gate = Mutex<FaultProxy?>(nil)
+        let server = try TestServer(configuration: configuration, handlers: countingHandlers(counter) { peer in
+            guard let proxy = gate.withLock({ $0 }) else { return }
+            proxy.refusesConnections = true
+            await peer.close()
+        })
+        try await server.start()
+        try await withFaultProxy(to: server.endpoint) { proxy in
+            gate.withLock { $0 = proxy }
+            let connection = try await Connection.connect(to: proxy.endpoint, configuration: sessionConfiguration("ivy") {
+                $0.requestTimeout = .seconds(60)
+            })
+            let watcher = StateWatcher(connection)
+            let serverEvents = server.server.events
+            let answer = Task { try await connection.request(Request(type: 0x407, payload: Array("t-1".utf8)), idempotencyKey: "t-1") }
+            try await watcher.next(.reconnecting)
+            _ = try await firstEvent(serverEvents, "the server to see ivy leave") { $0.kind == .peerDisconnected && $0.clientID == "ivy" }
+            // Away past the age bound: the mailbox goes, and a new one will have a new epoch.
+            let later = now.withLock { time in
+                time = time.adding(.seconds(61))
+                return time
+            }
+            #expect(try await store.removeExpired(limits: mailboxes.limits, now: later, keeping: []) == ["ivy"])
+            gate.withLock { $0 = nil }
+            proxy.refusesConnections = false
+            let error = await #expect(throws: TetherError.self) { try await answer.value }
+            #expect(error?.code == .outcomeUnknown)
+            #expect(error?.message.contains("began again") == true, "\(error?.message ?? "")")
+            #expect(counter.all == ["t-1": 1])
+            await connection.close()
+        }
         await server.stop()
     }
 
