@@ -274,3 +274,16 @@ func sessionsPrepareConfiguration() -> ConnectionConfiguration {
 func sessionsTimeToLive(server: Server, offer: [UInt8]) async throws {
     try await server.push(Frame(type: 0x10, payload: offer), toClient: "alice", timeToLive: .seconds(3600))
 }
+
+private func markDelivered(_ sequence: UInt64) {}
+private func sendByMail(_ message: [UInt8]) {}
+
+// "Receipts for pushes".
+func sessionsReceipt(server: Server, message: [UInt8]) async throws {
+    let receipt = try await server.pushWithReceipt(Frame(type: 0x10, payload: message), toClient: "alice", timeToLive: .seconds(600))
+    switch await receipt.outcome() {
+    case .delivered: markDelivered(receipt.sequence)
+    case .expired: sendByMail(message)
+    case .dropped(let reason): print("not known: \(reason)")
+    }
+}

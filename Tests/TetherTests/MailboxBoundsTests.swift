@@ -109,7 +109,7 @@ struct MailboxBoundsTests {
         }
     }
 
-    @Test("a client that never comes back loses its mailbox to the periodic expiry, on the server's clock, with no write or open to trigger it; a connected client keeps its own")
+    @Test("a client that never comes back loses its mailbox to the periodic expiry, on the server's clock, with no write or open to trigger it; a connected client keeps its own; its receipts are dropped, one with a time to live expires on that clock")
     func periodicExpiry() async throws {
         try await withTestNetwork { network in
             try await withNetworkServer(on: network, configure: {
@@ -124,10 +124,15 @@ struct MailboxBoundsTests {
                 try await awaitClient("alice", on: server)
                 let hub = try #require(server.hub)
                 let expiries = hub.expiries
-                for number in 0..<3 { try await server.push(indexed(number), toClient: "ghost") }
+                for number in 0..<2 { try await server.push(indexed(number), toClient: "ghost") }
+                let receipt = try await server.pushWithReceipt(indexed(2), toClient: "ghost")
+                let expiring = try await server.pushWithReceipt(indexed(3), toClient: "ghost", timeToLive: .seconds(30))
                 #expect(try await server.clientIDs() == ["alice", "ghost"])
 
-                await network.advance(by: .seconds(60))
+                await network.advance(by: .seconds(30))
+                #expect(await expiring.outcome() == .expired, "on the server's clock")
+                #expect(receipt.settled == nil)
+                await network.advance(by: .seconds(30))
                 #expect(try await server.clientIDs() == ["alice", "ghost"], "expired before the pass")
                 await network.advance(by: .milliseconds(1))
                 let expiry = try #require(try await firstElement(of: expiries))
@@ -135,6 +140,7 @@ struct MailboxBoundsTests {
                 #expect(try expiry.removed.get() == ["ghost"])
                 #expect(try await server.clientIDs() == ["alice"])
                 #expect(await server.metrics().mailboxesRemoved == 1)
+                #expect(await receipt.outcome() == .dropped("the client's mailbox was removed as idle before it acknowledged the push"))
 
                 // Nothing is left of ghost: it starts again from 1.
                 #expect(try await server.push(indexed(9), toClient: "ghost") == 1)

@@ -22,6 +22,9 @@ struct Load: Sendable {
     var session = "off"
     /// The chunk size a session announces; 0 for the default.
     var chunkSize = 0
+    /// Tether with a session only: every request carries an idempotency key of its own, so
+    /// the server runs it once through its mailbox store's request records.
+    var keyed = false
     /// With TLS: the PEM file of the CA to trust; the server's name is `localhost`.
     var tlsCA: String?
     /// Over WebSocket: the request path of the upgrade to `ws://host:port`.

@@ -38,8 +38,9 @@ enum TetherClient {
                     group.addTask(executorPreference: executor) { await pipelineWorker(connection, count: count, payload: payload, window: window) }
                     continue
                 }
-                for _ in 0..<load.inFlight {
-                    group.addTask(executorPreference: executor) { await worker(connection, payload: payload, window: window) }
+                for lane in 0..<load.inFlight {
+                    let keys = load.keyed ? "lane\(lane)-" : nil
+                    group.addTask(executorPreference: executor) { await worker(connection, payload: payload, window: window, keys: keys) }
                 }
             }
             var total = Stats()
@@ -55,13 +56,22 @@ enum TetherClient {
         return (stats, window)
     }
 
-    static func worker(_ connection: Connection, payload: [UInt8], window: Window) async -> Stats {
+    /// One lane's closed loop; with `keys`, each request's idempotency key is that prefix and
+    /// the lane's count.
+    static func worker(_ connection: Connection, payload: [UInt8], window: Window, keys: String? = nil) async -> Stats {
         var stats = Stats()
         let request = Request(type: 0x402, payload: payload)
+        var count = 0
         while true {
             let sent = monotonicNanoseconds()
             do {
-                let response = try await connection.request(request)
+                let response: Response
+                if let keys {
+                    count += 1
+                    response = try await connection.request(request, idempotencyKey: keys + String(count))
+                } else {
+                    response = try await connection.request(request)
+                }
                 let received = monotonicNanoseconds()
                 if response.payload.count != payload.count {
                     stats.fail("response serial \(response.serial) has \(response.payload.count) payload bytes, not \(payload.count)")

@@ -11,6 +11,7 @@ let usage = """
                         [--connections C] [--in-flight K] [--size BYTES]
                         [--duration S] [--warmup S] [--executor default|loop]
                         [--tls-ca FILE] [--websocket PATH] [--session off|chunks|whole]
+                        [--keys off|on]
       A closed-loop load generator for the seed echo protocol: each of C connections keeps
       K requests (type 0x402, BYTES of payload) in flight; each response issues the next.
       Load runs for --warmup seconds unmeasured, then --duration seconds measured, and one
@@ -32,13 +33,15 @@ let usage = """
         needs mailboxes: bench-server --mailboxes on); `chunks` announces the default chunk
         size (or --chunk-size BYTES), so large frames go in chunks both ways, `whole` announces
         none.
+      --keys on (tether with --session): every request carries an idempotency key of its
+        own (Connection.request(_:idempotencyKey:)), so the server records it and its answer.
       --executor loop (tether only): the request tasks prefer their connection's event loop
       instead of the global concurrent executor.
     """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor", "tls-ca", "websocket", "session", "chunk-size"],
+    known: ["impl", "host", "port", "connections", "in-flight", "size", "duration", "warmup", "executor", "tls-ca", "websocket", "session", "chunk-size", "keys"],
     usage: usage
 )
 let impl = options.string("impl", allowed: ["tether", "tether-pipeline", "nio-handler", "nio-async"])
@@ -53,6 +56,10 @@ var load = Load(
 )
 load.chunkSize = options.int("chunk-size", default: 0)
 load.session = options.string("session", default: "off", allowed: ["off", "chunks", "whole"])
+load.keyed = options.string("keys", default: "off", allowed: ["off", "on"]) == "on"
+if load.keyed, impl != "tether" || load.session == "off" {
+    Options.fail("--keys on is for --impl tether with --session chunks or whole", usage: usage)
+}
 load.preferLoopExecutor = options.string("executor", default: "default", allowed: ["default", "loop"]) == "loop"
 let trustedCA = options.string("tls-ca", default: "")
 load.tlsCA = trustedCA.isEmpty ? nil : trustedCA

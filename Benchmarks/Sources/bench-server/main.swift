@@ -26,7 +26,8 @@ let usage = """
       (every frame type is echoed there, 0x403 too: no fan-out over NIO's WebSocket).
       With --mailboxes on (tether only), in-memory mailboxes: clients may have sessions
       (bench-client --session), and large frames go in chunks to those that announce them,
-      of --chunk-size bytes (default: Limits.chunkSize).
+      of --chunk-size bytes (default: Limits.chunkSize). Its request records hold up to
+      10,000,000 keyed requests (bench-client --keys on), 4 GiB of answers per client.
       --port 0 (the default) lets the system choose. Prints `listening on 127.0.0.1:PORT`
       when ready; runs until SIGTERM or SIGINT.
     """
@@ -69,7 +70,13 @@ case "nio":
 default:
     var configuration = ServerConfiguration(host: "127.0.0.1", port: webSocketPath.isEmpty ? port : 0)
     configuration.maximumConnections = 100_000
-    if mailboxes { configuration.mailboxes = .inMemory }
+    if mailboxes {
+        var mailboxConfiguration = MailboxConfiguration.inMemory
+        mailboxConfiguration.limits.maximumRequestRecords = 10_000_000
+        mailboxConfiguration.limits.maximumRequestRecordsPerClient = 10_000_000
+        mailboxConfiguration.limits.maximumRequestRecordBytesPerClient = 4 << 30
+        configuration.mailboxes = mailboxConfiguration
+    }
     if let size = chunkSize { configuration.limits.chunkSize = size }
     if !webSocketPath.isEmpty {
         configuration.webSocket = WebSocketServerConfiguration(port: port, path: webSocketPath)

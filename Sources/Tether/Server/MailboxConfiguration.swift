@@ -36,6 +36,9 @@ public struct MailboxConfiguration: Sendable {
     /// beyond it they are dropped and counted in ``ServerMetrics/offlineCallbacksDropped``.
     /// Default 65,536.
     public var offlineCallbackBufferSize: Int = 65_536
+    /// The most push receipts (``Server/pushWithReceipt(_:toClient:timeToLive:)``) not yet
+    /// settled at once; past it such a push is refused before it is stored. Default 10,000.
+    public var maximumReceipts: Int = 10_000
     /// The wall clock that stamps and ages messages. Default the system's, or, for a server
     /// whose ``ServerConfiguration/eventLoopGroup`` runs on a test clock (`TetherTesting`),
     /// that clock, whatever order the configuration was set in; tests may set their own.

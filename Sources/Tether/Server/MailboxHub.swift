@@ -60,6 +60,8 @@ final class MailboxHub: Sendable {
         var waiter: CheckedContinuation<Void, Never>?
         var running = false
         var stopped = false
+        /// The loop whose clock paces the hub's timers, once it runs.
+        var timerLoop: EventLoop?
         /// The peer each connected client is on.
         var peers: [String: Peer] = [:]
         /// In a cluster, the generation of the claim each connected client's peer holds:
@@ -112,6 +114,8 @@ final class MailboxHub: Sendable {
     static let clusterBacklog = 4096
     /// The server's channels, which the cluster's channel notices go to.
     let channels: ChannelHub?
+    /// The push receipts not yet settled.
+    let receipts = Lock(ReceiptTable())
 
     init(configuration: MailboxConfiguration, channels: ChannelHub? = nil) {
         self.configuration = configuration
@@ -255,6 +259,7 @@ final class MailboxHub: Sendable {
     }
 
     func run(timersOn loop: EventLoop) async {
+        state.withLock { $0.timerLoop = loop }
         await withDiscardingTaskGroup { group in
             group.addTask { [offlineFeed] in
                 for await (callback, push) in offlineFeed { await callback(push) }
@@ -294,6 +299,7 @@ final class MailboxHub: Sendable {
 
     /// Ends ``run(timersOn:)`` once the queue is empty; later requests fail.
     func stop() {
+        dropReceipts("the server stopped before the client acknowledged it")
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.stopped = true
             defer { state.waiter = nil }
@@ -358,6 +364,7 @@ final class MailboxHub: Sendable {
             }
         }
         if !acknowledged.isEmpty {
+            settleReceipts(acknowledged)
             // A failed acknowledgement only leaves messages to be replayed again.
             try? await callStore { [acknowledged] in try await $0.acknowledge(acknowledged) }
         }
@@ -372,6 +379,7 @@ final class MailboxHub: Sendable {
             let limits = configuration.limits
             let clientIDs = try await callStore { try await $0.removeExpired(limits: limits, now: now, keeping: connected) }
             state.withLock { $0.metrics.mailboxesRemoved += clientIDs.count }
+            dropReceipts(of: clientIDs, "the client's mailbox was removed as idle before it acknowledged the push")
             removed = .success(clientIDs)
         } catch {
             // A failed pass only leaves the work to the next one.
@@ -472,6 +480,7 @@ final class MailboxHub: Sendable {
         }
         let plan = ResumePlan(clientSequence: request.lastSequence, clientEpoch: request.epoch, summary: summary)
         let acknowledged = plan.acknowledgement(request.acknowledged, clientSequence: request.lastSequence)
+        if acknowledged > 0 { settleReceipts([clientID: acknowledged]) }
         if acknowledged > summary.acknowledged {
             // Only frees space: a failure leaves those messages to be acknowledged later.
             try? await callStore { try await $0.acknowledge(clientID, through: acknowledged) }

@@ -144,7 +144,7 @@ extension Server {
         hub?.state.withLock { $0.offlineCallback = callback }
     }
 
-    private func requireMailboxes() throws(TetherError) -> MailboxHub {
+    func requireMailboxes() throws(TetherError) -> MailboxHub {
         guard let hub else {
             throw TetherError(code: .invalidArgument, message: "this server has no mailboxes: set ServerConfiguration.mailboxes to push to client ids")
         }
