@@ -177,6 +177,29 @@ struct MailboxStoreContractTests {
         }
     }
 
+    @Test("request records past the window free their places, oldest first, in count across clients", arguments: MailboxStoreKind.allCases)
+    func requestRecordsAgeOut(kind: MailboxStoreKind) async throws {
+        try await withStore(kind) { store async throws in
+            var limits = roomy
+            limits.requestWindow = .seconds(60)
+            limits.maximumRequestRecords = 100
+            for index in 0..<100 {
+                let client = index % 2 == 0 ? "a" : "b"
+                #expect(try await store.beginRequest("k\(index)", of: client, limits: limits, now: t0.adding(.milliseconds(index))) == .started)
+            }
+            guard case .refused = try await store.beginRequest("full", of: "a", limits: limits, now: t0.adding(.seconds(1))) else {
+                Issue.record("a 101st record was not refused")
+                return
+            }
+            // 60.049 s after t0 the first 49 are past the window.
+            let later = t0.adding(.milliseconds(60_049))
+            #expect(try await store.beginRequest("k0", of: "a", limits: limits, now: later) == .started, "k0 was forgotten")
+            #expect(try await store.beginRequest("k50", of: "a", limits: limits, now: later) == .running, "k50 is kept")
+            #expect(try await store.beginRequest("k1", of: "b", limits: limits, now: later) == .started, "k1 was forgotten")
+            #expect(try await store.beginRequest("k51", of: "b", limits: limits, now: later) == .running, "k51 is kept")
+        }
+    }
+
     @Test("a push's time to live comes back with it, and one without has none", arguments: MailboxStoreKind.allCases)
     func timeToLive(kind: MailboxStoreKind) async throws {
         try await withStore(kind) { store async throws in

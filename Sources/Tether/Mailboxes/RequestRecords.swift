@@ -45,6 +45,9 @@ extension MailboxStore {
 }
 
 /// The records of one store in memory: the same rules every store keeps.
+///
+/// Each client's records are also kept in the order they began, so forgetting those older
+/// than the window costs only what is forgotten, however many are kept.
 package struct RequestRecordBook: Sendable {
     package struct Entry: Sendable {
         var startedAt: MailboxTime
@@ -52,44 +55,69 @@ package struct RequestRecordBook: Sendable {
         var answered: Bool
     }
 
-    private var clients: [String: [String: Entry]] = [:]
-    private var bytes: [String: Int] = [:]
+    /// One client's records, and the order they began in.
+    struct ClientRecords: Sendable {
+        var entries: [String: Entry] = [:]
+        /// Keys by when they began; those before `head` are forgotten.
+        var order: [(key: String, startedAt: MailboxTime)] = []
+        var head = 0
+        /// The bytes of the answers kept.
+        var bytes = 0
+    }
+
+    private var clients: [String: ClientRecords] = [:]
     private var total = 0
 
     package init() {}
 
     package mutating func begin(_ key: String, of clientID: String, limits: MailboxLimits, now: MailboxTime) -> RequestRecord {
         dropOld(of: clientID, limits: limits, now: now)
-        if let entry = clients[clientID]?[key] {
+        if let entry = clients[clientID]?.entries[key] {
             guard entry.answered else { return .running }
             return entry.answer.map(RequestRecord.answered) ?? .answerNotKept
         }
-        if let reason = limits.requestRecordRefusal(clientRecords: clients[clientID]?.count ?? 0, total: total, clientID: clientID) {
+        if let reason = limits.requestRecordRefusal(clientRecords: clients[clientID]?.entries.count ?? 0, total: total, clientID: clientID) {
             return .refused(reason)
         }
-        clients[clientID, default: [:]][key] = Entry(startedAt: now, answer: nil, answered: false)
+        clients[clientID, default: ClientRecords()].entries[key] = Entry(startedAt: now, answer: nil, answered: false)
+        clients[clientID]!.order.append((key, now))
         total += 1
         return .started
     }
 
     package mutating func finish(_ key: String, of clientID: String, answer: [UInt8], limits: MailboxLimits, now: MailboxTime) {
-        guard var entry = clients[clientID]?[key], !entry.answered else { return }
+        guard var records = clients[clientID], var entry = records.entries[key], !entry.answered else { return }
+        // Taken out while changed, so the dictionary is not copied.
+        clients[clientID] = nil
         entry.answered = true
-        if (bytes[clientID] ?? 0) + answer.count <= limits.maximumRequestRecordBytesPerClient {
+        if records.bytes + answer.count <= limits.maximumRequestRecordBytesPerClient {
             entry.answer = answer
-            bytes[clientID, default: 0] += answer.count
+            records.bytes += answer.count
         }
-        clients[clientID]?[key] = entry
+        records.entries[key] = entry
+        clients[clientID] = records
     }
 
     /// Forgets what is older than the window.
     package mutating func dropOld(of clientID: String, limits: MailboxLimits, now: MailboxTime) {
-        guard let records = clients[clientID] else { return }
-        let kept = records.filter { !($0.value.startedAt.adding(limits.requestWindow) < now) }
-        guard kept.count != records.count else { return }
-        total -= records.count - kept.count
-        bytes[clientID] = kept.values.reduce(0) { $0 + ($1.answer?.count ?? 0) }
-        clients[clientID] = kept.isEmpty ? nil : kept
+        guard var records = clients[clientID] else { return }
+        guard records.head < records.order.count, records.order[records.head].startedAt.adding(limits.requestWindow) < now else { return }
+        clients[clientID] = nil
+        while records.head < records.order.count {
+            let (key, startedAt) = records.order[records.head]
+            guard startedAt.adding(limits.requestWindow) < now else { break }
+            records.head += 1
+            // A key recorded again after it was forgotten has a later place of its own.
+            guard let entry = records.entries[key], entry.startedAt == startedAt else { continue }
+            records.entries[key] = nil
+            records.bytes -= entry.answer?.count ?? 0
+            total -= 1
+        }
+        if records.head > 64, records.head * 2 > records.order.count {
+            records.order.removeFirst(records.head)
+            records.head = 0
+        }
+        if !records.entries.isEmpty { clients[clientID] = records }
     }
 
     /// Forgets what is older than the window, for every client.
@@ -99,8 +127,7 @@ package struct RequestRecordBook: Sendable {
 
     /// Forgets a client's records (its mailbox was removed).
     package mutating func remove(_ clientID: String) {
-        total -= clients.removeValue(forKey: clientID)?.count ?? 0
-        bytes[clientID] = nil
+        total -= clients.removeValue(forKey: clientID)?.entries.count ?? 0
     }
 }
 
