@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "TetherHTTP", targets: ["TetherHTTP"]),
         .library(name: "TetherUDP", targets: ["TetherUDP"]),
         .library(name: "TetherPostgres", targets: ["TetherPostgres"]),
+        .library(name: "TetherRedis", targets: ["TetherRedis"]),
         .library(name: "TetherTesting", targets: ["TetherTesting"]),
         .executable(name: "tether", targets: ["tether"]),
     ],
@@ -73,6 +74,13 @@ let package = Package(
             dependencies: ["Tether", "CPostgres"],
             swiftSettings: strict
         ),
+        // Mailboxes on Redis or Valkey: a RESP client of its own on Tether's event loops, so
+        // it needs no system library.
+        .target(
+            name: "TetherRedis",
+            dependencies: ["Tether"],
+            swiftSettings: strict
+        ),
         // The server side of HTTP through the channel: performs the requests clients send
         // with `Connection.http(_:)`, with the toolchain's URLSession (FoundationNetworking
         // on Linux). Its own module so programs that never forward HTTP never link it.
@@ -103,7 +111,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TetherTests",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherUDP", "TetherTesting", "CSQLite", "COpenSSL", "CZlib", "CPostgres"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherRedis", "TetherUDP", "TetherTesting", "CSQLite", "COpenSSL", "CZlib", "CPostgres"],
             swiftSettings: strict
         ),
         // The code examples of the documentation and the README, compiled (and the

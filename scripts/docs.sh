@@ -5,7 +5,7 @@
 #   scripts/docs.sh
 #
 # 1. Symbol graphs. The library modules Tether, TetherTLS, TetherSQLite, TetherPostgres,
-#    TetherHTTP and TetherTesting are built with the compiler's own symbol graph output, in .build-docs (its flags differ
+#    TetherRedis, TetherHTTP, TetherUDP and TetherTesting are built with the compiler's own symbol graph output, in .build-docs (its flags differ
 #    from a normal build, so it keeps a build directory of its own and stays incremental):
 #
 #      swift build --scratch-path .build-docs --target MODULE \
@@ -61,7 +61,7 @@ scratch="$root/.build-docs"
 graphs="$scratch/symbol-graphs"
 archive="$scratch/Tether.doccarchive"
 logs="$scratch/logs"
-modules=(Tether TetherTLS TetherSQLite TetherPostgres TetherHTTP TetherUDP TetherTesting)
+modules=(Tether TetherTLS TetherSQLite TetherPostgres TetherRedis TetherHTTP TetherUDP TetherTesting)
 started=$(date +%s%N)
 failures=()
 

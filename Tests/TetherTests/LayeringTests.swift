@@ -61,6 +61,7 @@ struct LayeringTests {
         "TetherTLS": ["Tether", "COpenSSL"],
         "TetherSQLite": ["Tether", "CSQLite"],
         "TetherPostgres": ["Tether", "CPostgres"],
+        "TetherRedis": ["Tether"],
         "TetherHTTP": ["Tether"],
         "TetherUDP": ["Tether"],
         "TetherTesting": ["Tether"],

@@ -3,6 +3,7 @@ import TetherTesting
 @testable import Tether
 @testable import TetherSQLite
 import TetherPostgres
+import TetherRedis
 
 /// Mailboxes of `kind` for a server test, with `change` applied; a SQLite file lives in
 /// `directory`, PostgreSQL tables in a database of their own.
@@ -12,6 +13,7 @@ private func mailboxes(_ kind: MailboxStoreKind, in directory: TemporaryDirector
     case .inMemory: configuration = .inMemory
     case .sqlite: configuration = try .sqlite(path: directory.file("mail.sqlite"))
     case .postgres: configuration = MailboxConfiguration(store: try await PostgresMailboxStore(url: try await PostgresFixture.freshDatabase()))
+    case .redis: configuration = MailboxConfiguration(store: try await RedisMailboxStore(configuration: try await RedisFixture.freshConfiguration()))
     }
     change(&configuration)
     return configuration

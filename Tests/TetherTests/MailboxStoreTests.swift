@@ -4,6 +4,7 @@ import Testing
 @testable import Tether
 import TetherSQLite
 import TetherPostgres
+import TetherRedis
 
 // MARK: - Fixtures
 
@@ -12,6 +13,7 @@ enum MailboxStoreKind: String, CaseIterable, Sendable, CustomTestStringConvertib
     case inMemory
     case sqlite
     case postgres
+    case redis
 
     var testDescription: String { rawValue }
 }
@@ -45,6 +47,15 @@ private func withStore(_ kind: MailboxStoreKind, _ body: (any MailboxStore) asyn
         try await body(try SQLiteMailboxStore(path: directory.file("mail.sqlite")))
     case .postgres:
         let store = try await PostgresMailboxStore(url: try await PostgresFixture.freshDatabase())
+        do {
+            try await body(store)
+        } catch {
+            await store.close()
+            throw error
+        }
+        await store.close()
+    case .redis:
+        let store = try await RedisMailboxStore(configuration: try await RedisFixture.freshConfiguration())
         do {
             try await body(store)
         } catch {

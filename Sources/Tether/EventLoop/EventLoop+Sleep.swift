@@ -6,7 +6,7 @@ extension EventLoop {
     /// - Parameter deadline: When to resume, in the loop's monotonic nanoseconds; one in the
     ///   past resumes at the loop's next turn.
     /// - Throws: `CancellationError` when the task is cancelled first.
-    func sleep(until deadline: UInt64) async throws {
+    package func sleep(until deadline: UInt64) async throws {
         let sleeper = LoopSleeper(loop: self)
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in

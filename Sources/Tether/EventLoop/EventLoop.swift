@@ -131,10 +131,14 @@ package final class EventLoop: @unchecked Sendable {
     /// With the monotonic clock this costs what `MonotonicTime.now()` costs plus one
     /// predictable branch.
     @inline(__always)
-    var now: UInt64 {
+    package var now: UInt64 {
         if let manualClock { return manualClock.now }
         return MonotonicTime.now()
     }
+
+    /// The executor of the actors that run on this loop (``Connection``'s, and those of
+    /// sibling modules' clients).
+    package var actorExecutor: UnownedSerialExecutor { serialExecutor.asUnownedSerialExecutor() }
 
     /// Whether the caller runs on this loop's thread.
     package var inLoop: Bool {

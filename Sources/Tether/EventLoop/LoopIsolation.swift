@@ -7,7 +7,7 @@
 /// loop thread is checked in debug builds; every caller is a loop callback, and the loop
 /// runs only its own actors' callbacks.
 @inline(__always)
-func onLoop<Target: Actor, Argument>(
+package func onLoop<Target: Actor, Argument>(
     _ loop: EventLoop,
     _ target: Target,
     _ argument: Argument,

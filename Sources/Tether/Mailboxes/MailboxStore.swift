@@ -6,8 +6,9 @@
 /// the mailbox's limits drop it. A client that reconnects says the last sequence it has and
 /// gets everything after it replayed in order.
 ///
-/// Tether ships three stores: ``InMemoryMailboxStore``, the durable
-/// ``TetherSQLite/SQLiteMailboxStore`` in the module `TetherSQLite`, and
+/// Tether ships four stores: ``InMemoryMailboxStore``, the durable
+/// ``TetherSQLite/SQLiteMailboxStore`` in the module `TetherSQLite`,
+/// ``TetherRedis/RedisMailboxStore`` in `TetherRedis`, and
 /// ``TetherPostgres/PostgresMailboxStore`` in `TetherPostgres`, which several servers can
 /// share (with ``TetherPostgres/PostgresCluster`` they also route pushes between them; see
 /// ``SessionCluster``). Mailboxes can live in any other database by implementing this

@@ -311,20 +311,20 @@ extension SocketOptions {
 }
 
 /// Monotonic time in nanoseconds (`clock_gettime(CLOCK_MONOTONIC)`), the loop's clock for deadlines.
-enum MonotonicTime {
-    static func now() -> UInt64 {
+package enum MonotonicTime {
+    package static func now() -> UInt64 {
         var spec = timespec()
         clock_gettime(CLOCK_MONOTONIC, &spec)
         return UInt64(spec.tv_sec) &* 1_000_000_000 &+ UInt64(spec.tv_nsec)
     }
 
-    static func nanoseconds(of duration: Duration) -> UInt64 {
+    package static func nanoseconds(of duration: Duration) -> UInt64 {
         let (seconds, attoseconds) = duration.components
         if seconds < 0 { return 0 }
         return UInt64(seconds) &* 1_000_000_000 &+ UInt64(max(0, attoseconds) / 1_000_000_000)
     }
 
-    static func duration(nanoseconds: UInt64) -> Duration {
+    package static func duration(nanoseconds: UInt64) -> Duration {
         .nanoseconds(Int64(clamping: nanoseconds))
     }
 }

@@ -132,6 +132,19 @@ package struct ConnectContext: Sendable {
     }
 }
 
+extension ConnectContext {
+    /// A context for one attempt that begins now.
+    ///
+    /// - Parameters:
+    ///   - loop: The loop the connection runs on.
+    ///   - timeout: The bound on the whole attempt, resolving included.
+    ///   - attemptDelay: How long one address's attempt runs before the next starts beside it.
+    ///   - noDelay: Whether a socket sets `TCP_NODELAY`.
+    package init(loop: EventLoop, timeout: Duration, attemptDelay: Duration = .milliseconds(250), noDelay: Bool = true) {
+        self.init(loop: loop, began: loop.now, timeout: timeout, attemptDelay: attemptDelay, resolver: nil, noDelay: noDelay)
+    }
+}
+
 /// A stream that connected, and how the attempt went.
 package struct ConnectedStream: Sendable {
     /// The stream, not yet a transport.
