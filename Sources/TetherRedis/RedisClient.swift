@@ -3,7 +3,7 @@ internal import Synchronization
 
 /// The store's scripts, by name.
 enum RedisScript: CaseIterable, Sendable {
-    case append, open, messages, acknowledge, expire, beginRequest, finishRequest
+    case append, open, messages, acknowledge, expire, beginRequest, finishRequest, claim, release, releaseNode
 
     var source: String {
         switch self {
@@ -14,6 +14,9 @@ enum RedisScript: CaseIterable, Sendable {
         case .expire: RedisScripts.expire
         case .beginRequest: RedisScripts.beginRequest
         case .finishRequest: RedisScripts.finishRequest
+        case .claim: RedisScripts.claim
+        case .release: RedisScripts.release
+        case .releaseNode: RedisScripts.releaseNode
         }
     }
 }
@@ -45,6 +48,11 @@ final class RedisClient: Sendable {
             throw TetherError(code: .storeFailed, message: "Redis at \(configuration.endpointName) refused \(name): \(message)")
         }
         return reply
+    }
+
+    /// Runs a command of bytes; an error reply is returned, not thrown.
+    func run(_ arguments: [[UInt8]], name: String) async throws(TetherError) -> RESPValue {
+        try await next.run(arguments, name: name)
     }
 
     /// Runs a script by its SHA-1, loading it first when the server does not have it (the

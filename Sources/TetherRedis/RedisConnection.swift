@@ -32,6 +32,10 @@ actor RedisConnection {
     private var needed = 0
     private var watchdogRunning = false
     private var closed = false
+    /// For a connection that subscribes: where the messages of its channels go, on the loop.
+    private var onMessage: (@Sendable (_ channel: [UInt8], _ payload: [UInt8]) -> Void)?
+    /// Told when the connection was given up, on the loop.
+    private var onDrop: (@Sendable (TetherError) -> Void)?
 
     init(configuration: RedisConfiguration, loop: EventLoop) {
         self.configuration = configuration
@@ -74,6 +78,19 @@ actor RedisConnection {
             throw failure("\(name) failed: \(error)")
         }
     }
+
+    /// Makes this a connection that subscribes: pub/sub messages go to `message`, and `drop`
+    /// hears when the connection is given up (then it subscribes to nothing any more).
+    func subscribing(
+        message: @escaping @Sendable (_ channel: [UInt8], _ payload: [UInt8]) -> Void,
+        drop: @escaping @Sendable (TetherError) -> Void
+    ) {
+        onMessage = message
+        onDrop = drop
+    }
+
+    /// Whether the connection is up now.
+    var isConnected: Bool { transport != nil }
 
     /// Ends the connection; commands waiting fail.
     func close() {
@@ -152,7 +169,7 @@ actor RedisConnection {
     func readable() {
         guard let transport else { return }
         while transport.buffers.inbound.readableBytes > 0 {
-            guard head < pending.count else {
+            guard head < pending.count || onMessage != nil else {
                 drop(failure("sent \(transport.buffers.inbound.readableBytes) bytes no command asked for"))
                 return
             }
@@ -163,6 +180,15 @@ actor RedisConnection {
             case .value(let value, let consumed):
                 transport.buffers.inbound.moveReaderIndex(forwardBy: consumed)
                 needed = 0
+                if let onMessage, let elements = value.elements, elements.count == 3, elements[0].bytes == Self.message,
+                    let channel = elements[1].bytes, let payload = elements[2].bytes {
+                    onMessage(channel, payload)
+                    continue
+                }
+                guard head < pending.count else {
+                    drop(failure("sent a reply no command asked for"))
+                    return
+                }
                 let answered = pending[head]
                 head += 1
                 if head == pending.count {
@@ -190,6 +216,7 @@ actor RedisConnection {
 
     /// Gives the connection up: every command waiting fails with `error`.
     private func drop(_ error: TetherError) {
+        let wasUp = transport != nil
         let waiting = pending[head...]
         pending = []
         head = 0
@@ -201,7 +228,10 @@ actor RedisConnection {
         transport = nil
         link = nil
         for command in waiting { command.sink.fail(error) }
+        if wasUp { onDrop?(error) }
     }
+
+    private static let message = Array("message".utf8)
 
     /// Watches the oldest command's deadline while commands wait.
     private func startWatchdog() {

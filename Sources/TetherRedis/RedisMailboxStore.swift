@@ -26,6 +26,9 @@ internal import Synchronization
 /// and the step.
 public final class RedisMailboxStore: MailboxStore {
     let client: RedisClient
+    /// In a cluster: pushes whose messages fit in this many bytes go to the node that holds
+    /// their client inside the notice; larger ones only wake it.
+    let inlineNoticeBytes: Int
 
     /// Connects to the server and loads the store's scripts.
     ///
@@ -33,7 +36,12 @@ public final class RedisMailboxStore: MailboxStore {
     /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when the
     ///   server is unreachable or refuses the login; the message names it, for example
     ///   `Redis at 127.0.0.1:6379 cannot connect: …`.
-    public init(configuration: RedisConfiguration) async throws(TetherError) {
+    public convenience init(configuration: RedisConfiguration) async throws(TetherError) {
+        try await self.init(configuration: configuration, inlineNoticeBytes: 8_192)
+    }
+
+    init(configuration: RedisConfiguration, inlineNoticeBytes: Int) async throws(TetherError) {
+        self.inlineNoticeBytes = inlineNoticeBytes
         client = RedisClient(configuration: configuration)
         do {
             _ = try await client.command(["PING"], name: "checking the connection")
@@ -57,9 +65,9 @@ public final class RedisMailboxStore: MailboxStore {
         await client.close()
     }
 
-    private var prefix: [UInt8] { Array(client.configuration.keyPrefix.utf8) }
+    var prefix: [UInt8] { Array(client.configuration.keyPrefix.utf8) }
 
-    private static func oldest(_ limits: MailboxLimits, _ now: MailboxTime) -> String {
+    static func oldest(_ limits: MailboxLimits, _ now: MailboxTime) -> String {
         limits.oldestAllowed(at: now).map { String($0.millisecondsSince1970) } ?? "-1"
     }
 
@@ -70,7 +78,7 @@ public final class RedisMailboxStore: MailboxStore {
         return item
     }
 
-    private func decodeItem(_ bytes: [UInt8], clientID: String, sequence: UInt64) throws(TetherError) -> MailboxMessage {
+    func decodeItem(_ bytes: [UInt8], clientID: String, sequence: UInt64) throws(TetherError) -> MailboxMessage {
         guard let bar = bytes.firstIndex(of: UInt8(ascii: "|")) else { throw malformed(clientID, sequence) }
         let fields = String(decoding: bytes[..<bar], as: UTF8.self).split(separator: ",", omittingEmptySubsequences: false)
         guard fields.count == 3, let stored = Int64(fields[0]), let type = UInt32(fields[2]) else { throw malformed(clientID, sequence) }
@@ -95,7 +103,7 @@ public final class RedisMailboxStore: MailboxStore {
         TetherError(code: .storeFailed, message: "Redis at \(client.configuration.endpointName) holds message \(sequence) of client \"\(clientID)\" in a form this store does not write (key \(client.configuration.keyPrefix)q:\(clientID))")
     }
 
-    private func unexpected(_ reply: RESPValue, _ step: String) -> TetherError {
+    func unexpected(_ reply: RESPValue, _ step: String) -> TetherError {
         TetherError(code: .storeFailed, message: "Redis at \(client.configuration.endpointName) answered \(step) with \(reply)")
     }
 
@@ -119,7 +127,7 @@ public final class RedisMailboxStore: MailboxStore {
             prefix, Array(String(now.millisecondsSince1970).utf8), Array(Self.oldest(limits, now).utf8),
             Array(String(limits.maximumMessages).utf8), Array(String(limits.maximumMailboxes).utf8),
             Array(String(limits.maximumStoredBytes).utf8), Array(String(MailboxLimits.messageOverhead).utf8),
-            Array(randomEpoch().utf8), Array(String(messages.count).utf8),
+            Array(randomEpoch().utf8), Array(String(inlineNoticeBytes).utf8), Array(String(messages.count).utf8),
         ]
         arguments.reserveCapacity(arguments.count + messages.count * 3)
         for draft in messages {
@@ -165,8 +173,8 @@ public final class RedisMailboxStore: MailboxStore {
         return try summary(elements, reply)
     }
 
-    private func summary(_ elements: [RESPValue], _ reply: RESPValue) throws(TetherError) -> MailboxSummary {
-        guard elements.count == 7, let last = elements[1].integer, let acknowledged = elements[2].integer,
+    func summary(_ elements: [RESPValue], _ reply: RESPValue) throws(TetherError) -> MailboxSummary {
+        guard elements.count >= 7, let last = elements[1].integer, let acknowledged = elements[2].integer,
             let lost = elements[3].integer, let count = elements[5].integer
         else { throw unexpected(reply, "opening a mailbox") }
         let reason: MailboxLossReason? = switch elements[4].text {

@@ -14,6 +14,15 @@
 //   P rt:<id>        a sorted set of the same keys by the time each began
 //   P rb:<id>        the bytes of answers kept for the client
 //   P rcount         request records across all clients
+// and, for a cluster:
+//   P node:<name>    a node's heartbeat, expiring after the node timeout
+//   P held:<name>    a set of the clients a node has claimed
+//   P n:<name>       the pub/sub channel of a node's notices: "p<seq>:<id length>:<id><item>"
+//                    (a push with its content), "w<seq>:<id length>:<id>" (wake up: read
+//                    the mailbox through seq), "t<generation>:<id length>:<id><node>" (taken
+//                    over by node)
+//   P b              the pub/sub channel of broadcasts: "<origin length>:<origin><type>|<payload>"
+//   and the mailbox hash gains holder (a node's name, or empty) and gen (the claims so far)
 
 enum RedisScripts {
     /// Helpers every script shares.
@@ -77,6 +86,22 @@ enum RedisScripts {
       redis.call('DECRBY', P .. 'bytes', freed)
       return freed
     end
+    -- Tells the node that holds a client of pushes stored through `last`: each small one
+    -- with its content, or one wake-up.
+    local function notify(id, items, firstNew, last, inline)
+      local holder = redis.call('HGET', P .. 'm:' .. id, 'holder')
+      if not holder or holder == '' then return end
+      local channel = P .. 'n:' .. holder
+      local size = 0
+      for _, item in ipairs(items) do size = size + #item end
+      if items[1] == nil or size > inline then
+        redis.call('PUBLISH', channel, 'w' .. last .. ':' .. #id .. ':' .. id)
+        return
+      end
+      for k, item in ipairs(items) do
+        redis.call('PUBLISH', channel, 'p' .. (firstNew + k - 1) .. ':' .. #id .. ':' .. id .. item)
+      end
+    end
     local function summary(id)
       local f = redis.call('HMGET', P .. 'm:' .. id, 'last', 'ack', 'lost', 'reason', 'epoch')
       return {'ok', tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), f[4], redis.call('LLEN', P .. 'q:' .. id), f[5]}
@@ -84,7 +109,7 @@ enum RedisScripts {
     """#
 
     /// ARGV: P, now, oldest (-1 for none), maxMessages, maxMailboxes, maxBytes, overhead,
-    /// epoch base, n, then n × (client id, item, payload size).
+    /// epoch base, inline bytes, n, then n × (client id, item, payload size).
     /// Returns {'ok', sequences…}, {'mailboxes', id} or {'bytes', total}.
     static let append = prelude + "\n" + #"""
     local now = tonumber(ARGV[2])
@@ -94,11 +119,12 @@ enum RedisScripts {
     local maxBytes = tonumber(ARGV[6])
     local overhead = tonumber(ARGV[7])
     local base = ARGV[8]
-    local n = tonumber(ARGV[9])
+    local inline = tonumber(ARGV[9])
+    local n = tonumber(ARGV[10])
     local order = {}
     local drafts = {}
     for i = 0, n - 1 do
-      local id = ARGV[10 + i * 3]
+      local id = ARGV[11 + i * 3]
       if drafts[id] == nil then
         drafts[id] = {}
         order[#order + 1] = id
@@ -133,7 +159,7 @@ enum RedisScripts {
       local freed = frontBytes(qk, fromHeld, overhead)
       local addedBytes = 0
       for k, index in ipairs(drafts[id]) do
-        local size = tonumber(ARGV[12 + index * 3]) + overhead
+        local size = tonumber(ARGV[13 + index * 3]) + overhead
         addedBytes = addedBytes + size
         if k <= dropped - fromHeld then freed = freed + size end
       end
@@ -151,7 +177,7 @@ enum RedisScripts {
       if not plan.exists then newMailbox(id, now, base) end
       local items = {}
       for k, index in ipairs(drafts[id]) do
-        items[k] = ARGV[11 + index * 3]
+        items[k] = ARGV[12 + index * 3]
         sequences[index + 1] = plan.last + k
       end
       callInSteps('RPUSH', qk, items)
@@ -173,6 +199,9 @@ enum RedisScripts {
         fields[#fields + 1] = now
       end
       redis.call('HSET', mk, unpack(fields))
+      -- New messages the count bound dropped at once are not sent: the holder reads the loss.
+      if plan.dropped > plan.count then items = {} end
+      notify(id, items, plan.last + 1, last, inline)
     end
     if change ~= 0 then redis.call('INCRBY', P .. 'bytes', change) end
     local reply = {'ok'}
@@ -251,6 +280,10 @@ enum RedisScripts {
     local maxMessages = tonumber(ARGV[4])
     local overhead = tonumber(ARGV[5])
     local removed = {}
+    local function heldByLiveNode(id)
+      local holder = redis.call('HGET', P .. 'm:' .. id, 'holder')
+      return holder and holder ~= '' and redis.call('EXISTS', P .. 'node:' .. holder) == 1
+    end
     local i = 6
     while i < #ARGV do
       local id = ARGV[i]
@@ -262,7 +295,7 @@ enum RedisScripts {
         if connected then
           if tonumber(f[1]) < now then redis.call('HSET', mk, 'active', now) end
           enforce(id, oldest, maxMessages, overhead)
-        elseif oldest >= 0 and tonumber(f[1]) < oldest then
+        elseif oldest >= 0 and tonumber(f[1]) < oldest and not heldByLiveNode(id) then
           redis.call('DEL', mk, P .. 'q:' .. id)
           redis.call('SREM', P .. 'clients', id)
           redis.call('DECRBY', P .. 'bytes', tonumber(f[2]))
@@ -275,6 +308,65 @@ enum RedisScripts {
       end
     end
     return removed
+    """#
+
+    /// ARGV: P, id, now, oldest, maxMessages, maxMailboxes, overhead, epoch base, node.
+    /// Opens the mailbox as ``open`` does, records the node as its holder with the next
+    /// generation, and tells the node that held it before. Returns the summary and the
+    /// generation, or {'mailboxes', id}.
+    static let claim = prelude + "\n" + #"""
+    local id = ARGV[2]
+    local now = tonumber(ARGV[3])
+    local node = ARGV[9]
+    local mk = P .. 'm:' .. id
+    if redis.call('EXISTS', mk) == 0 then
+      if redis.call('SCARD', P .. 'clients') >= tonumber(ARGV[6]) then return {'mailboxes', id} end
+      newMailbox(id, now, ARGV[8])
+    end
+    enforce(id, tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[7]))
+    if tonumber(redis.call('HGET', mk, 'active')) < now then redis.call('HSET', mk, 'active', now) end
+    local before = redis.call('HGET', mk, 'holder')
+    local generation = redis.call('HINCRBY', mk, 'gen', 1)
+    redis.call('HSET', mk, 'holder', node)
+    redis.call('SADD', P .. 'held:' .. node, id)
+    if before and before ~= '' and before ~= node then
+      redis.call('SREM', P .. 'held:' .. before, id)
+      redis.call('PUBLISH', P .. 'n:' .. before, 't' .. generation .. ':' .. #id .. ':' .. id .. node)
+    end
+    local reply = summary(id)
+    reply[#reply + 1] = generation
+    return reply
+    """#
+
+    /// ARGV: P, node, then pairs (id, generation): each claim of the node that no later
+    /// claim replaced is released.
+    static let release = prelude + "\n" + #"""
+    local node = ARGV[2]
+    local i = 3
+    while i < #ARGV do
+      local id = ARGV[i]
+      local generation = ARGV[i + 1]
+      i = i + 2
+      local f = redis.call('HMGET', P .. 'm:' .. id, 'holder', 'gen')
+      if f[1] == node and f[2] == generation then
+        redis.call('HSET', P .. 'm:' .. id, 'holder', '')
+        redis.call('SREM', P .. 'held:' .. node, id)
+      end
+    end
+    return 'ok'
+    """#
+
+    /// ARGV: P, node: releases every client the node holds (it starts again, or leaves).
+    static let releaseNode = prelude + "\n" + #"""
+    local node = ARGV[2]
+    local held = P .. 'held:' .. node
+    for _, id in ipairs(redis.call('SMEMBERS', held)) do
+      if redis.call('HGET', P .. 'm:' .. id, 'holder') == node then
+        redis.call('HSET', P .. 'm:' .. id, 'holder', '')
+      end
+    end
+    redis.call('DEL', held)
+    return 'ok'
     """#
 
     /// Drops a client's request records older than the window; shared by the two below.
