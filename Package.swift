@@ -106,7 +106,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "tether",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherUDP"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherRedis", "TetherUDP"],
             swiftSettings: strict
         ),
         .testTarget(

@@ -294,12 +294,26 @@ public final class RedisCluster: SessionCluster {
     /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when
     ///   Redis cannot take it.
     public func broadcast(_ frame: Frame) async throws {
-        var message = Array("\(nodeName.utf8.count):\(nodeName)\(frame.type)|".utf8)
+        try await Self.publishBroadcast(frame, from: nodeName, through: mailboxes)
+    }
+
+    /// Publishes `frame` on the broadcast channel; nodes other than `origin` write it.
+    static func publishBroadcast(_ frame: Frame, from origin: String, through mailboxes: RedisMailboxStore) async throws(TetherError) {
+        let configuration = mailboxes.client.configuration
+        var message = Array("\(origin.utf8.count):\(origin)\(frame.type)|".utf8)
         message.append(contentsOf: frame.payload)
-        let reply = try await client.run([Array("PUBLISH".utf8), Array(broadcastChannel.utf8), message], name: "broadcasting from node \(nodeName)")
+        let reply = try await mailboxes.client.run([Array("PUBLISH".utf8), Array((configuration.keyPrefix + "b").utf8), message], name: "broadcasting from \(origin)")
         if case .error(let text) = reply {
-            throw TetherError(code: .storeFailed, message: "Redis at \(configuration.redis.endpointName) refused a broadcast of node \(nodeName): \(text)")
+            throw TetherError(code: .storeFailed, message: "Redis at \(configuration.endpointName) refused a broadcast of \(origin): \(text)")
         }
+    }
+
+    /// Checks that Redis answers: one `PING`.
+    ///
+    /// - Throws: ``Tether/TetherError`` with ``Tether/TetherError/Code/storeFailed`` when it
+    ///   does not, within ``RedisConfiguration/commandTimeout``.
+    public func check() async throws(TetherError) {
+        _ = try await client.command(["PING"], name: "checking the connection")
     }
 
     // MARK: The subscription

@@ -1,18 +1,20 @@
 import Tether
 import TetherPostgres
+import TetherRedis
 
 /// `tether push`: store pushes for identified clients in a cluster's database, as a backend
 /// that holds no connection does, and print their sequence numbers.
 struct PushCommand: Command {
     static let name = "push"
-    static let summary = "push to client ids of a cluster on PostgreSQL, as a backend does"
+    static let summary = "push to client ids of a cluster on PostgreSQL or Redis, as a backend does"
     static let synopsis = """
-        tether push --postgres URL --client-id ID [--client-id ID]... [--type TYPE] (--json JSON | --text TEXT) \
+        tether push (--postgres URL | --redis URL) --client-id ID [--client-id ID]... [--type TYPE] (--json JSON | --text TEXT) \
         [--count N] [--ttl SECONDS] [--mailbox-limit N] [--mailbox-age SECONDS] [--max-mailboxes N] [--max-stored-bytes N]
         """
     static let help = """
         Stores a push for each client id in the mailboxes of the cluster whose database is
-        given with --postgres (the nodes are `tether serve --postgres URL`), and prints the
+        given with --postgres (the nodes are `tether serve --postgres URL`), or on the Redis
+        server given with --redis (`tether serve --redis URL`), and prints the
         sequence number each one got in its client's mailbox, one line per client and push:
 
           $ tether push --postgres postgresql://tether@127.0.0.1:5432/tether \\
@@ -26,13 +28,12 @@ struct PushCommand: Command {
         to, which writes it at once; an offline client gets it when it comes back, on any
         node (`tether listen --client-id ID`). A round's pushes are stored together or not.
 
-        Exits 0 once every push is stored. Exits 1 with the reason when the database cannot
-        be reached or refuses a push (a bound of the mailboxes would be passed); the pushes
-        printed before it are stored, the others are not.
+        Exits 0 once every push is stored, 1 with the reason when the database cannot be
+        reached or refuses a push (past a bound); those printed before it are stored.
 
         options:
-          --postgres URL             the cluster's database (postgresql://USER@HOST:PORT/DB
-                                     or a libpq connection string)
+          --postgres URL             the cluster's database (postgresql://USER@HOST:PORT/DB)
+          --redis URL                the cluster's Redis server (redis://HOST:PORT/DB)
           --client-id ID             push to this client (1 to 256 bytes); repeatable
           --type TYPE                the push's type, 0x2…0x400 (default 0x2)
           --json JSON                the content, checked to be JSON
@@ -49,7 +50,8 @@ struct PushCommand: Command {
           -h, --help                 show this help
         """
 
-    var database: PostgresOptions
+    var database: PostgresOptions?
+    var redis: RedisOptions?
     var clientIDs: [String]
     var type = SeedService.pushType
     var payload: [UInt8]
@@ -61,10 +63,12 @@ struct PushCommand: Command {
     static let maximumCount = 1_000_000
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
-        guard let database = try PostgresOptions.parse(&arguments, nodes: false) else {
-            throw ArgumentError("missing --postgres: the database of the cluster to push to")
+        redis = try RedisOptions.parse(&arguments)
+        database = try PostgresOptions.parse(&arguments, nodes: false)
+        if database == nil, redis == nil {
+            throw ArgumentError("missing --postgres or --redis: the cluster to push to")
         }
-        self.database = database
+        if database != nil, redis != nil { throw ArgumentError("--postgres and --redis both name a cluster: give one") }
         clientIDs = try arguments.options("--client-id")
         guard !clientIDs.isEmpty else { throw ArgumentError("missing --client-id: the client to push to") }
         for clientID in clientIDs where !(1...ListenCommand.maximumClientIDLength).contains(clientID.utf8.count) {
@@ -103,9 +107,34 @@ struct PushCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
+        if let redis { return try await run(on: redis) }
+        guard let database else { return .failure }
         let publisher: PostgresPublisher
         do {
             publisher = try await PostgresPublisher(configuration: PostgresConfiguration(url: database.url), limits: limits)
+        } catch {
+            throw error.onOneLine
+        }
+        let frame = Frame(type: type, payload: payload)
+        do {
+            for _ in 0..<count {
+                let sequences = try await publisher.push(frame, toClients: clientIDs, timeToLive: timeToLive)
+                for (clientID, sequence) in zip(clientIDs, sequences) {
+                    Console.out("\(clientID) \(sequence)")
+                }
+            }
+        } catch {
+            await publisher.close()
+            throw error.onOneLine
+        }
+        await publisher.close()
+        return .success
+    }
+
+    private func run(on redis: RedisOptions) async throws -> ExitStatus {
+        let publisher: RedisPublisher
+        do {
+            publisher = try await RedisPublisher(configuration: redis.configuration, limits: limits)
         } catch {
             throw error.onOneLine
         }

@@ -10,6 +10,7 @@ import Synchronization
 import Tether
 import TetherHTTP
 import TetherPostgres
+import TetherRedis
 import TetherSQLite
 
 /// `tether serve`: the seed demo server, until SIGINT or SIGTERM.
@@ -18,7 +19,7 @@ struct ServeCommand: Command {
     static let summary = "run the seed demo server (echo, pushes, heartbeat acks)"
     static let synopsis = """
         tether serve [--host HOST] [--port PORT] [--unix PATH [--unix-only] [--unix-mode MODE]] [--websocket-port PORT | --websocket-main-port] [--websocket-path PATH] [--profile NAME] [--push-every SECONDS [--push-type TYPE]] \
-        [--store FILE | --postgres URL [--node NAME]] [--mailbox-limit N] [--mailbox-age SECONDS] \
+        [--store FILE | --postgres URL [--node NAME] | --redis URL [--node NAME]] [--mailbox-limit N] [--mailbox-age SECONDS] \
         [--token SECRET] [--max-mailboxes N] [--max-stored-bytes N] [--mailbox-expiry SECONDS] \
         [--idle-timeout SECONDS] [--handshake-timeout SECONDS] \
         [--max-requests-per-peer N] [--max-handlers N] [--frame-timeout SECONDS] [--drain-timeout SECONDS] \
@@ -147,6 +148,9 @@ struct ServeCommand: Command {
                                         (postgresql://USER@HOST:PORT/DB or a libpq
                                         connection string); the tables are created if
                                         missing; not with --store
+          --redis URL                   join the cluster on this Redis or Valkey server
+                                        (redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]);
+                                        not with --store or --postgres
           --node NAME                   this server's name in the cluster, 1 to 48
                                         letters, digits, '.', '-' or '_', unique in it;
                                         a node started under the name of one that
@@ -238,6 +242,8 @@ struct ServeCommand: Command {
     var drainTimeout = ServerConfiguration().drain.deadline
     var storePath: String?
     var postgres: PostgresOptions?
+    var redis: RedisOptions?
+    var redisNode: String?
     var mailboxLimits = MailboxLimits()
     // Mailboxes for strangers: a required token, store-wide bounds, expiry.
     var token: String?
@@ -316,7 +322,23 @@ struct ServeCommand: Command {
             guard !path.isEmpty else { throw ArgumentError("--store needs a file name") }
             storePath = path
         }
-        postgres = try PostgresOptions.parse(&arguments, nodes: true)
+        redis = try RedisOptions.parse(&arguments)
+        if redis != nil {
+            try requireSessions(for: "--redis")
+            guard storePath == nil else {
+                throw ArgumentError("--store and --redis both say where the mailboxes live: give one (--store FILE for this server alone, --redis URL for a cluster)")
+            }
+            if let node = try arguments.option("--node") {
+                guard PostgresOptions.isValidNodeName(node) else {
+                    throw ArgumentError("--node '\(node)' cannot name a node: use 1 to \(PostgresOptions.maximumNodeNameLength) letters, digits, '.', '-' or '_'")
+                }
+                redisNode = node
+            }
+        }
+        postgres = try PostgresOptions.parse(&arguments, nodes: redis == nil)
+        if postgres != nil, redis != nil {
+            throw ArgumentError("--postgres and --redis both name a cluster: give one")
+        }
         if postgres != nil {
             try requireSessions(for: "--postgres")
             guard storePath == nil else {
@@ -411,9 +433,9 @@ struct ServeCommand: Command {
         configuration.drain.deadline = drainTimeout
         configuration.unixSocket = unixSocket
         // Only a profile with sessions takes --postgres.
-        let cluster = try await postgres.asyncMap { try await Self.cluster($0, port: port) }
+        let engine = try await clusterEngine()
         if profile.supportsSessions {
-            var mailboxes = try cluster.map(MailboxConfiguration.postgres) ?? mailboxConfiguration()
+            var mailboxes = try engine.map { MailboxConfiguration(cluster: $0.cluster) } ?? mailboxConfiguration()
             mailboxes.limits = mailboxLimits
             mailboxes.expiryInterval = expiryInterval
             configuration.mailboxes = mailboxes
@@ -458,11 +480,10 @@ struct ServeCommand: Command {
         let signals = watcher.signals
         let pushInterval = pushInterval
         let pushType = pushType
-        let clusterNotes = cluster.map { ["node \($0.nodeName)", "PostgreSQL \(postgres?.endpoint ?? "")"] } ?? []
+        let clusterNotes = engine?.notes ?? []
         let notes = (profile.name == Profile.seed.name ? [] : ["profile \(profile.name)"]) + clusterNotes + (tls.map { [$0.summary] } ?? [])
         let listeningNote = notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"
         let sessions = configuration.mailboxes != nil
-        let databaseEndpoint = postgres?.endpoint ?? ""
 
         do {
             try await withThrowingTaskGroup(of: Outcome.self) { group in
@@ -495,9 +516,9 @@ struct ServeCommand: Command {
                     }
                     return .idle
                 }
-                if let cluster {
+                if let engine {
                     group.addTask {
-                        try await Self.watchDatabase(of: cluster, at: databaseEndpoint)
+                        try await engine.watch()
                         return .idle
                     }
                 }
@@ -537,19 +558,35 @@ struct ServeCommand: Command {
                     }
                 }
             }
-        } catch let error as TetherError where cluster != nil {
-            await cluster?.close()
+        } catch let error as TetherError where engine != nil {
+            await engine?.close()
             throw error.onOneLine
         } catch {
-            await cluster?.close()
+            await engine?.close()
             throw error
         }
-        await cluster?.close()
+        await engine?.close()
         return .success
     }
 
     /// What a debug build prints once it listens.
     static let debugBuildWarning = "tether: warning: this tether is a debug build, which serves several times fewer requests than a release build (`swift run -c release tether serve …`)"
+
+    /// The cluster of `--postgres` or `--redis`, joined as this server's node.
+    private func clusterEngine() async throws(TetherError) -> ClusterEngine? {
+        if let postgres {
+            return .postgres(try await Self.cluster(postgres, port: port), endpoint: postgres.endpoint)
+        }
+        if let redis {
+            let node = redisNode ?? PostgresOptions(url: "", node: nil).nodeName(port: port)
+            do {
+                return .redis(try await RedisCluster(configuration: RedisClusterConfiguration(redis: redis.configuration, node: node)), endpoint: redis.endpoint)
+            } catch {
+                throw error.onOneLine
+            }
+        }
+        return nil
+    }
 
     /// The mailboxes: in the `--store` file, or in memory.
     private func mailboxConfiguration() throws(TetherError) -> MailboxConfiguration {

@@ -65,7 +65,7 @@ struct LayeringTests {
         "TetherHTTP": ["Tether"],
         "TetherUDP": ["Tether"],
         "TetherTesting": ["Tether"],
-        "tether": ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherUDP"],
+        "tether": ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherPostgres", "TetherRedis", "TetherUDP"],
     ]
 
     /// Modules of the platform every module may import.
