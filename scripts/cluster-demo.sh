@@ -8,8 +8,18 @@
 # as the postgres user when run as root (PostgreSQL refuses root). Everything started here
 # is stopped at the end, on failure and on Ctrl-C too, and the directory is removed.
 #
-# usage: scripts/cluster-demo.sh        (builds tether first; TETHER=path skips the build)
+# With --redis the nodes are `tether serve --redis` on a throwaway redis-server instead
+# (127.0.0.1, a free port, no persistence), and the backend is `tether push --redis`.
+#
+# usage: scripts/cluster-demo.sh [--redis]   (builds tether first; TETHER=path skips the build)
 set -euo pipefail
+
+engine=postgres
+case "${1:-}" in
+    --redis) engine=redis ;;
+    "") ;;
+    *) echo "usage: scripts/cluster-demo.sh [--redis]" >&2; exit 2 ;;
+esac
 
 cd "$(dirname "$0")/.."
 
@@ -96,6 +106,11 @@ node_log() {
 # Where the database says alice is: her holder node, its claim's generation, her last
 # sequence and what she acknowledged.
 where_is_alice() {
+    if [ "$engine" = redis ]; then
+        redis-cli -p "$redis_port" --no-raw HMGET tether:m:alice holder gen last ack | tr -d '"' | tr '\n' ' ' |
+            awk '{h = ($2 == "" || $2 == "(nil)") ? "no node" : $2; printf "redis: alice held by %s (claim %s), last sequence %s, acknowledged %s\n", h, $4, $6, $8}'
+        return
+    fi
     "$postgres_bin/psql" -X -q -At -F ' ' -h 127.0.0.1 -p "$pg_port" -U tether -d tether -c \
         "SELECT 'database: alice held by ' || coalesce(holder, 'no node') || ' (claim ' || generation || '), last sequence ' || last_sequence || ', acknowledged ' || acknowledged FROM tether_mailboxes WHERE client_id = 'alice'"
 }
@@ -105,8 +120,8 @@ push() {
     for argument in "$@"; do
         if [[ $argument =~ ^[A-Za-z0-9_./:=-]+$ ]]; then shown+=" $argument"; else shown+=" '$argument'"; fi
     done
-    echo "  \$ tether push --postgres \$URL --client-id alice$shown"
-    "$tether" push --postgres "$url" --client-id alice "$@" | sed 's/^/    /'
+    echo "  \$ tether push --$engine \$URL --client-id alice$shown"
+    "$tether" push "--$engine" "$url" --client-id alice "$@" | sed 's/^/    /'
 }
 
 # Starts `tether listen` for alice against node $2 as listener $1, keeping her sequence in
@@ -132,12 +147,30 @@ fi
 tether=$TETHER
 [ -x "$tether" ] || fail "no tether executable at $tether"
 
+work=$(mktemp -d /tmp/tether-cluster-demo.XXXXXX)
+if [ "$engine" = redis ]; then
+    # --- Redis ---------------------------------------------------------------------------
+    command -v redis-server >/dev/null || fail "redis-server is not installed (apt-get install -y redis-server)"
+    redis_port=""
+    for _ in 1 2 3 4 5; do
+        candidate=$((20000 + RANDOM % 40000))
+        if (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then continue; fi
+        redis-server --port "$candidate" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no >"$work/redis.log" 2>&1 &
+        children+=($!)
+        wait_for "$work/redis.log" 'Ready to accept connections' 10
+        redis_port=$candidate
+        break
+    done
+    [ -n "$redis_port" ] || fail "redis-server did not start: $(tail -n 3 "$work/redis.log")"
+    url="redis://127.0.0.1:$redis_port"
+    echo "URL=$url"
+    echo "Redis $(redis-server --version | awk '{print $3}' | sed 's/v=//') on 127.0.0.1:$redis_port (no persistence)"
+else
 # --- PostgreSQL ------------------------------------------------------------------------
 postgres_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
 [ -n "$postgres_bin" ] || postgres_bin=$(pg_config --bindir 2>/dev/null || true)
 [ -x "$postgres_bin/initdb" ] || fail "PostgreSQL is not installed (apt-get install -y postgresql)"
 
-work=$(mktemp -d /tmp/tether-cluster-demo.XXXXXX)
 if [ "$(id -u)" = 0 ]; then chown postgres "$work"; fi
 as_postgres "$postgres_bin/initdb" -D "$work/pg" -U tether --auth=trust -E UTF8 --locale=C --no-sync >"$work/initdb.log" 2>&1 ||
     fail "initdb failed: $(tail -n 3 "$work/initdb.log")"
@@ -158,11 +191,12 @@ done
 url="postgresql://tether@127.0.0.1:$pg_port/tether"
 echo "URL=$url"
 echo "PostgreSQL $("$postgres_bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pg_port (fsync off, data in $work)"
+fi
 
 # --- three nodes -----------------------------------------------------------------------
 declare -A ports=() node_pid=() listener_pid=()
 for node in n1 n2 n3; do
-    "$tether" serve --port 0 --postgres "$url" --node "$node" >"$work/$node.out" 2>"$work/$node.err" &
+    "$tether" serve --port 0 "--$engine" "$url" --node "$node" >"$work/$node.out" 2>"$work/$node.err" &
     children+=($!)
     node_pid[$node]=$!
 done
@@ -245,4 +279,5 @@ all=$(echo "$all" | xargs)
 expected=$(seq -s ' ' 1 9)
 [ "$all" = "$expected" ] || fail "alice received '$all', expected '$expected'"
 echo "  in all: $all: every push once, in order, no gap, no duplicate"
-awk -v from="$started" -v to="$(date +%s.%N)" 'BEGIN { printf "done in %.1f s; stopping the nodes and PostgreSQL\n", to - from }'
+backend=PostgreSQL; [ "$engine" = redis ] && backend=Redis
+awk -v from="$started" -v to="$(date +%s.%N)" -v backend="$backend" 'BEGIN { printf "done in %.1f s; stopping the nodes and %s\n", to - from, backend }'
