@@ -118,7 +118,7 @@ let package = Package(
         // self-contained ones run) so they cannot drift from the API.
         .testTarget(
             name: "DocumentationTests",
-            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting", "TetherPostgres", "TetherUDP"],
+            dependencies: ["Tether", "TetherTLS", "TetherSQLite", "TetherHTTP", "TetherTesting", "TetherPostgres", "TetherRedis", "TetherUDP"],
             swiftSettings: strict
         ),
     ],

@@ -85,6 +85,7 @@ let package = Package(
                 .product(name: "Tether", package: "Tether"),
                 .product(name: "TetherSQLite", package: "Tether"),
                 .product(name: "TetherPostgres", package: "Tether"),
+                .product(name: "TetherRedis", package: "Tether"),
             ]
         ),
         .executableTarget(

@@ -122,6 +122,7 @@ cleanup() {
         kill -KILL "$pid" 2>/dev/null || true
     done
     stop_postgres
+    stop_redis
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -230,6 +231,49 @@ stop_postgres() {
     fi
     rm -rf "$pg_dir"
     pg_dir=""
+}
+
+# A throwaway redis-server for scenario h's Redis rows: on 127.0.0.1 and a free port, its
+# files in a temporary directory, with the append-only file synced on every write
+# (appendfsync always), the durability the PostgreSQL rows have (each commit synced). Each
+# run keeps its keys under a prefix of its own (bench-sessions makes one).
+redis_dir="" redis_pid="" redis_url="" redis_settings=""
+
+start_redis() {
+    local attempt port
+    if ! command -v redis-server > /dev/null 2>&1; then
+        echo "bench.sh: redis-server is not installed: scenario h runs without its Redis rows" >&2
+        return 1
+    fi
+    redis_dir="$(mktemp -d /tmp/tether-bench-redis.XXXXXX)"
+    for attempt in 1 2 3 4 5; do
+        port=$((20000 + RANDOM % 12768))
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
+        redis-server --port "$port" --bind 127.0.0.1 --dir "$redis_dir" --save '' \
+            --appendonly yes --appendfsync always > "$redis_dir/log" 2>&1 &
+        redis_pid=$!
+        for _ in $(seq 100); do
+            grep -q 'Ready to accept connections' "$redis_dir/log" 2>/dev/null && break
+            sleep 0.05
+        done
+        if grep -q 'Ready to accept connections' "$redis_dir/log"; then
+            redis_url="redis://127.0.0.1:$port"
+            redis_settings="Redis $(redis-server --version | awk '{print $3}' | sed 's/v=//'), appendonly yes, appendfsync always"
+            echo "==> Redis on 127.0.0.1:$port ($redis_settings)" >&2
+            return 0
+        fi
+        kill -KILL "$redis_pid" 2>/dev/null || true
+    done
+    echo "bench.sh: redis-server did not start; its log:" >&2
+    tail -5 "$redis_dir/log" >&2 || true
+    return 1
+}
+
+stop_redis() {
+    [[ -n $redis_dir ]] || return 0
+    [[ -z $redis_pid ]] || kill -KILL "$redis_pid" 2>/dev/null || true
+    rm -rf "$redis_dir"
+    redis_dir="" redis_pid=""
 }
 
 # A fresh, empty database for one run; its URL in $database. (Not in a subshell: the
@@ -427,7 +471,7 @@ run_sessions() { # rep
         else
             case "$store" in
                 memory) rounds=400 ;;
-                postgres*) rounds=30 ;;
+                postgres*|redis*) rounds=30 ;;
                 *) rounds=100 ;;
             esac
             args="--clients 1000 --rounds $rounds --warmup 5"
@@ -438,6 +482,9 @@ run_sessions() { # rep
             postgres-3) fresh_database; args+=" --store postgres --postgres $database --nodes 3" ;;
             postgres-3-pub) fresh_database; args+=" --store postgres --postgres $database --nodes 3 --from publisher" ;;
             postgres-3-ch*) ;;
+            redis) args+=" --store redis --redis $redis_url" ;;
+            redis-3) args+=" --store redis --redis $redis_url --nodes 3" ;;
+            redis-3-pub) args+=" --store redis --redis $redis_url --nodes 3 --from publisher" ;;
             *) [[ $kind == channel ]] || args+=" --store $store" ;;
         esac
         # shellcheck disable=SC2086
@@ -468,6 +515,9 @@ run_sessions() { # rep
 
 if has h && start_postgres; then
     session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast channel:1 channel:100 channel3:1 channel3:100"
+fi
+if has h && start_redis; then
+    session_runs+=" replay:redis push:redis push:redis-3 push:redis-3-pub"
 fi
 
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2
@@ -519,6 +569,7 @@ for rep in $(seq "$repeat"); do
     if has h; then run_sessions "$rep"; fi
 done
 stop_postgres
+stop_redis
 if has g; then run_allocations; fi
 
 # --- report ------------------------------------------------------------------------------
@@ -528,6 +579,7 @@ if has g; then run_allocations; fi
     echo "$(date -u '+%Y-%m-%d %H:%M UTC') · $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')) · $(swift --version 2>/dev/null | head -1) · commit $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo
     [[ -z $pg_settings ]] || { echo "Scenario h's database: $pg_settings; on 127.0.0.1, started for this run."; echo; }
+    [[ -z $redis_settings ]] || { echo "Scenario h's Redis: $redis_settings; on 127.0.0.1, started for this run."; echo; }
     echo "Client and server on the same machine over loopback. Each run: ${warmup} s warm-up, ${duration} s measured; $repeat repetition(s), interleaved. Tether client tasks on the $tether_executor executor. Raw results: \`$results\`."
     echo
     "$bin/bench-report" "$results"

@@ -236,11 +236,11 @@ struct CLIClusterTests {
         }
     }
 
-    @Test("serve --help-all describes --postgres and --node; the command list has push")
+    @Test("serve --help-all describes --postgres, --redis and --node; the command list has push")
     func help() async throws {
         let serve = try await runTether(["serve", "--help-all"])
         #expect(serve.status == 0)
-        for text in ["[--store FILE | --postgres URL [--node NAME]]", "--postgres URL                join the cluster", "--node NAME                   this server's name"] {
+        for text in ["[--store FILE | --postgres URL [--node NAME] | --redis URL [--node NAME]]", "--postgres URL                join the cluster", "--redis URL                   join the cluster on this Redis", "--node NAME                   this server's name"] {
             #expect(serve.output.contains(text), "\(text) in \(serve.output)")
         }
         let all = try await runTether(["--help"])

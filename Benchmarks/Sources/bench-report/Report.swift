@@ -237,6 +237,9 @@ struct Report {
             ("postgres", "PostgreSQL"),
             ("postgres-3", "PostgreSQL, 3 nodes"),
             ("postgres-3-pub", "PostgreSQL, 3 nodes, publisher"),
+            ("redis", "Redis"),
+            ("redis-3", "Redis, 3 nodes"),
+            ("redis-3-pub", "Redis, 3 nodes, publisher"),
             ("broadcast", "broadcast"),
             ("1", "1 channel"),
             ("100", "100 channels"),
@@ -270,7 +273,9 @@ struct Report {
                 + "every push, each checking its serials are consecutive; the latency runs from the push call to the client's subscriber "
                 + "(a timestamp in the payload). PostgreSQL: one server on a `PostgresMailboxStore`; 3 nodes: three servers in the process, "
                 + "each a `PostgresCluster` node on its own port, the clients spread over them, the rounds pushed by the nodes in turn "
-                + "or by a `PostgresPublisher` that holds no connection; each run on a fresh database. Channels: the same clients "
+                + "or by a `PostgresPublisher` that holds no connection; each run on a fresh database. Redis: the same with a "
+                + "`RedisMailboxStore`, `RedisCluster` nodes and a `RedisPublisher`, on a redis-server whose append-only file is synced "
+                + "on every write (each run under a key prefix of its own). Channels: the same clients "
                 + "subscribed to one channel, or 10 to each of 100, each round one message per channel with `publish(_:to:)` "
                 + "(stored once per channel), published without waiting; timed until every client has every message, in offset order. "
                 + "Channels on 3 nodes: the clients spread over three cluster nodes whose channels are on the database, channel k "

@@ -2,6 +2,7 @@ import BenchCore
 import Synchronization
 import Tether
 import TetherPostgres
+import TetherRedis
 
 /// Pushes to many identified clients, connected and subscribed, all in this process.
 ///
@@ -23,6 +24,8 @@ enum PushFanOut {
         case broadcast
         /// A publisher with no connection, storing in the cluster's database.
         case publisher(PostgresPublisher)
+        /// A publisher with no connection, storing on the cluster's Redis.
+        case redisPublisher(RedisPublisher)
     }
 
     struct Phase {
@@ -110,6 +113,8 @@ enum PushFanOut {
                 case .servers:
                     sequences = try await nodes[turns.next() % nodes.count].push(frame, toClients: ids)
                 case .publisher(let publisher):
+                    sequences = try await publisher.push(frame, toClients: ids)
+                case .redisPublisher(let publisher):
                     sequences = try await publisher.push(frame, toClients: ids)
                 }
                 calls.record(monotonicNanoseconds() - sent)

@@ -1,6 +1,7 @@
 import BenchCore
 import Tether
 import TetherPostgres
+import TetherRedis
 import TetherSQLite
 
 #if canImport(Glibc)
@@ -10,14 +11,15 @@ import Darwin
 #endif
 
 let usage = """
-    usage: bench-sessions --case replay|push|channel --store sqlite|memory|postgres|broadcast
-                          [--postgres URL] [--nodes N] [--from servers|publisher]
+    usage: bench-sessions --case replay|push|channel --store sqlite|memory|postgres|redis|broadcast
+                          [--postgres URL | --redis URL] [--nodes N] [--from servers|publisher]
                           [--messages N] [--batch B] [--subscriber-buffer K]
                           [--clients C] [--rounds M] [--ack-delay MS]
                           [--warmup W] [--size BYTES] [--timeout S] [--channels K]
       Sessions and mailboxes, servers and clients in this process on 127.0.0.1.
       --store postgres keeps the mailboxes in the PostgreSQL database at URL, which must
-      hold no mailboxes yet (a fresh database for each run).
+      hold no mailboxes yet (a fresh database for each run); --store redis keeps them on
+      the Redis server at URL (redis://HOST:PORT), under a key prefix of the run's own.
       replay  fills a fresh store (a SQLite file in a new temporary directory, memory, or
               PostgreSQL) with N pushes of BYTES for client r through the store's append,
               B a call (default 100,000 and 1,000), then times client r reconnecting until
@@ -37,6 +39,7 @@ let usage = """
               each on its own port; client c<i> connects to node i mod N, and the rounds
               are pushed by the nodes in turn, or with --from publisher by a
               PostgresPublisher. Without --nodes, one server on a PostgresMailboxStore.
+              The same with --store redis: RedisCluster, RedisPublisher, RedisMailboxStore.
               --ack-delay sets the clients' acknowledgeDelay (default Tether's, 500 ms;
               they also acknowledge every 64 pushes): fewer acknowledgements for the
               server to store.
@@ -58,21 +61,27 @@ let usage = """
 
 let options = Options(
     Array(CommandLine.arguments.dropFirst()),
-    known: ["case", "store", "channels", "postgres", "nodes", "from", "ack-delay", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
+    known: ["case", "store", "channels", "postgres", "redis", "nodes", "from", "ack-delay", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
     usage: usage
 )
 let scenario = options.string("case", allowed: ["replay", "push", "channel"])
-let storeName = options.string("store", default: scenario == "channel" ? "memory" : nil, allowed: ["sqlite", "memory", "postgres", "broadcast"])
+let storeName = options.string("store", default: scenario == "channel" ? "memory" : nil, allowed: ["sqlite", "memory", "postgres", "redis", "broadcast"])
 let size = options.int("size", default: 64)
 let timeout = options.double("timeout", default: 30)
 let postgresURL = storeName == "postgres" ? options.string("postgres") : nil
+let redisURL = storeName == "redis" ? options.string("redis") : nil
+/// A key prefix of this run's own, so runs share a Redis server without seeing each other.
+let redisPrefix = "bench\(UInt32.random(in: 0...UInt32.max)):"
 let nodeCount = options.int("nodes", default: 0)
 let from = options.string("from", default: "servers", allowed: ["servers", "publisher"])
 if scenario == "replay" && storeName == "broadcast" {
     Options.fail("replay takes --store sqlite, memory or postgres", usage: usage)
 }
-if nodeCount != 0 && (storeName != "postgres" || scenario == "replay") {
-    Options.fail("--nodes is for --case push or channel with --store postgres", usage: usage)
+if nodeCount != 0 && (!["postgres", "redis"].contains(storeName) || scenario == "replay") {
+    Options.fail("--nodes is for --case push or channel with --store postgres or redis", usage: usage)
+}
+if scenario == "channel" && storeName == "redis" && nodeCount > 0 {
+    Options.fail("the Redis cluster has no channels of its own yet: --case channel takes --store postgres or memory", usage: usage)
 }
 if nodeCount < 0 || nodeCount > 16 {
     Options.fail("--nodes takes 1 to 16, not \(nodeCount)", usage: usage)
@@ -92,6 +101,9 @@ var nodes: [MailboxConfiguration] = []
 var clusters: [PostgresCluster] = []
 var postgresStore: PostgresMailboxStore?
 var publisher: PostgresPublisher?
+var redisClusters: [RedisCluster] = []
+var redisStore: RedisMailboxStore?
+var redisPublisher: RedisPublisher?
 do {
     if let directory {
         nodes = [MailboxConfiguration(store: try SQLiteMailboxStore(path: "\(directory.path)/\(databaseFile)"))]
@@ -102,6 +114,21 @@ do {
             nodes.append(.postgres(cluster))
         }
         if from == "publisher" { publisher = try await PostgresPublisher(url: postgresURL) }
+    } else if let redisURL {
+        var redis = try RedisConfiguration(url: redisURL)
+        redis.keyPrefix = redisPrefix
+        if nodeCount > 0 {
+            for number in 1...nodeCount {
+                let cluster = try await RedisCluster(configuration: RedisClusterConfiguration(redis: redis, node: "n\(number)"))
+                redisClusters.append(cluster)
+                nodes.append(.redis(cluster))
+            }
+            if from == "publisher" { redisPublisher = try await RedisPublisher(configuration: redis) }
+        } else {
+            let store = try await RedisMailboxStore(configuration: redis)
+            redisStore = store
+            nodes = [MailboxConfiguration(store: store)]
+        }
     } else if let postgresURL {
         let store = try await PostgresMailboxStore(url: postgresURL)
         postgresStore = store
@@ -173,6 +200,8 @@ do {
             source = .broadcast
         } else if let publisher {
             source = .publisher(publisher)
+        } else if let redisPublisher {
+            source = .redisPublisher(redisPublisher)
         } else {
             source = .servers
         }
@@ -204,5 +233,8 @@ do {
 await publisher?.close()
 for cluster in clusters { await cluster.close() }
 await postgresStore?.close()
+await redisPublisher?.close()
+for cluster in redisClusters { await cluster.close() }
+await redisStore?.close()
 directory?.remove([databaseFile, databaseFile + "-wal", databaseFile + "-shm"])
 exit(0)
