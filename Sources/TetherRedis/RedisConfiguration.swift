@@ -32,6 +32,11 @@ public struct RedisConfiguration: Sendable {
     /// How long one command may wait for its answer; past it the connection is given up, and
     /// every command waiting on it fails. Default 30 s.
     public var commandTimeout: Duration = .seconds(30)
+    /// TLS for every connection, made with `TetherTLS`
+    /// (`.client(trustRoots: .file("ca.pem"), serverName: "cache.internal")`), for a server
+    /// with `tls-port`; `nil` for plain TCP. The server's certificate is verified for
+    /// ``host`` unless the configuration names another. Default `nil`.
+    public var tls: TLSConfiguration?
     /// The most bytes one reply may bring (a bulk string); a larger one ends the connection
     /// with an error that says so. Default 64 MiB.
     public var maximumReplyBytes: Int = 64 << 20

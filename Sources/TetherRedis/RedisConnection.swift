@@ -32,6 +32,8 @@ actor RedisConnection {
     private var needed = 0
     private var watchdogRunning = false
     private var closed = false
+    /// While a TLS handshake runs: who waits for it.
+    private var handshake: CheckedContinuation<Void, any Error>?
     /// For a connection that subscribes: where the messages of its channels go, on the loop.
     private var onMessage: (@Sendable (_ channel: [UInt8], _ payload: [UInt8]) -> Void)?
     /// Told when the connection was given up, on the loop.
@@ -124,8 +126,17 @@ actor RedisConnection {
     private func connect() async throws(TetherError) {
         let endpoint = Endpoint(host: configuration.host, port: configuration.port)
         let context = ConnectContext(loop: loop, timeout: configuration.connectTimeout)
+        var connector = SocketNetwork().connector(for: endpoint)
+        if let tls = configuration.tls {
+            do {
+                try tls.provider.prepare()
+            } catch {
+                throw failure("cannot be reached with its TLS configuration: \(error.message)")
+            }
+            connector = TLSConnector(over: connector, tls: tls)
+        }
         let connected: ConnectedStream
-        switch await SocketNetwork().connector(for: endpoint).connect(to: endpoint, in: context, isolation: self) {
+        switch await connector.connect(to: endpoint, in: context, isolation: self) {
         case .success(let stream): connected = stream
         case .failure(let error): throw failure("cannot connect: \(error.message)")
         }
@@ -145,6 +156,21 @@ actor RedisConnection {
         } catch {
             self.transport = nil
             throw failure("cannot use the connection: \(error.message)")
+        }
+        if configuration.tls != nil, transport.security?.isEstablished != true {
+            // Bounded like the connect: a server that never finishes the handshake costs
+            // the attempt.
+            let bound = configuration.connectTimeout
+            let timer = Task { [weak self] in
+                try? await Task.sleep(for: bound)
+                await self?.handshakeTimedOut(after: bound)
+            }
+            defer { timer.cancel() }
+            do {
+                try await withCheckedThrowingContinuation { handshake = $0 }
+            } catch {
+                throw failure("refused the TLS handshake: \(TetherError.reason(of: error))")
+            }
         }
         var greeting: [[[UInt8]]] = []
         if let password = configuration.password {
@@ -209,8 +235,29 @@ actor RedisConnection {
         }
     }
 
+    private func handshakeTimedOut(after bound: Duration) {
+        guard let waiter = handshake else { return }
+        handshake = nil
+        drop(failure("did not finish the TLS handshake within \(bound)"))
+        waiter.resume(throwing: TetherError(code: .handshakeTimeout, message: "no handshake within \(bound)"))
+    }
+
+    /// The TLS handshake finished.
+    func secured() {
+        let waiter = handshake
+        handshake = nil
+        waiter?.resume()
+    }
+
     /// The connection closed by itself.
     func closedByPeer(_ error: TetherError) {
+        if let waiter = handshake {
+            handshake = nil
+            transport = nil
+            link = nil
+            waiter.resume(throwing: error)
+            return
+        }
         drop(failure("closed the connection: \(error.message)"))
     }
 
@@ -305,5 +352,9 @@ final class RedisLink: ByteTransportHandler {
     }
 
     func transportWritable() {}
-    func transportSecured() {}
+
+    func transportSecured() {
+        guard let connection else { return }
+        onLoop(loop, connection, ()) { connection, _ in connection.secured() }
+    }
 }

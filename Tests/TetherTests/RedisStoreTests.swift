@@ -4,6 +4,7 @@ import Glibc
 import Testing
 @testable import Tether
 @testable import TetherRedis
+import TetherTLS
 
 private let t0 = MailboxTime(millisecondsSince1970: 1_700_000_000_000)
 private let limits = MailboxLimits(maximumMessages: 1_000, maximumAge: nil)
@@ -95,6 +96,54 @@ struct RedisStoreTests {
         let peer = try await accepted
         #expect(try await peer.waitForClose(), "the connection is ended")
         peer.close()
+    }
+
+    @Test("a server that requires a password: the wrong one is refused with Redis's reason and the server named, the right one in the URL logs in; a database other than 0 is selected")
+    func authentication() async throws {
+        let redis = try await RedisInstance.start(options: ["--requirepass", "s3cret"])
+        let wrong = await #expect(throws: TetherError.self) {
+            _ = try await RedisMailboxStore(url: "redis://:nope@127.0.0.1:\(redis.port)")
+        }
+        #expect(wrong?.message.contains("Redis at 127.0.0.1:\(redis.port) refused the login") == true, "\(wrong?.message ?? "")")
+        let none = await #expect(throws: TetherError.self) {
+            _ = try await RedisMailboxStore(url: "redis://127.0.0.1:\(redis.port)")
+        }
+        #expect(none?.message.contains("NOAUTH") == true, "\(none?.message ?? "")")
+        let store = try await RedisMailboxStore(url: "redis://:s3cret@127.0.0.1:\(redis.port)/3")
+        #expect(try await store.append(drafts("a", count: 2), limits: limits, now: t0) == [1, 2])
+        let other = try await RedisMailboxStore(url: "redis://:s3cret@127.0.0.1:\(redis.port)/4")
+        #expect(try await other.clientIDs().isEmpty, "database 4 is another")
+        #expect(try await store.clientIDs() == ["a"])
+        await store.close()
+        await other.close()
+    }
+
+    @Test("TLS to redis-server's tls-port, with the test CA: the store works; a server whose certificate the client does not trust is refused, saying so")
+    func tls() async throws {
+        let certificates = try await TestCertificates.shared()
+        let redis = try await RedisInstance.start(options: [
+            "--tls-cert-file", certificates.server.certificateChain, "--tls-key-file", certificates.server.privateKey,
+            "--tls-auth-clients", "no",
+        ], tls: true)
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: Int(redis.port))
+        configuration.tls = .client(trustRoots: .file(certificates.caCertificate), serverName: "localhost")
+        let store = try await RedisMailboxStore(configuration: configuration)
+        #expect(try await store.append(drafts("a", count: 3), limits: limits, now: t0) == [1, 2, 3])
+        #expect(try await store.messages(for: "a", after: 1, limit: 10).map(\.sequence) == [2, 3])
+        await store.close()
+
+        configuration.tls = .client(trustRoots: .file(certificates.otherCACertificate), serverName: "localhost")
+        let error = await #expect(throws: TetherError.self) {
+            _ = try await RedisMailboxStore(configuration: configuration)
+        }
+        #expect(error?.message.contains("Redis at 127.0.0.1:\(redis.port)") == true, "\(error?.message ?? "")")
+        var plain = configuration
+        plain.tls = nil
+        plain.connectTimeout = .seconds(2)
+        plain.commandTimeout = .seconds(2)
+        await #expect(throws: TetherError.self) {
+            _ = try await RedisMailboxStore(configuration: plain)
+        }
     }
 
     @Test("redis:// URLs: host, port, credentials and database; others are refused saying why")

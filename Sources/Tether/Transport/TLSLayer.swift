@@ -22,16 +22,16 @@ struct SecuredStream: LayeredStream {
 
 /// Connects with another connector, then layers TLS made with `tls` over the stream,
 /// verifying the certificate for the endpoint's host.
-struct TLSConnector: StreamConnector {
+package struct TLSConnector: StreamConnector {
     let below: any StreamConnector
     let tls: TLSConfiguration
 
-    init(over below: any StreamConnector, tls: TLSConfiguration) {
+    package init(over below: any StreamConnector, tls: TLSConfiguration) {
         self.below = below
         self.tls = tls
     }
 
-    func connect(to endpoint: Endpoint, in context: ConnectContext, isolation: isolated any Actor) async -> Result<ConnectedStream, TetherError> {
+    package func connect(to endpoint: Endpoint, in context: ConnectContext, isolation: isolated any Actor) async -> Result<ConnectedStream, TetherError> {
         await below.connect(to: endpoint, in: context, isolation: isolation).map { [tls] connected in
             var connected = connected
             connected.stream = SecuredStream(below: connected.stream, tls: tls, serverName: endpoint.host)

@@ -34,12 +34,17 @@ final class RedisInstance: Sendable {
     let port: UInt16
     let directory: String
     let persistent: Bool
+    /// More of `redis-server`'s options; with `tls`, the port is its TLS port.
+    let options: [String]
+    let tls: Bool
     private let shell: Lock<(process: ChildProcess, pid: pid_t)?>
 
-    private init(port: UInt16, directory: String, persistent: Bool) {
+    private init(port: UInt16, directory: String, persistent: Bool, options: [String], tls: Bool) {
         self.port = port
         self.directory = directory
         self.persistent = persistent
+        self.options = options
+        self.tls = tls
         self.shell = Lock(nil)
     }
 
@@ -59,7 +64,7 @@ final class RedisInstance: Sendable {
 
     /// Starts a server in a new temporary directory; `persistent` turns on the append-only
     /// file with an fsync per write.
-    static func start(persistent: Bool = false) async throws -> RedisInstance {
+    static func start(persistent: Bool = false, options: [String] = [], tls: Bool = false) async throws -> RedisInstance {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/redis-server") else {
             throw PostgresFixtureError(description: "redis-server is not installed (apt-get install redis-server)")
         }
@@ -68,7 +73,7 @@ final class RedisInstance: Sendable {
         let directory = String(cString: made)
         var lastError: (any Error)?
         for _ in 0..<5 {
-            let instance = RedisInstance(port: try PostgresInstance.freePort(), directory: directory, persistent: persistent)
+            let instance = RedisInstance(port: try PostgresInstance.freePort(), directory: directory, persistent: persistent, options: options, tls: tls)
             do {
                 try await instance.restart()
                 return instance
@@ -83,8 +88,10 @@ final class RedisInstance: Sendable {
     /// connections.
     func restart() async throws {
         let persistence = persistent ? "--appendonly yes --appendfsync always" : "--appendonly no"
+        let ports = tls ? "--port 0 --tls-port \(port)" : "--port \(port)"
+        let more = options.map { "'\($0)'" }.joined(separator: " ")
         let script = """
-            /usr/bin/redis-server --port \(port) --bind 127.0.0.1 --dir '\(directory)' --save '' \(persistence) --protected-mode no &
+            /usr/bin/redis-server \(ports) --bind 127.0.0.1 --dir '\(directory)' --save '' \(persistence) --protected-mode no \(more) &
             echo "pid=$!"
             cat > /dev/null
             kill -9 $! 2>/dev/null
