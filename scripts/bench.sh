@@ -468,6 +468,10 @@ run_sessions() { # rep
             args="--clients 1000 --channels $store --rounds 30 --warmup 3 --store postgres --postgres $database --nodes 3"
             expected="channel"
             kind=channel store="postgres-3-ch$store"
+        elif [[ $kind == channel3redis ]]; then
+            args="--clients 1000 --channels $store --rounds 30 --warmup 3 --store redis --redis $redis_url --nodes 3"
+            expected="channel"
+            kind=channel store="redis-3-ch$store"
         else
             case "$store" in
                 memory) rounds=400 ;;
@@ -481,7 +485,7 @@ run_sessions() { # rep
             postgres) fresh_database; args+=" --store postgres --postgres $database" ;;
             postgres-3) fresh_database; args+=" --store postgres --postgres $database --nodes 3" ;;
             postgres-3-pub) fresh_database; args+=" --store postgres --postgres $database --nodes 3 --from publisher" ;;
-            postgres-3-ch*) ;;
+            postgres-3-ch*|redis-3-ch*) ;;
             redis) args+=" --store redis --redis $redis_url" ;;
             redis-3) args+=" --store redis --redis $redis_url --nodes 3" ;;
             redis-3-pub) args+=" --store redis --redis $redis_url --nodes 3 --from publisher" ;;
@@ -517,7 +521,7 @@ if has h && start_postgres; then
     session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast channel:1 channel:100 channel3:1 channel3:100"
 fi
 if has h && start_redis; then
-    session_runs+=" replay:redis push:redis push:redis-3 push:redis-3-pub"
+    session_runs+=" replay:redis push:redis push:redis-3 push:redis-3-pub channel3redis:1 channel3redis:100"
 fi
 
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2

@@ -4,6 +4,7 @@ internal import Synchronization
 /// The store's scripts, by name.
 enum RedisScript: CaseIterable, Sendable {
     case append, open, messages, acknowledge, expire, beginRequest, finishRequest, claim, release, releaseNode
+    case channelPublish, channelHistory, channelPresence, channelDropMembers
 
     var source: String {
         switch self {
@@ -17,6 +18,10 @@ enum RedisScript: CaseIterable, Sendable {
         case .claim: RedisScripts.claim
         case .release: RedisScripts.release
         case .releaseNode: RedisScripts.releaseNode
+        case .channelPublish: RedisChannelScripts.publish
+        case .channelHistory: RedisChannelScripts.history
+        case .channelPresence: RedisChannelScripts.presence
+        case .channelDropMembers: RedisChannelScripts.dropMembers
         }
     }
 }

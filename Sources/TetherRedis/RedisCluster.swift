@@ -93,6 +93,7 @@ public final class RedisCluster: SessionCluster {
     /// How this node joins.
     public let configuration: RedisClusterConfiguration
     let mailboxes: RedisMailboxStore
+    let channelEngine: RedisChannels
     let state = Lock(State())
 
     /// The name this node has in the cluster.
@@ -102,10 +103,15 @@ public final class RedisCluster: SessionCluster {
     /// clients.
     public var store: any MailboxStore { mailboxes }
 
+    /// The channels the nodes share: a node's ``Tether/ServerConfiguration/channels`` are
+    /// the cluster's, one order of messages per channel on every node, recovered on any node.
+    public var channels: (any ChannelEngine)? { channelEngine }
+
     private var client: RedisClient { mailboxes.client }
     private var prefix: String { configuration.redis.keyPrefix }
     private var nodeChannel: String { prefix + "n:" + nodeName }
     private var broadcastChannel: String { prefix + "b" }
+    private var channelsChannel: String { prefix + "c" }
 
     /// Connects to Redis. The node joins when its server runs.
     ///
@@ -119,6 +125,7 @@ public final class RedisCluster: SessionCluster {
         }
         self.configuration = configuration
         mailboxes = try await RedisMailboxStore(configuration: configuration.redis, inlineNoticeBytes: configuration.inlineNoticeBytes)
+        channelEngine = RedisChannels(mailboxes: mailboxes, node: configuration.node, inlineLimit: configuration.inlineNoticeBytes, nodeTimeout: configuration.nodeTimeout)
     }
 
     /// Connects to the Redis server at `url` as node `node`, with the defaults.
@@ -174,6 +181,7 @@ public final class RedisCluster: SessionCluster {
     ///   ``RedisConfiguration/connectTimeout``.
     public func join(_ node: ClusterNode) async throws {
         _ = try await client.evaluate(.releaseNode, [Array(prefix.utf8), Array(nodeName.utf8)], name: "registering node \(nodeName)")
+        try await channelEngine.dropMembers(ofNode: nodeName)
         try await beat()
         state.withLock { $0.node = node }
         let bound = configuration.redis.connectTimeout * 2
@@ -246,6 +254,7 @@ public final class RedisCluster: SessionCluster {
         _ = await subscription?.value
         guard joined else { return }
         _ = try? await client.evaluate(.releaseNode, [Array(prefix.utf8), Array(nodeName.utf8)], name: "node \(nodeName) leaving")
+        try? await channelEngine.dropMembers(ofNode: nodeName)
         _ = try? await client.command(["DEL", prefix + "node:" + nodeName], name: "node \(nodeName) leaving")
     }
 
@@ -335,6 +344,7 @@ public final class RedisCluster: SessionCluster {
                 let replies = try await connection.runAll([
                     [Array("SUBSCRIBE".utf8), Array(nodeChannel.utf8)],
                     [Array("SUBSCRIBE".utf8), Array(broadcastChannel.utf8)],
+                    [Array("SUBSCRIBE".utf8), Array(channelsChannel.utf8)],
                 ], name: "subscribing to the notices of node \(nodeName)")
                 for reply in replies where reply.elements?.first?.text != "subscribe" {
                     throw TetherError(code: .storeFailed, message: "Redis at \(configuration.redis.endpointName) refused the subscription of node \(nodeName): \(reply)")
@@ -357,7 +367,10 @@ public final class RedisCluster: SessionCluster {
                 return (state.joinWaiter, state.node)
             }
             waiter?.resume()
-            if lost, let node { await resync(node) }
+            if lost, let node {
+                node.channelsMayHaveMissed()
+                await resync(node)
+            }
             // Until the connection drops (a PING that is not answered in time drops it too).
             let pinger = Task { [configuration] in
                 while !Task.isCancelled {
@@ -414,6 +427,10 @@ public final class RedisCluster: SessionCluster {
 
     private func received(_ payload: [UInt8], on channel: [UInt8]) {
         guard let node = state.withLock({ $0.node }) else { return }
+        if channel.elementsEqual(channelsChannel.utf8) {
+            receivedChannelNotice(payload, node: node)
+            return
+        }
         if channel.elementsEqual(broadcastChannel.utf8) {
             guard var reader = NoticeReader(payload), let origin = reader.counted(), origin != nodeName,
                 let type = reader.number(until: UInt8(ascii: "|")).flatMap(UInt32.init(exactly:))
@@ -432,6 +449,38 @@ public final class RedisCluster: SessionCluster {
             node.wake(clientID: clientID, through: number)
         case UInt8(ascii: "t"):
             node.takenOver(clientID: clientID, generation: number, by: String(decoding: reader.rest, as: UTF8.self))
+        default:
+            return
+        }
+    }
+}
+
+extension RedisCluster {
+    /// A notice of the channels' pub/sub channel (see ``RedisChannelScripts``).
+    func receivedChannelNotice(_ payload: [UInt8], node: ClusterNode) {
+        guard let kind = payload.first, var reader = NoticeReader(Array(payload.dropFirst())) else { return }
+        switch kind {
+        case UInt8(ascii: "m"):
+            guard let epoch = reader.counted(), let offset = reader.number(until: UInt8(ascii: ":")),
+                let stored = reader.number(until: UInt8(ascii: ":")), let expires = reader.optionalNumber(until: UInt8(ascii: ":")),
+                let name = reader.counted()
+            else { return }
+            node.published(ChannelRecord(
+                channel: name, epoch: epoch, offset: offset,
+                storedAt: MailboxTime(millisecondsSince1970: Int64(clamping: stored)),
+                expiresAt: expires.map { MailboxTime(millisecondsSince1970: Int64(clamping: $0)) },
+                content: reader.rest
+            ))
+        case UInt8(ascii: "M"):
+            guard let epoch = reader.counted(), let offset = reader.number(until: UInt8(ascii: ":")), let name = reader.counted() else { return }
+            node.published(channel: name, epoch: epoch, through: offset)
+        case UInt8(ascii: "j"), UInt8(ascii: "l"):
+            guard let origin = reader.counted(), origin != nodeName, let channel = reader.counted(),
+                let connection = reader.counted(), let client = reader.counted()
+            else { return }
+            let info = reader.rest.isEmpty ? nil : try? JSONValue(parsing: reader.rest)
+            let member = ChannelMember(connection: connection, clientID: client.isEmpty ? nil : client, info: info)
+            node.presenceChanged(ChannelPresenceChange(channel: channel, member: member, joined: kind == UInt8(ascii: "j")))
         default:
             return
         }
@@ -461,6 +510,15 @@ struct NoticeReader {
         guard index < bytes.count, digits > 0 else { return nil }
         index += 1
         return value
+    }
+
+    /// A number, or nothing (no digits before `end`): `.some(nil)`; `nil` when malformed.
+    mutating func optionalNumber(until end: UInt8) -> UInt64?? {
+        if index < bytes.count, bytes[index] == end {
+            index += 1
+            return .some(nil)
+        }
+        return number(until: end).map { .some($0) }
     }
 
     mutating func counted() -> String? {

@@ -1,5 +1,6 @@
 import Tether
 import TetherPostgres
+import TetherRedis
 
 /// `tether subscribe`: print a channel's messages as JSON lines, across reconnects.
 struct SubscribeCommand: Command {
@@ -138,7 +139,7 @@ struct PublishCommand: Command {
     static let name = "publish"
     static let summary = "publish to a channel of a server, and print each message's offset"
     static let synopsis = """
-        tether publish (HOST:PORT | --postgres URL) CHANNEL (--json JSON | --text TEXT) [--count N] [--ttl SECONDS]
+        tether publish (HOST:PORT | --postgres URL | --redis URL) CHANNEL (--json JSON | --text TEXT) [--count N] [--ttl SECONDS]
         """
     static let help = """
         Publishes a message to a channel of the server (`tether serve` lets every client
@@ -148,9 +149,9 @@ struct PublishCommand: Command {
           1
           2
 
-        With --postgres instead of HOST:PORT it publishes to the channel of a cluster
-        (`tether serve --postgres URL`) as a backend does, holding no connection to a node:
-        the message reaches the channel's subscribers on every node.
+        With --postgres or --redis instead of HOST:PORT it publishes to the channel of a
+        cluster (`tether serve --postgres URL` or `--redis URL`) as a backend does, holding
+        no connection to a node: the message reaches the channel's subscribers on every node.
 
         Every subscriber of the channel gets it (`tether subscribe`), and the channel's
         history keeps it for those that come back.
@@ -160,6 +161,7 @@ struct PublishCommand: Command {
 
         options:
           --postgres URL      publish to the cluster on this database, as a backend
+          --redis URL         publish to the cluster on this Redis server, as a backend
           --json JSON         the content, checked to be JSON
           --text TEXT         the content as it is, UTF-8
           --count N           publish N times, each with the same content (default 1)
@@ -172,6 +174,7 @@ struct PublishCommand: Command {
     enum Target {
         case server(Endpoint)
         case cluster(PostgresOptions)
+        case redis(RedisOptions)
     }
 
     var target: Target
@@ -181,8 +184,12 @@ struct PublishCommand: Command {
     var timeToLive: Duration?
 
     init(parsing arguments: inout Arguments) throws(ArgumentError) {
+        let redis = try RedisOptions.parse(&arguments)
         if let database = try PostgresOptions.parse(&arguments, nodes: false) {
+            if redis != nil { throw ArgumentError("--postgres and --redis both name a cluster: give one") }
             target = .cluster(database)
+        } else if let redis {
+            target = .redis(redis)
         } else {
             target = .server(try Parse.endpoint(try arguments.positional("HOST:PORT")))
         }
@@ -208,6 +215,8 @@ struct PublishCommand: Command {
             endpoint = server
         case .cluster(let database):
             return try await publish(to: database)
+        case .redis(let redis):
+            return try await publish(to: redis)
         }
         var configuration = ConnectionConfiguration()
         configuration.heartbeat = .disabled
@@ -232,6 +241,28 @@ extension PublishCommand {
         let publisher: PostgresPublisher
         do {
             publisher = try await PostgresPublisher(url: database.url)
+        } catch {
+            throw error.onOneLine
+        }
+        do {
+            for _ in 0..<count {
+                Console.out(String(try await publisher.publish(payload, to: channel, timeToLive: timeToLive)))
+            }
+        } catch {
+            await publisher.close()
+            throw error.onOneLine
+        }
+        await publisher.close()
+        return .success
+    }
+}
+
+extension PublishCommand {
+    /// Publishes through the cluster's Redis, as a backend.
+    private func publish(to redis: RedisOptions) async throws -> ExitStatus {
+        let publisher: RedisPublisher
+        do {
+            publisher = try await RedisPublisher(configuration: redis.configuration)
         } catch {
             throw error.onOneLine
         }

@@ -61,6 +61,17 @@ struct CLIRedisClusterTests {
         #expect(frames.map(index(of:)) == Array(0..<60) + [60, 60])
         #expect(frames.map(\.serial) == Array(1...62))
         #expect(nodes[0].outputText.contains("identified as client carol, resuming after "), "\(nodes[0].outputText)")
+
+        // Channels are the cluster's too: tether publish --redis reaches a subscriber on n2.
+        let subscriber = try await Connection.connect(to: endpoints[1], configuration: testConfiguration())
+        let room = try await subscriber.subscribe(to: "room")
+        let publish = try tether(["publish", "--redis", redis.url, "room", "--text", "hi", "--count", "2"])
+        defer { publish.kill() }
+        #expect(try await publish.waitForExit(within: .seconds(30)) == 0)
+        #expect(publish.outputText.split(separator: "\n") == ["1", "2"], "\(publish.outputText)")
+        let events = try await TetherTesting.collect(2, from: room.filter { if case .message = $0 { true } else { false } }, within: eventBound)
+        #expect(events.compactMap { if case .message(let message) = $0 { message.offset } else { nil } } == [UInt64(1), 2])
+        await subscriber.close()
         await client.close()
         await publisher.close()
     }

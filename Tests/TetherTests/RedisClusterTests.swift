@@ -21,7 +21,12 @@ final class RedisNode: Sendable {
         self.running = running
     }
 
-    static func start(_ name: String, redis: RedisConfiguration, _ change: (inout RedisClusterConfiguration) -> Void = { _ in }) async throws -> RedisNode {
+    static func start(
+        _ name: String,
+        redis: RedisConfiguration,
+        _ change: (inout RedisClusterConfiguration) -> Void = { _ in },
+        server changeServer: (inout ServerConfiguration) -> Void = { _ in }
+    ) async throws -> RedisNode {
         var configuration = RedisClusterConfiguration(redis: redis, node: name)
         configuration.heartbeatInterval = .milliseconds(200)
         change(&configuration)
@@ -29,6 +34,7 @@ final class RedisNode: Sendable {
         var serverConfiguration = ServerConfiguration(host: "127.0.0.1", port: 0)
         serverConfiguration.handshakeTimeout = nil
         serverConfiguration.mailboxes = .redis(cluster)
+        changeServer(&serverConfiguration)
         let server = Server(configuration: serverConfiguration)
         echoHandlers(server)
         let running = Task { try await server.run() }
@@ -51,10 +57,11 @@ final class RedisNode: Sendable {
 
 /// Runs `body` with `count` nodes n1, n2, … on `redis` (a fresh part of the shared server
 /// by default), stopping them after.
-private func withRedisNodes<T: Sendable>(
+func withRedisNodes<T: Sendable>(
     _ count: Int,
     redis: RedisConfiguration? = nil,
     _ change: @escaping @Sendable (inout RedisClusterConfiguration) -> Void = { _ in },
+    server changeServer: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
     _ body: ([RedisNode], RedisConfiguration) async throws -> T
 ) async throws -> T {
     let configuration: RedisConfiguration
@@ -62,7 +69,7 @@ private func withRedisNodes<T: Sendable>(
     var nodes: [RedisNode] = []
     do {
         for number in 1...count {
-            nodes.append(try await RedisNode.start("n\(number)", redis: configuration, change))
+            nodes.append(try await RedisNode.start("n\(number)", redis: configuration, change, server: changeServer))
         }
         let result = try await body(nodes, configuration)
         for node in nodes { await node.stop() }

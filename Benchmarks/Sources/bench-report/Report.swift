@@ -245,6 +245,8 @@ struct Report {
             ("100", "100 channels"),
             ("postgres-3-ch1", "1 channel, 3 nodes"),
             ("postgres-3-ch100", "100 channels, 3 nodes"),
+            ("redis-3-ch1", "1 channel, 3 Redis nodes"),
+            ("redis-3-ch100", "100 channels, 3 Redis nodes"),
         ].filter { column in cells.contains { $0.server == column.0 } }
         let seconds = Metric(key: "seconds", title: "seconds", higherIsBetter: false, decimals: 2)
         let latency = Metric(key: "p99_us", title: "p99 µs, push call → client", higherIsBetter: false, decimals: 0)

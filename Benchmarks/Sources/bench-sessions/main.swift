@@ -80,9 +80,6 @@ if scenario == "replay" && storeName == "broadcast" {
 if nodeCount != 0 && (!["postgres", "redis"].contains(storeName) || scenario == "replay") {
     Options.fail("--nodes is for --case push or channel with --store postgres or redis", usage: usage)
 }
-if scenario == "channel" && storeName == "redis" && nodeCount > 0 {
-    Options.fail("the Redis cluster has no channels of its own yet: --case channel takes --store postgres or memory", usage: usage)
-}
 if nodeCount < 0 || nodeCount > 16 {
     Options.fail("--nodes takes 1 to 16, not \(nodeCount)", usage: usage)
 }
@@ -176,7 +173,7 @@ do {
         let clients = max(1, options.int("clients", default: 1_000))
         let channels = max(1, options.int("channels", default: 1))
         let phases = try await ChannelFanOut.run(
-            nodes: clusters.isEmpty ? [] : nodes,
+            nodes: clusters.isEmpty && redisClusters.isEmpty ? [] : nodes,
             clients: clients,
             channels: channels,
             rounds: max(1, options.int("rounds", default: 100)),
@@ -187,7 +184,7 @@ do {
         for phase in phases {
             func us(_ nanoseconds: UInt64) -> String { format(Double(nanoseconds) / 1000, decimals: 0) }
             printNow(
-                "RESULT case=channel nodes=\(max(1, clusters.count)) clients=\(clients) channels=\(channels) rounds=\(phase.rounds) size=\(size)"
+                "RESULT case=channel nodes=\(max(1, clusters.count + redisClusters.count)) clients=\(clients) channels=\(channels) rounds=\(phase.rounds) size=\(size)"
                     + " seconds=\(format(phase.seconds, decimals: 3)) nps=\(format(Double(clients * phase.rounds) / phase.seconds, decimals: 0))"
                     + " p50_us=\(us(phase.latencies.value(atQuantile: 0.5))) p99_us=\(us(phase.latencies.value(atQuantile: 0.99)))"
                     + " max_us=\(us(phase.latencies.maximum))"
