@@ -468,6 +468,17 @@ run_sessions() { # rep
             args="--clients 1000 --channels $store --rounds 30 --warmup 3 --store postgres --postgres $database --nodes 3"
             expected="channel"
             kind=channel store="postgres-3-ch$store"
+        elif [[ $kind == claims ]]; then
+            # Both ends of every connection are in the process: as many as the limit allows,
+            # up to 10,000.
+            local most=$(( ($(ulimit -n) - 256) / 2 ))
+            args="--clients $(( most < 10000 ? most : 10000 )) --timeout 120"
+            expected="claims"
+            case "$store" in
+                postgres) fresh_database; args+=" --store postgres --postgres $database --nodes 1" ;;
+                redis) args+=" --store redis --redis $redis_url --nodes 1" ;;
+            esac
+            store="claims-$store"
         elif [[ $kind == channel3redis ]]; then
             args="--clients 1000 --channels $store --rounds 30 --warmup 3 --store redis --redis $redis_url --nodes 3"
             expected="channel"
@@ -485,7 +496,7 @@ run_sessions() { # rep
             postgres) fresh_database; args+=" --store postgres --postgres $database" ;;
             postgres-3) fresh_database; args+=" --store postgres --postgres $database --nodes 3" ;;
             postgres-3-pub) fresh_database; args+=" --store postgres --postgres $database --nodes 3 --from publisher" ;;
-            postgres-3-ch*|redis-3-ch*) ;;
+            postgres-3-ch*|redis-3-ch*|claims-*) ;;
             redis) args+=" --store redis --redis $redis_url" ;;
             redis-3) args+=" --store redis --redis $redis_url --nodes 3" ;;
             redis-3-pub) args+=" --store redis --redis $redis_url --nodes 3 --from publisher" ;;
@@ -504,6 +515,8 @@ run_sessions() { # rep
                 line=$(grep '^RESULT case=replay ' <<<"$output" | tail -1 || true)
             elif [[ $client == channel ]]; then
                 line=$(grep '^RESULT case=channel ' <<<"$output" | tail -1 || true)
+            elif [[ $client == claims ]]; then
+                line=$(grep '^RESULT case=claims ' <<<"$output" | tail -1 || true)
             else
                 line=$(grep "^RESULT case=push .* pushers=${client#push} " <<<"$output" | tail -1 || true)
             fi
@@ -511,17 +524,17 @@ run_sessions() { # rep
             [[ -n $line ]] || this="failed(no-result)"
             echo "RUN rep=$rep scenario=h server=$store client=$client status=$this $line" >> "$results"
             printf '  h  %-14s %-7s %s %s\n' "$store" "$client" "$this" \
-                "$(grep -oE ' (fill_aps|nps|p99_us|call_p99_us|seconds)=[0-9.]*' <<<"$line" | tr -d '\n')" >&2
+                "$(grep -oE ' (fill_aps|nps|cps|clients|p99_us|call_p99_us|seconds)=[0-9.]*' <<<"$line" | tr -d '\n')" >&2
         done
         [[ $status == ok ]] || sed 's/^/      bench-sessions: /' "$work/client.err" | tail -5 >&2
     done
 }
 
 if has h && start_postgres; then
-    session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast channel:1 channel:100 channel3:1 channel3:100"
+    session_runs="replay:sqlite replay:memory replay:postgres push:sqlite push:memory push:postgres push:postgres-3 push:postgres-3-pub push:broadcast channel:1 channel:100 channel3:1 channel3:100 claims:postgres"
 fi
 if has h && start_redis; then
-    session_runs+=" replay:redis push:redis push:redis-3 push:redis-3-pub channel3redis:1 channel3redis:100"
+    session_runs+=" replay:redis push:redis push:redis-3 push:redis-3-pub channel3redis:1 channel3redis:100 claims:redis"
 fi
 
 echo "==> running: scenarios $scenarios, ${duration}s (+${warmup}s warm-up) per run, $repeat repetition(s)" >&2

@@ -76,6 +76,18 @@ final class Tally: Sendable {
 
 /// Raises the soft limit on open files to the hard one: 1,000 connections need more than
 /// 2,000 descriptors in one process.
+/// The open-file limit now: the soft one, after ``raiseOpenFileLimit()``.
+func openFileLimit() -> Int {
+    var limit = rlimit()
+    #if canImport(Glibc)
+    let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+    #else
+    let resource = RLIMIT_NOFILE
+    #endif
+    guard getrlimit(resource, &limit) == 0 else { return 1024 }
+    return Int(clamping: limit.rlim_cur)
+}
+
 func raiseOpenFileLimit() {
     var limit = rlimit()
     #if canImport(Glibc)

@@ -11,7 +11,7 @@ import Darwin
 #endif
 
 let usage = """
-    usage: bench-sessions --case replay|push|channel --store sqlite|memory|postgres|redis|broadcast
+    usage: bench-sessions --case replay|push|channel|claims --store sqlite|memory|postgres|redis|broadcast
                           [--postgres URL | --redis URL] [--nodes N] [--from servers|publisher]
                           [--messages N] [--batch B] [--subscriber-buffer K]
                           [--clients C] [--rounds M] [--ack-delay MS]
@@ -55,6 +55,10 @@ let usage = """
               are on the database: client i connects to node i mod N, and channel k is
               published through node k mod N, up to 16 publications at once.
               RESULT case=channel clients=C channels=K rounds=M size=… seconds=… nps=… p50_us=… p99_us=… max_us=…
+      claims  C clients with sessions (default 10,000) connect to one node at once, at most
+              256 connects under way: timed until every hello is answered, so every client
+              claimed (--store postgres or redis with --nodes 1).
+              RESULT case=claims store=… clients=C seconds=… cps=…
       A push missing, repeated, out of order or wrong fails the run (exit status 1); a
       phase that has not finished after --timeout seconds (default 30) too.
     """
@@ -64,7 +68,7 @@ let options = Options(
     known: ["case", "store", "channels", "postgres", "redis", "nodes", "from", "ack-delay", "messages", "batch", "subscriber-buffer", "clients", "rounds", "warmup", "size", "timeout"],
     usage: usage
 )
-let scenario = options.string("case", allowed: ["replay", "push", "channel"])
+let scenario = options.string("case", allowed: ["replay", "push", "channel", "claims"])
 let storeName = options.string("store", default: scenario == "channel" ? "memory" : nil, allowed: ["sqlite", "memory", "postgres", "redis", "broadcast"])
 let size = options.int("size", default: 64)
 let timeout = options.double("timeout", default: 30)
@@ -85,6 +89,9 @@ if nodeCount < 0 || nodeCount > 16 {
 }
 if from == "publisher" && nodeCount == 0 {
     Options.fail("--from publisher needs --nodes: it pushes through a cluster's database", usage: usage)
+}
+if scenario == "claims" && nodeCount != 1 {
+    Options.fail("claims takes --store postgres or redis with --nodes 1", usage: usage)
 }
 if scenario != "replay" && size < 8 {
     Options.fail("push needs --size 8 or more: the first 8 bytes carry the time of the push call", usage: usage)
@@ -169,6 +176,10 @@ do {
                 + " fill_seconds=\(format(result.fillSeconds, decimals: 3)) fill_aps=\(format(Double(messages) / result.fillSeconds, decimals: 0))"
                 + " seconds=\(format(result.replaySeconds, decimals: 3)) nps=\(format(Double(messages) / result.replaySeconds, decimals: 0))"
         )
+    case "claims":
+        let clients = max(1, options.int("clients", default: 10_000))
+        let elapsed = try await Claims.run(node: nodes[0], clients: clients, concurrency: 256, timeout: timeout)
+        printNow("RESULT case=claims store=\(storeName) clients=\(clients) seconds=\(format(elapsed, decimals: 3)) cps=\(format(Double(clients) / elapsed, decimals: 0))")
     case "channel":
         let clients = max(1, options.int("clients", default: 1_000))
         let channels = max(1, options.int("channels", default: 1))
