@@ -21,6 +21,10 @@ package struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
     static let wouldBlock = Errno(rawValue: EAGAIN)
     static let inProgress = Errno(rawValue: EINPROGRESS)
     package static let connectionRefused = Errno(rawValue: ECONNREFUSED)
+    /// A client that was gone before `accept(2)` took it.
+    static let acceptAborted: Set<Int32> = [ECONNABORTED, EPROTO]
+    /// Out of descriptors, or of memory for a new socket: the process's, or the system's.
+    static let outOfResources: Set<Int32> = [EMFILE, ENFILE, ENOBUFS, ENOMEM]
     static let connectionReset = Errno(rawValue: ECONNRESET)
     static let brokenPipe = Errno(rawValue: EPIPE)
     static let timedOut = Errno(rawValue: ETIMEDOUT)

@@ -8,6 +8,14 @@ final class Listener: IOHandler, @unchecked Sendable {
     private var socket: Socket?
     private let fd: Int32
     private let onAccept: (consuming Socket, TetherSocketAddress) -> Void
+    /// While the process is out of descriptors: the timer that watches the socket again.
+    private var pause: LoopTimer?
+
+    /// How long the listener stops watching its socket when the process (or the system) is
+    /// out of descriptors or memory for a new one: the pending connection stays in the
+    /// backlog, and a level-triggered socket that is still readable would otherwise wake
+    /// the loop again at once, for ever.
+    static let descriptorBackoff: Duration = .milliseconds(100)
 
     /// Opens, binds and listens (any thread); call ``start()`` on the loop to accept.
     /// `onAccept` owns each accepted socket from then on; `bound` runs between the bind and
@@ -60,7 +68,12 @@ final class Listener: IOHandler, @unchecked Sendable {
             do {
                 result = try Syscall.acceptConnection(fd)
             } catch {
-                // ECONNABORTED, EMFILE and friends: skip this round; the loop tries again.
+                if Errno.acceptAborted.contains(error.rawValue) {
+                    // That client is gone before it was taken: take the next.
+                    continue
+                }
+                if Errno.outOfResources.contains(error.rawValue) { pauseAccepting() }
+                // Anything else: skip this round; the loop tries again.
                 return
             }
             guard case .processed(let descriptor) = result else { return }
@@ -68,6 +81,18 @@ final class Listener: IOHandler, @unchecked Sendable {
             // A client that is already gone is dropped, which closes its socket.
             guard let peer = try? Syscall.peerAddress(descriptor) else { continue }
             onAccept(client, peer)
+        }
+    }
+
+    /// Stops watching the socket for ``descriptorBackoff``, then watches it again.
+    private func pauseAccepting() {
+        guard pause == nil else { return }
+        loop.deregister(fd)
+        pause = loop.schedule(after: Self.descriptorBackoff) { [weak self] in
+            guard let self else { return }
+            self.pause = nil
+            guard self.socket != nil else { return }
+            try? self.loop.register(self.fd, interest: .read, handler: self)
         }
     }
 
@@ -79,7 +104,12 @@ final class Listener: IOHandler, @unchecked Sendable {
     /// copy goes. Shut down, it refuses them at once, whoever holds a descriptor of it.
     func close() {
         guard let socket = socket.take() else { return }
-        loop.deregister(fd)
+        if let pause {
+            loop.cancel(pause)
+            self.pause = nil
+        } else {
+            loop.deregister(fd)
+        }
         Syscall.shutDown(fd)
         socket.close()
     }
