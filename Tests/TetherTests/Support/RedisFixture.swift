@@ -97,9 +97,10 @@ final class RedisInstance: Sendable {
             kill -9 $! 2>/dev/null
             """
         let process = try ChildProcess("sh", ["-c", script])
-        let line = try await process.waitForOutput(containing: "\n", within: .seconds(30))
-        guard let pid = line.split(separator: "\n").first.flatMap({ pid_t($0.dropFirst("pid=".count)) }) else {
-            throw PostgresFixtureError(description: "redis-server's shell said \(line)")
+        // The shell's line may come before or after redis-server's first lines: find it.
+        let pid = try await process.waitForOutput("redis-server's pid", within: .seconds(30)) { (output: [UInt8]) -> pid_t? in
+            String(decoding: output, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+                .first { $0.hasPrefix("pid=") }.flatMap { pid_t($0.dropFirst("pid=".count)) }
         }
         shell.withLock { $0 = (process, pid) }
         do {
