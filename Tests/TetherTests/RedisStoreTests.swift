@@ -57,7 +57,7 @@ struct RedisStoreTests {
     func frozenServer() async throws {
         let redis = try await RedisInstance.start()
         var configuration = try RedisConfiguration(url: redis.url)
-        configuration.commandTimeout = .milliseconds(300)
+        configuration.commandTimeout = .seconds(2)
         configuration.connections = 1
         let store = try await RedisMailboxStore(configuration: configuration)
         _ = try await store.append(drafts("a", count: 1), limits: limits, now: t0)
