@@ -214,9 +214,9 @@ struct PublishCommand: Command {
         case .server(let server):
             endpoint = server
         case .cluster(let database):
-            return try await publish(to: database)
+            return try await publishAsBackend(postgres: database, redis: nil)
         case .redis(let redis):
-            return try await publish(to: redis)
+            return try await publishAsBackend(postgres: nil, redis: redis)
         }
         var configuration = ConnectionConfiguration()
         configuration.heartbeat = .disabled
@@ -236,46 +236,13 @@ struct PublishCommand: Command {
 }
 
 extension PublishCommand {
-    /// Publishes through the cluster's database, as a backend.
-    private func publish(to database: PostgresOptions) async throws -> ExitStatus {
-        let publisher: PostgresPublisher
-        do {
-            publisher = try await PostgresPublisher(url: database.url)
-        } catch {
-            throw error.onOneLine
-        }
-        do {
+    /// Publishes through the cluster's engine, as a backend.
+    private func publishAsBackend(postgres: PostgresOptions?, redis: RedisOptions?) async throws -> ExitStatus {
+        try await BackendPublisher.connect(postgres: postgres, redis: redis).run { publisher in
             for _ in 0..<count {
                 Console.out(String(try await publisher.publish(payload, to: channel, timeToLive: timeToLive)))
             }
-        } catch {
-            await publisher.close()
-            throw error.onOneLine
         }
-        await publisher.close()
-        return .success
-    }
-}
-
-extension PublishCommand {
-    /// Publishes through the cluster's Redis, as a backend.
-    private func publish(to redis: RedisOptions) async throws -> ExitStatus {
-        let publisher: RedisPublisher
-        do {
-            publisher = try await RedisPublisher(configuration: redis.configuration)
-        } catch {
-            throw error.onOneLine
-        }
-        do {
-            for _ in 0..<count {
-                Console.out(String(try await publisher.publish(payload, to: channel, timeToLive: timeToLive)))
-            }
-        } catch {
-            await publisher.close()
-            throw error.onOneLine
-        }
-        await publisher.close()
-        return .success
     }
 }
 

@@ -107,50 +107,14 @@ struct PushCommand: Command {
     }
 
     func run() async throws -> ExitStatus {
-        if let redis { return try await run(on: redis) }
-        guard let database else { return .failure }
-        let publisher: PostgresPublisher
-        do {
-            publisher = try await PostgresPublisher(configuration: PostgresConfiguration(url: database.url), limits: limits)
-        } catch {
-            throw error.onOneLine
-        }
         let frame = Frame(type: type, payload: payload)
-        do {
+        return try await BackendPublisher.connect(postgres: database, redis: redis, limits: limits).run { publisher in
             for _ in 0..<count {
                 let sequences = try await publisher.push(frame, toClients: clientIDs, timeToLive: timeToLive)
                 for (clientID, sequence) in zip(clientIDs, sequences) {
                     Console.out("\(clientID) \(sequence)")
                 }
             }
-        } catch {
-            await publisher.close()
-            throw error.onOneLine
         }
-        await publisher.close()
-        return .success
-    }
-
-    private func run(on redis: RedisOptions) async throws -> ExitStatus {
-        let publisher: RedisPublisher
-        do {
-            publisher = try await RedisPublisher(configuration: redis.configuration, limits: limits)
-        } catch {
-            throw error.onOneLine
-        }
-        let frame = Frame(type: type, payload: payload)
-        do {
-            for _ in 0..<count {
-                let sequences = try await publisher.push(frame, toClients: clientIDs, timeToLive: timeToLive)
-                for (clientID, sequence) in zip(clientIDs, sequences) {
-                    Console.out("\(clientID) \(sequence)")
-                }
-            }
-        } catch {
-            await publisher.close()
-            throw error.onOneLine
-        }
-        await publisher.close()
-        return .success
     }
 }

@@ -78,3 +78,53 @@ struct RedisOptions: Sendable {
         configuration.host.contains(":") ? "[\(configuration.host)]:\(configuration.port)" : "\(configuration.host):\(configuration.port)"
     }
 }
+
+/// A backend's publisher on the cluster's engine, for `tether push` and `tether publish`.
+enum BackendPublisher {
+    case postgres(PostgresPublisher)
+    case redis(RedisPublisher)
+
+    /// Connects to the engine; an error comes on one line.
+    static func connect(postgres: PostgresOptions?, redis: RedisOptions?, limits: MailboxLimits = MailboxLimits()) async throws(TetherError) -> BackendPublisher {
+        do throws(TetherError) {
+            if let redis { return .redis(try await RedisPublisher(configuration: redis.configuration, limits: limits)) }
+            guard let postgres else { throw TetherError(code: .invalidArgument, message: "no cluster to publish to") }
+            return .postgres(try await PostgresPublisher(configuration: PostgresConfiguration(url: postgres.url), limits: limits))
+        } catch {
+            throw error.onOneLine
+        }
+    }
+
+    func push(_ frame: Frame, toClients clientIDs: [String], timeToLive: Duration?) async throws(TetherError) -> [UInt64] {
+        switch self {
+        case .postgres(let publisher): try await publisher.push(frame, toClients: clientIDs, timeToLive: timeToLive)
+        case .redis(let publisher): try await publisher.push(frame, toClients: clientIDs, timeToLive: timeToLive)
+        }
+    }
+
+    func publish(_ content: [UInt8], to channel: String, timeToLive: Duration?) async throws(TetherError) -> UInt64 {
+        switch self {
+        case .postgres(let publisher): try await publisher.publish(content, to: channel, timeToLive: timeToLive)
+        case .redis(let publisher): try await publisher.publish(content, to: channel, timeToLive: timeToLive)
+        }
+    }
+
+    func close() async {
+        switch self {
+        case .postgres(let publisher): await publisher.close()
+        case .redis(let publisher): await publisher.close()
+        }
+    }
+
+    /// Runs `body` with the publisher, closing it after; an error comes on one line.
+    func run(_ body: (BackendPublisher) async throws -> Void) async throws -> ExitStatus {
+        do {
+            try await body(self)
+        } catch {
+            await close()
+            throw (error as? TetherError)?.onOneLine ?? error
+        }
+        await close()
+        return .success
+    }
+}

@@ -80,78 +80,8 @@ func withRedisNodes<T: Sendable>(
     }
 }
 
-@Suite("A cluster of servers on Redis", .timeLimit(.guarded))
+@Suite("A cluster of servers on Redis: its own failures", .timeLimit(.guarded))
 struct RedisClusterTests {
-    @Test("three nodes, 100 clients, 1,000 pushes from every node; 10 clients moved mid-stream and one node stopped: each client gets exactly its pushes, in order, with no gap and no duplicate")
-    func threeNodes() async throws {
-        try await withRedisNodes(3) { nodes, _ in
-            let endpoints = nodes.map(\.endpoint)
-            var connections: [Connection] = []
-            var receivers: [Task<[Frame], any Error>] = []
-            for number in 0..<100 {
-                let clientID = String(format: "client-%03d", number)
-                let home = number % 3
-                let alternates = (1...2).map { endpoints[(home + $0) % 3] }
-                let connection = try await clusterClient(clientID, endpoints[home], alternates: alternates)
-                let notifications = connection.notifications
-                receivers.append(Task { try await TetherTesting.collect(30, from: notifications, within: .seconds(60)) })
-                connections.append(connection)
-            }
-            var live = [0, 1, 2]
-            for push in 0..<3000 {
-                let clientID = String(format: "client-%03d", push % 100)
-                if push == 900 {
-                    for moved in 0..<10 {
-                        let id = String(format: "client-%03d", moved * 7)
-                        for node in nodes {
-                            for peer in node.server.peers where await peer.clientID == id { await peer.close() }
-                        }
-                    }
-                }
-                if push == 1800 {
-                    await nodes[2].stop()
-                    live = [0, 1]
-                }
-                let node = nodes[live[push % live.count]]
-                try await node.server.push(indexed(push), toClient: clientID)
-            }
-            for number in 0..<100 {
-                let frames = try await receivers[number].value
-                #expect(frames.map(index(of:)) == Array(stride(from: number, to: 3000, by: 100)), "client \(number)")
-                #expect(frames.map(\.serial) == Array(1...30), "client \(number)")
-            }
-            #expect(try await nodes[0].cluster.holder(ofClient: "client-000") != "n3")
-            for connection in connections { await connection.close() }
-        }
-    }
-
-    @Test("pushes larger than a notice are read from the mailbox by the node that holds the client; broadcasts of every size reach every node's peers")
-    func largePayloads() async throws {
-        try await withRedisNodes(2) { nodes, _ in
-            let client = try await clusterClient("big", nodes[1].endpoint)
-            let notifications = client.notifications
-            let large = (0..<20_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
-            try await nodes[0].server.push(Frame(type: 0x10, serial: 0, payload: large), toClient: "big")
-            try await nodes[0].server.push(indexed(7), toClient: "big")
-            let frames = try await TetherTesting.collect(2, from: notifications, within: .seconds(10))
-            #expect(frames.map(\.payload) == [large, Array("7".utf8)])
-            #expect(frames.map(\.serial) == [1, 2])
-            let events = nodes[1].server.events
-            let plain = try await Connection.connect(to: nodes[1].endpoint, configuration: reconnecting(after: .milliseconds(20)))
-            let broadcasts = plain.notifications
-            _ = try await firstEvent(events, "the plain peer on n2") { $0.kind == .peerConnected }
-            let small = Frame(type: 0x20, serial: 0, payload: Array("hi".utf8))
-            let huge = Frame(type: 0x21, serial: 0, payload: large)
-            #expect(await nodes[0].server.broadcast(small) == 0)
-            #expect(await nodes[0].server.broadcast(huge) == 0)
-            #expect(try await TetherTesting.collect(2, from: broadcasts, within: .seconds(10)) == [small, huge])
-            #expect(try await nodes[0].cluster.holder(ofClient: "big") == "n2")
-            #expect(try await nodes[0].cluster.holder(ofClient: "nobody") == nil)
-            await client.close()
-            await plain.close()
-        }
-    }
-
     @Test("Redis restarted mid-stream with its append-only file: pushes that failed are retried, none stored is lost, and routing resumes between nodes")
     func restartWithPersistence() async throws {
         let redis = try await RedisInstance.start(persistent: true)

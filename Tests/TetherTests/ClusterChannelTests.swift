@@ -1,6 +1,5 @@
 import Synchronization
 import Testing
-@testable import TetherRedis
 import TetherTesting
 @testable import Tether
 
@@ -45,7 +44,7 @@ private final class HandClock: Sendable {
     private let now = Mutex(MailboxTime.now().millisecondsSince1970)
 
     func advance(_ duration: Duration) {
-        now.withLock { $0 += duration.redisMilliseconds }
+        now.withLock { $0 += duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000 }
     }
 
     var read: @Sendable () -> MailboxTime {
@@ -53,11 +52,11 @@ private final class HandClock: Sendable {
     }
 }
 
-@Suite("Channels across a cluster on Redis", .serialized, .timeLimit(.guarded))
-struct RedisChannelTests {
-    @Test("three nodes, 1,000 subscribers of two channels each over 100 channels, 10,000 messages published at once from every node and a backend; 100 subscribers moved mid-stream and one node stopped: every subscriber of a channel gets its messages once, in one order, each publisher's in its order")
-    func threeNodes() async throws {
-        try await withRedisNodes(3, server: withChannels()) { nodes, redis in
+@Suite("Channels across a cluster, on PostgreSQL and on Redis", .serialized, .timeLimit(.guarded))
+struct ClusterChannelTests {
+    @Test("three nodes, 1,000 subscribers of two channels each over 100 channels, 10,000 messages published at once from every node and a backend; 100 subscribers moved mid-stream and one node stopped: every subscriber of a channel gets its messages once, in one order, each publisher's in its order", arguments: ClusterEngineKind.allCases)
+    func threeNodes(kind: ClusterEngineKind) async throws {
+        try await withClusterNodes(kind, 3, server: withChannels()) { nodes, publisher in
             let endpoints = nodes.map(\.endpoint)
             let channelCount = 100
             let subscriberCount = 1_000
@@ -72,7 +71,6 @@ struct RedisChannelTests {
                     subscriptions.append((channel, try await connection.subscribe(to: "room-\(channel)")))
                 }
             }
-            let publisher = try await RedisPublisher(configuration: redis)
             let live = Lock([0, 1, 2])
             let perPublisher = 2_500
             let progress = Lock(0)
@@ -146,14 +144,13 @@ struct RedisChannelTests {
                 }
             }
             for connection in connections { await connection.close() }
-            await publisher.close()
         }
     }
 
-    @Test("a subscriber that leaves n1 after 5 messages and comes back on n2 gets the 5 published meanwhile on both nodes, once and in order, with an expired one skipped; one away too long is told, then goes on live")
-    func recoveryOnAnotherNode() async throws {
+    @Test("a subscriber that leaves n1 after 5 messages and comes back on n2 gets the 5 published meanwhile on both nodes, once and in order, with an expired one skipped; one away too long is told, then goes on live", arguments: ClusterEngineKind.allCases)
+    func recoveryOnAnotherNode(kind: ClusterEngineKind) async throws {
         let clock = HandClock()
-        try await withRedisNodes(2, server: withChannels {
+        try await withClusterNodes(kind, 2, server: withChannels {
             $0.historySize = 16
             $0.historyAge = nil
             $0.clock = clock.read
@@ -203,10 +200,9 @@ struct RedisChannelTests {
         }
     }
 
-    @Test("a backend publishes to a channel with subscribers on two nodes, messages small and larger than a notice: both get all of them in offset order, the large ones read from the list")
-    func backendPublisher() async throws {
-        try await withRedisNodes(2, server: withChannels()) { nodes, redis in
-            let publisher = try await RedisPublisher(configuration: redis)
+    @Test("a backend publishes to a channel with subscribers on two nodes, messages small and larger than a notice: both get all of them in offset order, the large ones read from the engine", arguments: ClusterEngineKind.allCases)
+    func backendPublisher(kind: ClusterEngineKind) async throws {
+        try await withClusterNodes(kind, 2, server: withChannels()) { nodes, publisher in
             let a = try await Connection.connect(to: nodes[0].endpoint, configuration: testConfiguration())
             let b = try await Connection.connect(to: nodes[1].endpoint, configuration: testConfiguration())
             let onA = try await a.subscribe(to: "feed")
@@ -226,15 +222,14 @@ struct RedisChannelTests {
             await #expect(throws: TetherError.self) { try await publisher.publish([1], to: "no spaces") }
             await a.close()
             await b.close()
-            await publisher.close()
         }
     }
 }
 
-extension RedisChannelTests {
-    @Test("presence across two nodes: joins on one node reach watchers on the other, both nodes list every member with its client id and info, a leave and a node that stops are told")
-    func presence() async throws {
-        try await withRedisNodes(2, server: withChannels()) { nodes, _ in
+extension ClusterChannelTests {
+    @Test("presence across two nodes: joins on one node reach watchers on the other, both nodes list every member with its client id and info, a leave and a node that stops are told", arguments: ClusterEngineKind.allCases)
+    func presence(kind: ClusterEngineKind) async throws {
+        try await withClusterNodes(kind, 2, server: withChannels()) { nodes, _ in
             // A watcher on n2, then alice on n1: the watcher hears alice join once her join
             // is recorded.
             let watcherConnection = try await Connection.connect(to: nodes[1].endpoint, configuration: testConfiguration())
